@@ -1,0 +1,44 @@
+# Two commands that work on a fresh clone (see README.md):
+#   make demo   set up .venv and run the main job
+#   make test   set up .venv with the test tools and run every check
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+
+PLUGINS := plugins/cpu_numpy
+LINT_PATHS := core plugins tests benchmarks
+MYPY_PATHS := core/kernloom plugins/cpu_numpy/kernloom_cpu_numpy
+
+.PHONY: demo test lint typecheck pytest clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Stamp files make re-runs fast; they are redone when a pyproject changes.
+$(VENV)/.demo-installed: $(BIN)/python pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
+	$(PIP) install -q -e . $(addprefix -e ,$(PLUGINS))
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.demo-installed
+	$(PIP) install -q -e ".[test]"
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/kernloom devices
+	$(BIN)/kernloom plugins
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+
+typecheck: $(VENV)/.test-installed
+	$(BIN)/mypy $(MYPY_PATHS)
+
+pytest: $(VENV)/.test-installed
+	$(BIN)/python -m pytest
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache

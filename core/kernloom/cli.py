@@ -1,0 +1,233 @@
+"""The ``kernloom`` command: what is installed, and what went wrong with it.
+
+Exit codes: 0 when everything loaded, 1 when a plugin failed to load (or a factory
+conflicted or crashed), 2 for bad usage, including malformed ``KERNLOOM_*`` variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from kernloom.errors import InvalidArgumentError, KernloomError, PluginError
+from kernloom.framework.device import DeviceOptions
+from kernloom.framework.device_factory_registry import ResolvedFactory
+from kernloom.plugins import KERNLOOM_API_VERSION, PluginState
+from kernloom.registry import Registry, create_devices_checked
+from kernloom.version import __version__
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_PLUGIN_FAILURE = 1
+EXIT_USAGE = 2
+
+
+def _console(*, stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    # Outside a terminal (CI logs, pipes) rich would assume 80 columns and wrap every cell.
+    return Console(file=stream, width=None if stream.isatty() else 160, highlight=False)
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True, slots=True)
+class _DeviceRow:
+    device_type: str
+    name: str | None
+    backend: str | None
+    factory: str
+    plugin: str
+    distribution: str | None
+    priority: int
+    status: str
+    reason: str
+    memory_limit: int | None
+    physical_device_desc: str
+
+
+def _device_rows(resolved: ResolvedFactory) -> tuple[list[_DeviceRow], str | None]:
+    """Rows for one factory's devices (or one row saying why it has none), and an error."""
+    reg = resolved.registration
+
+    def row(**kw: Any) -> _DeviceRow:
+        base: dict[str, Any] = {
+            "device_type": reg.device_type, "name": None, "backend": None,
+            "factory": reg.factory.description, "plugin": reg.origin.plugin,
+            "distribution": reg.origin.distribution, "priority": reg.priority,
+            "status": str(resolved.status), "reason": resolved.reason,
+            "memory_limit": None, "physical_device_desc": "",
+        }
+        base.update(kw)
+        return _DeviceRow(**base)
+
+    try:
+        devices = create_devices_checked(reg, DeviceOptions())
+    except KernloomError as exc:
+        return [row(status="error", reason=str(exc))], str(exc)
+    try:
+        if not devices:
+            why = reg.factory.unavailable_reason() or "the factory found no device"
+            return [row(status="unavailable", reason=why)], None
+        return [
+            row(
+                name=d.name, backend=d.backend, memory_limit=d.attributes.memory_limit,
+                physical_device_desc=d.attributes.physical_device_desc,
+            )
+            for d in devices
+        ], None
+    finally:
+        for device in devices:
+            device.close()
+
+
+def _cmd_devices(registry: Registry, args: argparse.Namespace) -> int:
+    try:
+        resolved = registry.resolve_factories()
+        order = registry.placement_order()
+    except KernloomError as exc:
+        _console(stderr=True).print(f"[red]error:[/] {exc}")
+        return EXIT_USAGE
+    rows: list[_DeviceRow] = []
+    errors: list[str] = []
+    for item in resolved:
+        item_rows, error = _device_rows(item)
+        rows.extend(item_rows)
+        if error:
+            errors.append(error)
+    problems = registry.problems() + errors
+    if args.json:
+        print(json.dumps({
+            "kernloom_version": __version__,
+            "plugin_api": KERNLOOM_API_VERSION,
+            "placement_order": order,
+            "devices": [asdict(r) for r in rows],
+            "conflicts": [str(c) for c in registry.conflicts],
+            "problems": problems,
+        }, indent=2))
+        return EXIT_PLUGIN_FAILURE if problems else EXIT_OK
+
+    console = _console()
+    table = Table(title="kernloom devices", title_justify="left")
+    for column in ("type", "name", "backend", "factory", "plugin (distribution)", "priority",
+                   "status", "memory"):
+        table.add_column(column, overflow="fold", no_wrap=column in ("name", "memory"))
+    for r in rows:
+        style = {"in use": "green", "shadowed": "yellow"}.get(r.status, "red")
+        table.add_row(
+            r.device_type, r.name or "-", r.backend or "-", r.factory.rpartition(".")[2],
+            r.plugin + (f" ({r.distribution})" if r.distribution else ""), str(r.priority),
+            Text(r.status + (f": {r.reason}" if r.status != "in use" else ""), style=style),
+            _bytes(r.memory_limit) if r.memory_limit is not None else "-",
+        )
+    if rows:
+        console.print(table)
+        console.print(f"placement order: {' > '.join(order)}")
+    else:
+        console.print("[red]no device factory is registered.[/] Install a device plugin, "
+                      "e.g. `pip install kernloom-cpu-numpy`.")
+    _print_problems(console, problems)
+    return EXIT_PLUGIN_FAILURE if problems or not rows else EXIT_OK
+
+
+def _print_problems(console: Console, problems: list[str]) -> None:
+    if problems:
+        console.print(f"[red]{len(problems)} problem(s):[/]")
+        for problem in problems:
+            console.print(f"  - {problem}", markup=False)
+        console.print("Run `kernloom plugins --verbose` for details.")
+
+
+def _cmd_plugins(registry: Registry, args: argparse.Namespace) -> int:
+    records = registry.plugins
+    problems = registry.problems()
+    if args.json:
+        print(json.dumps({
+            "kernloom_version": __version__,
+            "plugin_api": KERNLOOM_API_VERSION,
+            "plugins": [
+                {**asdict(r), "state": str(r.state), "registered": list(r.registered)}
+                | ({} if args.verbose else {"traceback": None})
+                for r in records
+            ],
+            "problems": problems,
+        }, indent=2))
+        return EXIT_PLUGIN_FAILURE if registry.failures or problems else EXIT_OK
+
+    console = _console()
+    table = Table(title=f"kernloom plugins (plugin API {KERNLOOM_API_VERSION})",
+                  title_justify="left")
+    for column in ("plugin", "distribution", "state", "requires API", "registered / reason"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        style = {PluginState.LOADED: "green", PluginState.DISABLED: "dim"}.get(r.state, "red")
+        table.add_row(
+            r.name,
+            f"{r.distribution} {r.version or ''}".strip() if r.distribution else r.value,
+            Text(str(r.state), style=style),
+            r.api_requirement or "-",
+            Text(", ".join(r.registered) if r.state is PluginState.LOADED else r.reason),
+        )
+    if records:
+        console.print(table)
+    else:
+        console.print("no kernloom plugins are installed; try `pip install kernloom-cpu-numpy`.")
+    if args.verbose:
+        for r in records:
+            if r.traceback:
+                console.rule(f"traceback of plugin {r.name!r}")
+                console.print(r.traceback.rstrip(), markup=False, highlight=False)
+    _print_problems(console, problems)
+    return EXIT_PLUGIN_FAILURE if problems else EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernloom", description="Inspect kernloom's installed devices and plugins."
+    )
+    parser.add_argument(
+        "--version", action="version",
+        version=f"kernloom {__version__} (plugin API {KERNLOOM_API_VERSION})",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    devices = sub.add_parser("devices", help="the devices the installed factories provide")
+    devices.add_argument("--json", action="store_true", help="machine-readable output")
+    devices.set_defaults(handler=_cmd_devices)
+    plugins = sub.add_parser("plugins", help="installed plugins, loaded or failed, and why")
+    plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    plugins.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
+    plugins.set_defaults(handler=_cmd_plugins)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        registry = Registry.from_entry_points(warn=False)
+    except PluginError as exc:
+        _console(stderr=True).print(f"error: {exc}", markup=False)
+        return EXIT_PLUGIN_FAILURE
+    except InvalidArgumentError as exc:
+        _console(stderr=True).print(f"error: {exc}", markup=False)
+        return EXIT_USAGE
+    code: int = args.handler(registry, args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

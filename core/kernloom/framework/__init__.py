@@ -1,0 +1,1 @@
+"""Declarations: what ops, kernels and devices are. Nothing here runs a graph."""

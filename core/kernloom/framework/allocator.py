@@ -1,0 +1,108 @@
+"""Allocation accounting shared by every device.
+
+A device's buffers are ordinary array objects (numpy, CuPy, torch), freed by Python's
+garbage collector, not by the runtime. To know what a device holds *now* we attach a
+finalizer to each buffer it allocates: the bytes count as in use until the buffer
+object is collected. That makes ``bytes_in_use`` and ``peak_bytes_in_use`` follow the
+real live set, which is what the executor's early release of dead values is measured by.
+
+The limit is checked before a buffer is created, so an over-large request fails with a
+message naming the device instead of exhausting the machine.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar, final
+
+from kernloom.errors import InvalidArgumentError, ResourceExhaustedError
+
+__all__ = ["AllocatorStats", "TrackingAllocator"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorStats:
+    """A snapshot of one device's allocations."""
+
+    num_allocs: int
+    """Buffers allocated since the device was created."""
+    bytes_in_use: int
+    """Bytes held by buffers that are still alive."""
+    peak_bytes_in_use: int
+    """The most ``bytes_in_use`` has been since creation or the last ``reset_peak``."""
+    largest_alloc_size: int
+    """The largest single allocation, in bytes."""
+    bytes_limit: int | None
+    """The most the device may hold at once; None for no limit."""
+
+
+@final
+class TrackingAllocator:
+    """Counts the bytes of a device's live buffers and enforces its memory limit.
+
+    Thread-safe: kernels on several threads allocate at once.
+    """
+
+    __slots__ = ("_bytes_in_use", "_largest", "_limit", "_lock", "_num_allocs", "_owner", "_peak")
+
+    def __init__(self, owner: str, bytes_limit: int | None = None) -> None:
+        if bytes_limit is not None and bytes_limit < 0:
+            raise InvalidArgumentError(f"memory limit of {owner} must be >= 0, got {bytes_limit}")
+        self._owner = owner
+        self._limit = bytes_limit
+        self._lock = threading.Lock()
+        self._bytes_in_use = 0
+        self._peak = 0
+        self._num_allocs = 0
+        self._largest = 0
+
+    def allocate(self, nbytes: int, make: Callable[[], T]) -> T:
+        """Reserve ``nbytes``, call ``make()`` for the buffer, and track it until it dies.
+
+        The buffer must support weak references (numpy, CuPy and torch arrays do).
+        """
+        self._reserve(nbytes)
+        try:
+            buffer = make()
+            weakref.finalize(buffer, self._release, nbytes)
+        except BaseException:
+            self._release(nbytes)
+            raise
+        return buffer
+
+    def _reserve(self, nbytes: int) -> None:
+        with self._lock:
+            if self._limit is not None and self._bytes_in_use + nbytes > self._limit:
+                raise ResourceExhaustedError(
+                    f"out of memory on {self._owner}: allocating {nbytes} bytes with "
+                    f"{self._bytes_in_use} of {self._limit} bytes in use; raise the device's "
+                    f"memory limit (DeviceOptions.memory_limit) or use smaller tensors"
+                )
+            self._bytes_in_use += nbytes
+            self._num_allocs += 1
+            self._largest = max(self._largest, nbytes)
+            self._peak = max(self._peak, self._bytes_in_use)
+
+    def _release(self, nbytes: int) -> None:
+        with self._lock:
+            self._bytes_in_use -= nbytes
+
+    def reset_peak(self) -> None:
+        """Start a new peak measurement from what is in use now (e.g. per step)."""
+        with self._lock:
+            self._peak = self._bytes_in_use
+
+    def stats(self) -> AllocatorStats:
+        with self._lock:
+            return AllocatorStats(
+                num_allocs=self._num_allocs,
+                bytes_in_use=self._bytes_in_use,
+                peak_bytes_in_use=self._peak,
+                largest_alloc_size=self._largest,
+                bytes_limit=self._limit,
+            )

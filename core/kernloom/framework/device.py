@@ -1,0 +1,230 @@
+"""The device contract: what a vendor implements to add a device type.
+
+A device is a place where kernels run and buffers live. ``Device`` is deliberately
+small (seed 004; tinygrad's backends are the model): a vendor implements three
+methods, ``_allocate``, ``copy_from_host`` and ``copy_to_host``, and may override
+``compute``/``compute_async`` (to wrap kernels in a stream), ``copy_from_device`` (a
+direct path between two devices) and ``sync``. ``DeviceFactory`` discovers the
+hardware and creates the devices; a plugin registers it under a device type and a
+priority (see ``kernloom.plugins``).
+
+Thread-safety: the executor calls ``compute`` from several threads at once, and
+``allocate`` from inside kernels; implementations must allow both.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from kernloom.dtypes import DType, as_dtype
+from kernloom.framework.allocator import AllocatorStats, TrackingAllocator
+from kernloom.framework.device_name import LOCAL_PREFIX, DeviceSpec, parse_device_name
+from kernloom.shapes import TensorShape, as_shape
+
+__all__ = [
+    "Device",
+    "DeviceAttributes",
+    "DeviceFactory",
+    "DeviceLocality",
+    "DeviceOptions",
+    "device_count_for",
+    "full_device_name",
+]
+
+
+class _Kernel(Protocol):
+    def compute(self, ctx: Any) -> None: ...
+
+
+class _AsyncKernel(Protocol):
+    def compute_async(self, ctx: Any, done: Callable[[], None]) -> None: ...
+
+
+class DeviceLocality(BaseModel):
+    """Where a device sits, for placement decisions that care about distance."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bus_id: int = 0
+    """Devices on one bus copy to each other cheaply; 0 means unknown."""
+    numa_node: int | None = None
+
+
+class DeviceAttributes(BaseModel):
+    """The description of one device, as ``kernloom devices --json`` prints it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    """The full name, ``/job:localhost/replica:0/task:0/device:CPU:0``."""
+    device_type: str
+    backend: str
+    """The array library the device's buffers belong to (``numpy``, ``cupy``, ``torch``);
+    kernels that name a backend run only on devices of that backend."""
+    memory_limit: int = Field(ge=0)
+    """Bytes the device may hold at once; its allocator refuses more."""
+    locality: DeviceLocality = DeviceLocality()
+    incarnation: int = Field(default_factory=lambda: random.getrandbits(63))
+    """Random per device object, so that a restarted device is never mistaken for the old one."""
+    physical_device_desc: str = ""
+
+
+class DeviceOptions(BaseModel):
+    """What a session asks of the device factories.
+
+    ``factory_overrides`` selects, per device type, the plugin whose factory is used
+    instead of the highest-priority one (also settable as
+    ``KERNLOOM_DEVICE_FACTORY=GPU=torch``; this field wins over the variable).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    intra_op_threads: PositiveInt | None = None
+    """Threads a device may use inside one kernel; None for the number of cores."""
+    device_count: dict[str, int] = Field(default_factory=dict)
+    """The most devices to create per type (``{"GPU": 0}`` hides every GPU)."""
+    memory_limit: dict[str, int] = Field(default_factory=dict)
+    """Bytes per device of a type, instead of what the hardware has."""
+    factory_overrides: dict[str, str] = Field(default_factory=dict)
+    """Device type -> plugin name (entry-point or distribution name)."""
+
+
+class Device(abc.ABC):
+    """One device: where kernels run and where their buffers live."""
+
+    def __init__(self, attributes: DeviceAttributes) -> None:
+        spec = parse_device_name(attributes.name)
+        if not spec.is_full or spec.device_type != attributes.device_type:
+            raise ValueError(
+                f"device name {attributes.name!r} must be a full name of type "
+                f"{attributes.device_type}, such as '{LOCAL_PREFIX}/device:"
+                f"{attributes.device_type}:0'"
+            )
+        self._attributes = attributes
+        self._spec = spec
+        self._allocator = TrackingAllocator(attributes.name, attributes.memory_limit)
+
+    # -- identity -------------------------------------------------------------------
+
+    @property
+    def attributes(self) -> DeviceAttributes:
+        return self._attributes
+
+    @property
+    def name(self) -> str:
+        return self._attributes.name
+
+    @property
+    def device_type(self) -> str:
+        return self._attributes.device_type
+
+    @property
+    def backend(self) -> str:
+        return self._attributes.backend
+
+    @property
+    def spec(self) -> DeviceSpec:
+        """The parsed full name, for matching partial names against."""
+        return self._spec
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} backend={self.backend}>"
+
+    # -- running kernels ----------------------------------------------------------------
+
+    def compute(self, kernel: _Kernel, ctx: Any) -> None:
+        """Run a synchronous kernel. Override to set up per-kernel state (a stream)."""
+        kernel.compute(ctx)
+
+    def compute_async(self, kernel: _AsyncKernel, ctx: Any, done: Callable[[], None]) -> None:
+        """Start an asynchronous kernel; ``done`` is called exactly once when it finishes."""
+        kernel.compute_async(ctx, done)
+
+    def sync(self) -> None:
+        """Wait until all work queued on this device has finished; called at step end."""
+
+    # -- memory ---------------------------------------------------------------------------
+
+    def allocate(self, shape: object, dtype: object) -> Any:
+        """A new uninitialised buffer on this device, counted by its allocator."""
+        dims = as_shape(shape).as_tuple()
+        dt = as_dtype(dtype)
+        nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+        return self._allocator.allocate(nbytes, lambda: self._allocate(dims, dt))
+
+    def memory_stats(self) -> AllocatorStats:
+        return self._allocator.stats()
+
+    def reset_peak_memory(self) -> None:
+        self._allocator.reset_peak()
+
+    @abc.abstractmethod
+    def _allocate(self, shape: tuple[int, ...], dtype: DType) -> Any:
+        """Create an uninitialised buffer; accounting and limits are done by ``allocate``."""
+
+    @abc.abstractmethod
+    def copy_from_host(self, array: np.ndarray[Any, Any]) -> Any:
+        """A device value holding ``array``'s data.
+
+        May share memory with ``array`` (a device whose memory is host memory need not
+        copy); the runtime never writes into a value that came from the caller.
+        """
+
+    @abc.abstractmethod
+    def copy_to_host(self, value: Any) -> np.ndarray[Any, Any]:
+        """A numpy array holding ``value``'s data, once any pending work on it is done."""
+
+    def copy_from_device(self, source: Device, value: Any) -> Any | None:
+        """A direct copy of ``value`` from ``source`` to this device, or None when there is
+        no direct path; the runtime then goes through host memory."""
+        return None
+
+    def value_shape(self, value: Any) -> TensorShape:
+        """The shape of a device value; every array library we know has ``.shape``."""
+        return TensorShape(value.shape)
+
+    def close(self) -> None:
+        """Release what the device holds outside its buffers (threads, streams)."""
+
+
+class DeviceFactory(abc.ABC):
+    """Finds the devices of one type and creates them (TensorFlow's DeviceFactory).
+
+    A factory must never fail because its hardware is absent: it creates no device and
+    ``unavailable_reason`` says why and what to install.
+    """
+
+    @abc.abstractmethod
+    def list_physical_devices(self) -> list[str]:
+        """Names of the hardware found, such as ``/physical_device:GPU:0``. Cheap: no
+        device state is created."""
+
+    @abc.abstractmethod
+    def create_devices(self, options: DeviceOptions, name_prefix: str = LOCAL_PREFIX) -> list[Device]:
+        """Create the devices, named ``{name_prefix}/device:{TYPE}:{index}``, honouring
+        ``options.device_count`` and ``options.memory_limit`` for their type."""
+
+    def unavailable_reason(self) -> str | None:
+        """Why no device can be created here (driver missing, no GPU visible), or None."""
+        return None
+
+    @property
+    def description(self) -> str:
+        """What to call the factory in tables: its class's qualified name."""
+        return f"{type(self).__module__}.{type(self).__qualname__}"
+
+
+def device_count_for(options: DeviceOptions, device_type: str, found: int) -> int:
+    """How many of the ``found`` devices of a type the options allow a factory to create."""
+    return min(found, options.device_count.get(device_type, found))
+
+
+def full_device_name(name_prefix: str, device_type: str, index: int) -> str:
+    """``/job:localhost/replica:0/task:0/device:CPU:0`` from its parts."""
+    return f"{name_prefix}/device:{device_type}:{index}"

@@ -1,0 +1,222 @@
+"""Device factories by type and priority: TensorFlow's ``REGISTER_LOCAL_DEVICE_FACTORY``.
+
+Priority decides two things (seed 004):
+
+- **Within one device type**, the factory with the highest priority is used; the others
+  are *shadowed*: kept, reported by ``kernloom devices``, and selectable with
+  ``DeviceOptions.factory_overrides`` or ``KERNLOOM_DEVICE_FACTORY=TYPE=plugin``.
+  Two factories of one type at the *same* priority are a conflict: the one registered
+  first is kept, the other is left out, and the conflict is reported naming both plugins.
+- **Across device types**, the priorities of the factories in use order placement:
+  a node goes to the first type in that order on which it has a kernel.
+
+The priorities TensorFlow uses, which ours follow:
+
+=====================  ====  ==========================================================
+factory                prio  note
+=====================  ====  ==========================================================
+GPU (CuPy)             210   TensorFlow's GPUDeviceFactory
+GPU (torch)            200   shadowed by CuPy's when both are installed
+CPU, GPU-compatible     70   TensorFlow's GPUCompatibleCPUDeviceFactory
+CPU (numpy)             60   TensorFlow's ThreadPoolDeviceFactory
+=====================  ====  ==========================================================
+
+Worked example: with CuPy's GPU (210) and numpy's CPU (60) installed, the placement order
+is GPU, CPU. Installing a plugin with a CPU factory at 70 shadows numpy's CPU factory
+without changing the order of types; ``KERNLOOM_DEVICE_FACTORY=CPU=cpu_numpy`` brings
+numpy's back, and CPU then has priority 60 in the order.
+
+Ties between types with equal priority are broken by type name, so that the order never
+depends on which plugin was installed first.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import final
+
+from kernloom.errors import NotFoundError, did_you_mean
+from kernloom.framework.device import DeviceFactory
+from kernloom.framework.origin import Origin
+
+__all__ = [
+    "DeviceFactoryRegistry",
+    "FactoryConflict",
+    "FactoryOverride",
+    "FactoryRegistration",
+    "FactoryStatus",
+    "ResolvedFactory",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FactoryRegistration:
+    """One ``register_device_factory`` call that was accepted."""
+
+    device_type: str
+    factory: DeviceFactory
+    priority: int
+    origin: Origin
+
+
+@dataclass(frozen=True, slots=True)
+class FactoryConflict:
+    """Two factories of one type at one priority; ``rejected`` was left out."""
+
+    kept: FactoryRegistration
+    rejected: FactoryRegistration
+
+    def __str__(self) -> str:
+        kept, rejected = self.kept, self.rejected
+        return (
+            f"device factory conflict for {kept.device_type} at priority {kept.priority}: "
+            f"{kept.origin} registered {kept.factory.description} first and is kept; "
+            f"{rejected.origin} registered {rejected.factory.description} and is left out. "
+            f"Give one of them a different priority, or uninstall one of "
+            f"{kept.origin.distribution or kept.origin.plugin} and "
+            f"{rejected.origin.distribution or rejected.origin.plugin}."
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FactoryOverride:
+    """A request to use a given plugin's factory for a device type."""
+
+    plugin: str
+    source: str
+    """Where the request came from, for messages (``KERNLOOM_DEVICE_FACTORY``, ...)."""
+
+
+class FactoryStatus(enum.StrEnum):
+    IN_USE = "in use"
+    SHADOWED = "shadowed"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedFactory:
+    """A registration with the part it plays after priorities and overrides."""
+
+    registration: FactoryRegistration
+    status: FactoryStatus
+    reason: str
+    """Why it is in use or shadowed, in words."""
+
+
+@final
+class DeviceFactoryRegistry:
+    """The accepted factory registrations and the conflicts met while accepting them."""
+
+    __slots__ = ("_by_type", "_conflicts")
+
+    def __init__(self) -> None:
+        self._by_type: dict[str, list[FactoryRegistration]] = {}
+        self._conflicts: list[FactoryConflict] = []
+
+    def add(self, registration: FactoryRegistration) -> FactoryConflict | None:
+        """Accept a registration, unless it ties an earlier one (then report the conflict)."""
+        same_type = self._by_type.setdefault(registration.device_type, [])
+        for existing in same_type:
+            if existing.priority == registration.priority:
+                conflict = FactoryConflict(kept=existing, rejected=registration)
+                self._conflicts.append(conflict)
+                return conflict
+        same_type.append(registration)
+        same_type.sort(key=lambda r: -r.priority)
+        return None
+
+    @property
+    def conflicts(self) -> tuple[FactoryConflict, ...]:
+        return tuple(self._conflicts)
+
+    def device_types(self) -> list[str]:
+        return sorted(self._by_type)
+
+    def registrations(self, device_type: str | None = None) -> list[FactoryRegistration]:
+        """Accepted registrations, highest priority first within a type."""
+        if device_type is not None:
+            return list(self._by_type.get(device_type, ()))
+        return [r for t in sorted(self._by_type) for r in self._by_type[t]]
+
+    def chosen(
+        self, overrides: Mapping[str, FactoryOverride] | None = None
+    ) -> dict[str, FactoryRegistration]:
+        """The factory in use for each device type, in placement order."""
+        overrides = overrides or {}
+        self._check_overrides(overrides)
+        chosen: dict[str, FactoryRegistration] = {}
+        for device_type, regs in self._by_type.items():
+            override = overrides.get(device_type)
+            if override is None:
+                chosen[device_type] = regs[0]
+            else:
+                chosen[device_type] = next(r for r in regs if r.origin.answers_to(override.plugin))
+        order = sorted(chosen.values(), key=lambda r: (-r.priority, r.device_type))
+        return {r.device_type: r for r in order}
+
+    def placement_order(self, overrides: Mapping[str, FactoryOverride] | None = None) -> list[str]:
+        """Device types from highest to lowest priority of the factory in use."""
+        return list(self.chosen(overrides))
+
+    def resolve(self, overrides: Mapping[str, FactoryOverride] | None = None) -> list[ResolvedFactory]:
+        """Every accepted registration, in placement order of its type, saying whether
+        it is in use or shadowed and why."""
+        overrides = overrides or {}
+        chosen = self.chosen(overrides)
+        resolved: list[ResolvedFactory] = []
+        for device_type, in_use in chosen.items():
+            override = overrides.get(device_type)
+            for reg in self._by_type[device_type]:
+                if reg is in_use:
+                    reason = (
+                        f"selected by {override.source}"
+                        if override is not None
+                        else "highest priority for its type"
+                    )
+                    resolved.append(ResolvedFactory(reg, FactoryStatus.IN_USE, reason))
+                else:
+                    reason = (
+                        f"{override.source} selects {in_use.origin}"
+                        if override is not None
+                        else f"{in_use.origin} has priority {in_use.priority} > {reg.priority}"
+                    )
+                    resolved.append(ResolvedFactory(reg, FactoryStatus.SHADOWED, reason))
+        return resolved
+
+    def _check_overrides(self, overrides: Mapping[str, FactoryOverride]) -> None:
+        for device_type, override in overrides.items():
+            regs = self._by_type.get(device_type)
+            if not regs:
+                raise NotFoundError(
+                    f"{override.source} selects plugin {override.plugin!r} for device type "
+                    f"{device_type!r}, but no plugin registers a {device_type} device factory; "
+                    f"the types are: {', '.join(sorted(self._by_type)) or '(none)'}; install "
+                    f"the plugin that provides {device_type}, or drop the selection"
+                )
+            if any(r.origin.answers_to(override.plugin) for r in regs):
+                continue
+            names = [r.origin.plugin for r in regs]
+            left_out = [
+                c.rejected.origin
+                for c in self._conflicts
+                if c.rejected.device_type == device_type
+                and c.rejected.origin.answers_to(override.plugin)
+            ]
+            why = (
+                f" Its factory was left out: it conflicts with {self._winner_at(left_out[0])}."
+                if left_out
+                else ""
+            )
+            raise NotFoundError(
+                f"{override.source} selects plugin {override.plugin!r} for device type "
+                f"{device_type}, but that plugin registers no {device_type} factory in use.{why} "
+                f"Plugins with a {device_type} factory: {', '.join(names)}."
+                + did_you_mean(override.plugin, names)
+            )
+
+    def _winner_at(self, origin: Origin) -> str:
+        for conflict in self._conflicts:
+            if conflict.rejected.origin == origin:
+                return f"{conflict.kept.origin} at priority {conflict.kept.priority}"
+        return "another plugin"

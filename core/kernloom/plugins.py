@@ -1,0 +1,178 @@
+"""The plugin API: the hook a plugin implements, the marker it uses, the API version.
+
+A plugin is a module (or object) that a distribution names in the entry-point group
+``kernloom``::
+
+    # the plugin's pyproject.toml
+    [project.entry-points.kernloom]
+    my_device = "my_device.plugin"
+
+    # my_device/plugin.py -- keep its top-level imports light: the module is imported
+    # to read KERNLOOM_API before anything else of the plugin is used.
+    import kernloom
+
+    KERNLOOM_API = ">=1.0,<2"
+
+    @kernloom.hookimpl
+    def kernloom_register(registry: kernloom.Registrar) -> None:
+        from my_device.device import MyFactory
+        registry.register_device_factory("MYDEV", MyFactory(), priority=100)
+
+The runtime discovers it on first use (``kernloom.default_registry()``), checks
+``KERNLOOM_API`` against ``KERNLOOM_API_VERSION``, and calls the hook. A plugin that
+fails at any step is recorded with the reason and traceback, warned about once, and
+left out, with nothing it registered kept; the numpy CPU plugin goes through exactly
+the same path as any third-party one.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+import pluggy
+
+from kernloom.errors import InvalidArgumentError
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "KERNLOOM_API_VERSION",
+    "ApiRange",
+    "KernloomHookSpecs",
+    "PluginRecord",
+    "PluginState",
+    "hookimpl",
+    "hookspec",
+]
+
+PROJECT_NAME: Final = "kernloom"
+ENTRY_POINT_GROUP: Final = "kernloom"
+"""The entry-point group plugins declare themselves in."""
+
+KERNLOOM_API_VERSION: Final = "1.0"
+"""The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
+
+The minor version grows when something is added; the major when something a plugin may
+use changes or goes away. It is independent of the distribution's version, so that a
+core release that changes nothing for plugins keeps every plugin working.
+"""
+
+hookspec: Final = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl: Final = pluggy.HookimplMarker(PROJECT_NAME)
+"""Decorate a plugin's ``kernloom_register`` function with this."""
+
+
+class KernloomHookSpecs:
+    """The hooks a plugin may implement."""
+
+    @hookspec
+    def kernloom_register(self, registry: object) -> None:
+        """Register what the plugin provides: device factories (and, as the API grows,
+        op definitions and kernel libraries).
+
+        Called once per registry, while it is built, with a ``kernloom.Registrar``
+        bound to this plugin. Every call on it is validated at once: an invalid
+        registration raises ``kernloom.RegistrationError`` inside the hook. If the hook
+        raises anything, the plugin is recorded as failed and *none* of its
+        registrations are kept, so a plugin is either fully in or fully out.
+
+        Each plugin's hook is called on its own (not as one pluggy call across plugins),
+        in order of entry-point name; the result is ignored.
+        """
+
+
+_VERSION: Final = re.compile(r"\d+(\.\d+)*")
+_CLAUSE: Final = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*(\S+?)\s*")
+
+
+def _version_tuple(text: str, spec: str) -> tuple[int, ...]:
+    if _VERSION.fullmatch(text) is None:
+        raise InvalidArgumentError(f"API requirement {spec!r}: {text!r} is not a version like 1.0")
+    return tuple(int(p) for p in text.split("."))
+
+
+def _compare(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    width = max(len(a), len(b))
+    a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+    return (a > b) - (a < b)
+
+
+_OPS: Final = {
+    ">=": lambda c: c >= 0,
+    "<=": lambda c: c <= 0,
+    ">": lambda c: c > 0,
+    "<": lambda c: c < 0,
+    "==": lambda c: c == 0,
+    "!=": lambda c: c != 0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRange:
+    """A range of plugin-API versions, written like a pip specifier: ``>=1.0,<2``."""
+
+    spec: str
+    clauses: tuple[tuple[str, tuple[int, ...]], ...] = field(repr=False)
+
+    @classmethod
+    def parse(cls, spec: object) -> ApiRange:
+        if not isinstance(spec, str) or not spec.strip():
+            raise InvalidArgumentError(
+                f"KERNLOOM_API must be a version range string such as '>=1.0,<2', got {spec!r}"
+            )
+        clauses = []
+        for part in spec.split(","):
+            match = _CLAUSE.fullmatch(part)
+            if match is None:
+                raise InvalidArgumentError(
+                    f"API requirement {spec!r}: {part.strip()!r} is not a comparison such as "
+                    f"'>=1.0' (operators: >=, <=, >, <, ==, !=)"
+                )
+            clauses.append((match.group(1), _version_tuple(match.group(2), spec)))
+        return cls(spec=spec.strip(), clauses=tuple(clauses))
+
+    def contains(self, version: str) -> bool:
+        have = _version_tuple(version, self.spec)
+        return all(_OPS[op](_compare(have, want)) for op, want in self.clauses)
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+class PluginState(enum.StrEnum):
+    LOADED = "loaded"
+    FAILED = "failed"
+    INCOMPATIBLE = "incompatible"
+    DISABLED = "disabled"
+
+
+@dataclass(frozen=True, slots=True)
+class PluginRecord:
+    """What happened to one plugin while a registry was built."""
+
+    name: str
+    """The entry-point name (what KERNLOOM_PLUGINS and KERNLOOM_DISABLE_PLUGINS refer to)."""
+    value: str
+    """The entry point's target, ``module`` or ``module:object``."""
+    distribution: str | None
+    version: str | None
+    state: PluginState
+    reason: str = ""
+    """Why it failed, is incompatible or is disabled; empty when loaded."""
+    traceback: str = ""
+    """The formatted traceback of the failure, when there was an exception."""
+    api_requirement: str | None = None
+    registered: tuple[str, ...] = ()
+    """What it registered, in words (``device factory CPU (priority 60)``)."""
+
+    @property
+    def failed(self) -> bool:
+        return self.state in (PluginState.FAILED, PluginState.INCOMPATIBLE)
+
+    def describe(self) -> str:
+        """One line naming the plugin, its distribution and what happened."""
+        dist = f" from {self.distribution} {self.version or ''}".rstrip() if self.distribution else ""
+        head = f"plugin {self.name!r} (entry point {self.value!r}{dist})"
+        return f"{head}: {self.state}" + (f": {self.reason}" if self.reason else "")

@@ -1,0 +1,66 @@
+"""The numpy CPU device: host memory is its memory, numpy arrays are its buffers."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+import kernloom
+from kernloom_cpu_numpy.threadpool import IntraOpPool
+
+__all__ = ["NumpyCPUDevice", "NumpyCPUDeviceFactory"]
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not every platform has these names
+        return 16 << 30
+
+
+class NumpyCPUDevice(kernloom.Device):
+    """The process's CPU, with an intra-op thread pool kernels can split work over."""
+
+    def __init__(self, attributes: kernloom.DeviceAttributes, intra_op_threads: int | None) -> None:
+        super().__init__(attributes)
+        self.intra_op_pool = IntraOpPool(intra_op_threads, name=f"{attributes.device_type}-intra-op")
+
+    def _allocate(self, shape: tuple[int, ...], dtype: kernloom.DType) -> np.ndarray[Any, Any]:
+        return np.empty(shape, dtype=dtype.numpy_dtype)
+
+    def copy_from_host(self, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        # Host memory is device memory: no copy. A read-only view makes an accidental
+        # in-place write into the caller's array fail loudly instead of corrupting it.
+        view = np.asarray(array).view()
+        view.flags.writeable = False
+        return view
+
+    def copy_to_host(self, value: Any) -> np.ndarray[Any, Any]:
+        return np.asarray(value)
+
+    def close(self) -> None:
+        self.intra_op_pool.close()
+
+
+class NumpyCPUDeviceFactory(kernloom.DeviceFactory):
+    """One CPU device per process (TensorFlow's ThreadPoolDeviceFactory)."""
+
+    def list_physical_devices(self) -> list[str]:
+        return ["/physical_device:CPU:0"]
+
+    def create_devices(
+        self, options: kernloom.DeviceOptions, name_prefix: str = kernloom.LOCAL_PREFIX
+    ) -> list[kernloom.Device]:
+        if kernloom.device_count_for(options, "CPU", 1) == 0:
+            return []
+        threads = options.intra_op_threads or os.cpu_count() or 1
+        attributes = kernloom.DeviceAttributes(
+            name=kernloom.full_device_name(name_prefix, "CPU", 0),
+            device_type="CPU",
+            backend="numpy",
+            memory_limit=options.memory_limit.get("CPU", _physical_memory()),
+            physical_device_desc=f"numpy {np.__version__}, {threads} intra-op threads",
+        )
+        return [NumpyCPUDevice(attributes, threads)]

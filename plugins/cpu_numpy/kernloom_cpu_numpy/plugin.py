@@ -1,0 +1,17 @@
+"""The entry point the core loads (``kernloom = cpu_numpy``); kept import-light."""
+
+from __future__ import annotations
+
+import kernloom
+
+KERNLOOM_API = ">=1.0,<2"
+
+CPU_PRIORITY = 60
+"""TensorFlow's ThreadPoolDeviceFactory priority; a GPU-compatible CPU factory uses 70."""
+
+
+@kernloom.hookimpl
+def kernloom_register(registry: kernloom.Registrar) -> None:
+    from kernloom_cpu_numpy.device import NumpyCPUDeviceFactory
+
+    registry.register_device_factory("CPU", NumpyCPUDeviceFactory(), priority=CPU_PRIORITY)
