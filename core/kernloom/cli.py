@@ -67,11 +67,17 @@ def _device_rows(resolved: ResolvedFactory) -> tuple[list[_DeviceRow], str | Non
 
     def row(**kw: Any) -> _DeviceRow:
         base: dict[str, Any] = {
-            "device_type": reg.device_type, "name": None, "backend": None,
-            "factory": reg.factory.description, "plugin": reg.origin.plugin,
-            "distribution": reg.origin.distribution, "priority": reg.priority,
-            "status": str(resolved.status), "reason": resolved.reason,
-            "memory_limit": None, "physical_device_desc": "",
+            "device_type": reg.device_type,
+            "name": None,
+            "backend": None,
+            "factory": reg.factory.description,
+            "plugin": reg.origin.plugin,
+            "distribution": reg.origin.distribution,
+            "priority": reg.priority,
+            "status": str(resolved.status),
+            "reason": resolved.reason,
+            "memory_limit": None,
+            "physical_device_desc": "",
         }
         base.update(kw)
         return _DeviceRow(**base)
@@ -86,7 +92,9 @@ def _device_rows(resolved: ResolvedFactory) -> tuple[list[_DeviceRow], str | Non
             return [row(status="unavailable", reason=why)], None
         return [
             row(
-                name=d.name, backend=d.backend, memory_limit=d.attributes.memory_limit,
+                name=d.name,
+                backend=d.backend,
+                memory_limit=d.attributes.memory_limit,
                 physical_device_desc=d.attributes.physical_device_desc,
             )
             for d in devices
@@ -112,26 +120,43 @@ def _cmd_devices(registry: Registry, args: argparse.Namespace) -> int:
             errors.append(error)
     problems = registry.problems() + errors
     if args.json:
-        print(json.dumps({
-            "kernloom_version": __version__,
-            "plugin_api": KERNLOOM_API_VERSION,
-            "placement_order": order,
-            "devices": [asdict(r) for r in rows],
-            "conflicts": [str(c) for c in registry.conflicts],
-            "problems": problems,
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "kernloom_version": __version__,
+                    "plugin_api": KERNLOOM_API_VERSION,
+                    "placement_order": order,
+                    "devices": [asdict(r) for r in rows],
+                    "conflicts": [str(c) for c in registry.conflicts],
+                    "problems": problems,
+                },
+                indent=2,
+            )
+        )
         return EXIT_PLUGIN_FAILURE if problems else EXIT_OK
 
     console = _console()
     table = Table(title="kernloom devices", title_justify="left")
-    for column in ("type", "name", "backend", "factory", "plugin (distribution)", "priority",
-                   "status", "memory"):
+    for column in (
+        "type",
+        "name",
+        "backend",
+        "factory",
+        "plugin (distribution)",
+        "priority",
+        "status",
+        "memory",
+    ):
         table.add_column(column, overflow="fold", no_wrap=column in ("name", "memory"))
     for r in rows:
         style = {"in use": "green", "shadowed": "yellow"}.get(r.status, "red")
         table.add_row(
-            r.device_type, r.name or "-", r.backend or "-", r.factory.rpartition(".")[2],
-            r.plugin + (f" ({r.distribution})" if r.distribution else ""), str(r.priority),
+            r.device_type,
+            r.name or "-",
+            r.backend or "-",
+            r.factory.rpartition(".")[2],
+            r.plugin + (f" ({r.distribution})" if r.distribution else ""),
+            str(r.priority),
             Text(r.status + (f": {r.reason}" if r.status != "in use" else ""), style=style),
             _bytes(r.memory_limit) if r.memory_limit is not None else "-",
         )
@@ -139,8 +164,10 @@ def _cmd_devices(registry: Registry, args: argparse.Namespace) -> int:
         console.print(table)
         console.print(f"placement order: {' > '.join(order)}")
     else:
-        console.print("[red]no device factory is registered.[/] Install a device plugin, "
-                      "e.g. `pip install kernloom-cpu-numpy`.")
+        console.print(
+            "[red]no device factory is registered.[/] Install a device plugin, "
+            "e.g. `pip install kernloom-cpu-numpy`."
+        )
     _print_problems(console, problems)
     return EXIT_PLUGIN_FAILURE if problems or not rows else EXIT_OK
 
@@ -157,21 +184,27 @@ def _cmd_plugins(registry: Registry, args: argparse.Namespace) -> int:
     records = registry.plugins
     problems = registry.problems()
     if args.json:
-        print(json.dumps({
-            "kernloom_version": __version__,
-            "plugin_api": KERNLOOM_API_VERSION,
-            "plugins": [
-                {**asdict(r), "state": str(r.state), "registered": list(r.registered)}
-                | ({} if args.verbose else {"traceback": None})
-                for r in records
-            ],
-            "problems": problems,
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "kernloom_version": __version__,
+                    "plugin_api": KERNLOOM_API_VERSION,
+                    "plugins": [
+                        {**asdict(r), "state": str(r.state), "registered": list(r.registered)}
+                        | ({} if args.verbose else {"traceback": None})
+                        for r in records
+                    ],
+                    "problems": problems,
+                },
+                indent=2,
+            )
+        )
         return EXIT_PLUGIN_FAILURE if registry.failures or problems else EXIT_OK
 
     console = _console()
-    table = Table(title=f"kernloom plugins (plugin API {KERNLOOM_API_VERSION})",
-                  title_justify="left")
+    table = Table(
+        title=f"kernloom plugins (plugin API {KERNLOOM_API_VERSION})", title_justify="left"
+    )
     for column in ("plugin", "distribution", "state", "requires API", "registered / reason"):
         table.add_column(column, overflow="fold")
     for r in records:
@@ -201,7 +234,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="kernloom", description="Inspect kernloom's installed devices and plugins."
     )
     parser.add_argument(
-        "--version", action="version",
+        "--version",
+        action="version",
         version=f"kernloom {__version__} (plugin API {KERNLOOM_API_VERSION})",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

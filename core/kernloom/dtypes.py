@@ -170,7 +170,6 @@ def as_dtype(value: object) -> DType:
     found = _BY_NUMPY.get(np_dtype.newbyteorder("=") if np_dtype.byteorder == ">" else np_dtype)
     if found is None:
         raise InvalidArgumentError(
-            f"numpy dtype {np_dtype} has no kernloom equivalent; "
-            f"supported: {', '.join(_BY_NAME)}"
+            f"numpy dtype {np_dtype} has no kernloom equivalent; supported: {', '.join(_BY_NAME)}"
         )
     return found

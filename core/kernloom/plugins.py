@@ -173,6 +173,8 @@ class PluginRecord:
 
     def describe(self) -> str:
         """One line naming the plugin, its distribution and what happened."""
-        dist = f" from {self.distribution} {self.version or ''}".rstrip() if self.distribution else ""
+        dist = (
+            f" from {self.distribution} {self.version or ''}".rstrip() if self.distribution else ""
+        )
         head = f"plugin {self.name!r} (entry point {self.value!r}{dist})"
         return f"{head}: {self.state}" + (f": {self.reason}" if self.reason else "")

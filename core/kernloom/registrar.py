@@ -62,11 +62,12 @@ class Registrar:
                 f"({type(priority).__name__})"
             )
         if isinstance(factory, type) and issubclass(factory, DeviceFactory):
+            factory_class = factory
             try:
-                factory = factory()
+                factory = factory_class()
             except Exception as exc:
                 raise RegistrationError(
-                    f"{where} for {device_type}: {factory.__qualname__}() failed: {exc}"
+                    f"{where} for {device_type}: {factory_class.__qualname__}() failed: {exc}"
                 ) from exc
         if not isinstance(factory, DeviceFactory):
             raise RegistrationError(

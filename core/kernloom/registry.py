@@ -164,7 +164,11 @@ class Registry:
             other = self._records[ep.name]
             self._record(
                 PluginRecord(
-                    ep.name, ep.value, origin.distribution, origin.version, PluginState.FAILED,
+                    ep.name,
+                    ep.value,
+                    origin.distribution,
+                    origin.version,
+                    PluginState.FAILED,
                     reason=f"entry-point name {ep.name!r} is also used by "
                     f"{other.distribution or other.value}; plugin names must be unique, so "
                     f"this one is left out",
@@ -176,8 +180,12 @@ class Registry:
         if skipped is not None:
             self._record(
                 PluginRecord(
-                    ep.name, ep.value, origin.distribution, origin.version,
-                    PluginState.DISABLED, reason=skipped,
+                    ep.name,
+                    ep.value,
+                    origin.distribution,
+                    origin.version,
+                    PluginState.DISABLED,
+                    reason=skipped,
                 )
             )
             return
@@ -188,7 +196,11 @@ class Registry:
                 raise
             self._record(
                 PluginRecord(
-                    ep.name, ep.value, origin.distribution, origin.version, PluginState.FAILED,
+                    ep.name,
+                    ep.value,
+                    origin.distribution,
+                    origin.version,
+                    PluginState.FAILED,
                     reason=f"error importing {ep.value!r}: {_describe_exception(exc)}",
                     traceback=_format_tb(exc),
                 )
@@ -207,7 +219,11 @@ class Registry:
             except _PluginFailure as failure:
                 cause = failure.__cause__
                 record = PluginRecord(
-                    origin.plugin, value, origin.distribution, origin.version, failure.state,
+                    origin.plugin,
+                    value,
+                    origin.distribution,
+                    origin.version,
+                    failure.state,
                     reason=failure.reason,
                     traceback=_format_tb(cause) if cause is not None else "",
                     api_requirement=failure.api or api,
@@ -218,8 +234,13 @@ class Registry:
                     if conflict is not None:
                         self._notes.append(str(conflict))
                 record = PluginRecord(
-                    origin.plugin, value, origin.distribution, origin.version,
-                    PluginState.LOADED, api_requirement=api, registered=registrar.summary(),
+                    origin.plugin,
+                    value,
+                    origin.distribution,
+                    origin.version,
+                    PluginState.LOADED,
+                    api_requirement=api,
+                    registered=registrar.summary(),
                 )
         self._record(record)
         return record
@@ -239,7 +260,9 @@ class Registry:
         try:
             wanted = ApiRange.parse(declared)
         except InvalidArgumentError as exc:
-            raise _PluginFailure(PluginState.FAILED, f"{value!r}: {exc}", api=str(declared)) from exc
+            raise _PluginFailure(
+                PluginState.FAILED, f"{value!r}: {exc}", api=str(declared)
+            ) from exc
         if not wanted.contains(KERNLOOM_API_VERSION):
             raise _PluginFailure(
                 PluginState.INCOMPATIBLE,
@@ -265,7 +288,8 @@ class Registry:
                 self._pm.unregister(name=name)
             raise _PluginFailure(PluginState.FAILED, f"invalid hook: {exc}") from exc
         impls = [
-            impl for impl in self._pm.hook.kernloom_register.get_hookimpls()
+            impl
+            for impl in self._pm.hook.kernloom_register.get_hookimpls()
             if impl.plugin_name == name
         ]
         registrar = Registrar(origin)
@@ -277,7 +301,7 @@ class Registry:
                     "decorate it with @kernloom.hookimpl",
                 )
             for impl in impls:
-                impl.function(**{arg: registrar for arg in impl.argnames})
+                impl.function(**dict.fromkeys(impl.argnames, registrar))
         except _PluginFailure:
             self._pm.unregister(name=name)
             raise
@@ -353,7 +377,9 @@ class Registry:
                 reason = registration.factory.unavailable_reason() or "it found no device"
                 unavailable.append(f"{registration.device_type} ({registration.origin}): {reason}")
         if not devices:
-            detail = "; ".join(unavailable) if unavailable else "no plugin registers a device factory"
+            detail = (
+                "; ".join(unavailable) if unavailable else "no plugin registers a device factory"
+            )
             raise NotFoundError(
                 f"no device could be created: {detail}. Install a device plugin, e.g. "
                 f"`pip install kernloom-cpu-numpy`, and check `kernloom plugins`."
@@ -361,7 +387,9 @@ class Registry:
         return DeviceMgr(devices)
 
 
-def create_devices_checked(registration: FactoryRegistration, options: DeviceOptions) -> list[Device]:
+def create_devices_checked(
+    registration: FactoryRegistration, options: DeviceOptions
+) -> list[Device]:
     """Call a factory and check what it returns, blaming its plugin for anything wrong."""
     factory, origin = registration.factory, registration.origin
     where = f"device factory {factory.description} of {origin}"
@@ -370,9 +398,13 @@ def create_devices_checked(registration: FactoryRegistration, options: DeviceOpt
     except KernloomError:
         raise
     except Exception as exc:
-        raise KernloomError(f"{where} failed to create {registration.device_type} devices: {exc}") from exc
+        raise KernloomError(
+            f"{where} failed to create {registration.device_type} devices: {exc}"
+        ) from exc
     if not isinstance(devices, list | tuple):
-        raise KernloomError(f"{where} returned {devices!r} from create_devices; return a list of Device")
+        raise KernloomError(
+            f"{where} returned {devices!r} from create_devices; return a list of Device"
+        )
     for device in devices:
         if not isinstance(device, Device):
             raise KernloomError(f"{where} returned {device!r}, which is not a kernloom.Device")

@@ -21,15 +21,12 @@ __all__ = ["Dim", "TensorShape", "as_shape"]
 Dim = int | None
 
 
-
 def _as_dim(value: object) -> Dim:
     if value is None or value == -1:
         # -1 is how numpy-style shape lists and JSON files spell "unknown".
         return None
     if isinstance(value, bool) or not isinstance(value, SupportsIndex):
-        raise InvalidArgumentError(
-            f"a dimension must be a non-negative int or None, got {value!r}"
-        )
+        raise InvalidArgumentError(f"a dimension must be a non-negative int or None, got {value!r}")
     dim = value.__index__()
     if dim < 0:
         raise InvalidArgumentError(f"a dimension must be a non-negative int or None, got {dim}")
@@ -102,7 +99,9 @@ class TensorShape:
             return True
         if len(self._dims) != len(other._dims):
             return False
-        return all(a is None or b is None or a == b for a, b in zip(self._dims, other._dims))
+        return all(
+            a is None or b is None or a == b for a, b in zip(self._dims, other._dims, strict=True)
+        )
 
     def merge_with(self, other: object) -> TensorShape:
         """The most specific shape compatible with both; an error when they contradict."""
@@ -113,7 +112,9 @@ class TensorShape:
             return self
         if not self.is_compatible_with(other):
             raise InvalidArgumentError(f"shapes {self} and {other} are not compatible")
-        return TensorShape(a if a is not None else b for a, b in zip(self._dims, other._dims))
+        return TensorShape(
+            a if a is not None else b for a, b in zip(self._dims, other._dims, strict=True)
+        )
 
     def with_rank(self, rank: int) -> TensorShape:
         """This shape, required to have ``rank`` dimensions."""

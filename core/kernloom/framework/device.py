@@ -146,7 +146,7 @@ class Device(abc.ABC):
         """Start an asynchronous kernel; ``done`` is called exactly once when it finishes."""
         kernel.compute_async(ctx, done)
 
-    def sync(self) -> None:
+    def sync(self) -> None:  # noqa: B027 - optional hook; most devices have nothing to wait for
         """Wait until all work queued on this device has finished; called at step end."""
 
     # -- memory ---------------------------------------------------------------------------
@@ -189,7 +189,7 @@ class Device(abc.ABC):
         """The shape of a device value; every array library we know has ``.shape``."""
         return TensorShape(value.shape)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the device holds outside its buffers (threads, streams)."""
 
 
@@ -206,7 +206,9 @@ class DeviceFactory(abc.ABC):
         device state is created."""
 
     @abc.abstractmethod
-    def create_devices(self, options: DeviceOptions, name_prefix: str = LOCAL_PREFIX) -> list[Device]:
+    def create_devices(
+        self, options: DeviceOptions, name_prefix: str = LOCAL_PREFIX
+    ) -> list[Device]:
         """Create the devices, named ``{name_prefix}/device:{TYPE}:{index}``, honouring
         ``options.device_count`` and ``options.memory_limit`` for their type."""
 

@@ -159,7 +159,9 @@ class DeviceFactoryRegistry:
         """Device types from highest to lowest priority of the factory in use."""
         return list(self.chosen(overrides))
 
-    def resolve(self, overrides: Mapping[str, FactoryOverride] | None = None) -> list[ResolvedFactory]:
+    def resolve(
+        self, overrides: Mapping[str, FactoryOverride] | None = None
+    ) -> list[ResolvedFactory]:
         """Every accepted registration, in placement order of its type, saying whether
         it is in use or shadowed and why."""
         overrides = overrides or {}

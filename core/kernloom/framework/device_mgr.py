@@ -80,7 +80,7 @@ class DeviceMgr:
         for device in self._devices:
             try:
                 device.close()
-            except Exception as exc:  # noqa: PERF203 - each device must get its close()
+            except Exception as exc:
                 errors.append(exc)
         if errors:
             raise errors[0]

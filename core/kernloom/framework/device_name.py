@@ -23,8 +23,7 @@ _DEVICE_TYPE: Final = re.compile(r"[A-Z][A-Z0-9_]*")
 _JOB: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 _FORMS: Final = (
-    "'/job:localhost/replica:0/task:0/device:CPU:0', '/device:CPU:0', 'CPU:0', 'CPU' "
-    "or '/cpu:0'"
+    "'/job:localhost/replica:0/task:0/device:CPU:0', '/device:CPU:0', 'CPU:0', 'CPU' or '/cpu:0'"
 )
 
 

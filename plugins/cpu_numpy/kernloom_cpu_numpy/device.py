@@ -25,7 +25,9 @@ class NumpyCPUDevice(kernloom.Device):
 
     def __init__(self, attributes: kernloom.DeviceAttributes, intra_op_threads: int | None) -> None:
         super().__init__(attributes)
-        self.intra_op_pool = IntraOpPool(intra_op_threads, name=f"{attributes.device_type}-intra-op")
+        self.intra_op_pool = IntraOpPool(
+            intra_op_threads, name=f"{attributes.device_type}-intra-op"
+        )
 
     def _allocate(self, shape: tuple[int, ...], dtype: kernloom.DType) -> np.ndarray[Any, Any]:
         return np.empty(shape, dtype=dtype.numpy_dtype)

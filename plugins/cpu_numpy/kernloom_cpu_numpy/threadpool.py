@@ -21,7 +21,7 @@ __all__ = ["IntraOpPool"]
 class IntraOpPool:
     """A fixed number of threads that one kernel at a time may split its work over."""
 
-    __slots__ = ("_executor", "_lock", "_local", "_name", "_num_threads")
+    __slots__ = ("_executor", "_local", "_lock", "_name", "_num_threads")
 
     def __init__(self, num_threads: int | None = None, *, name: str = "intra-op") -> None:
         if num_threads is not None and num_threads < 1:
@@ -77,9 +77,9 @@ class IntraOpPool:
         except BaseException as exc:
             first_error = exc
         for future in futures:
-            exc = future.exception()
-            if exc is not None and first_error is None:
-                first_error = exc
+            shard_error = future.exception()
+            if shard_error is not None and first_error is None:
+                first_error = shard_error
         if first_error is not None:
             raise first_error
 
