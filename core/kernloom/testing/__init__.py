@@ -1,0 +1,8 @@
+"""Testing aids for kernloom and its plugins: a fake accelerator that needs no hardware.
+
+Public surface, like ``kernloom`` itself: import from ``kernloom.testing``.
+"""
+
+from kernloom.testing.fake_device import FakeDevice, FakeDeviceFactory, fake_plugin
+
+__all__ = ["FakeDevice", "FakeDeviceFactory", "fake_plugin"]

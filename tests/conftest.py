@@ -1,0 +1,38 @@
+"""Fixtures for loading plugins through entry points without installing anything.
+
+``install`` writes plugin modules into a temporary directory on ``sys.path`` and
+returns hand-made ``EntryPoint``s for them, so the real import path (``ep.load()``,
+``KERNLOOM_API`` check, pluggy registration, hook call) is exercised end to end.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from plugin_helpers import PLUGIN_HEADER, Install
+
+
+@pytest.fixture
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
+    """``install(name, body, header=PLUGIN_HEADER)`` -> an entry point for a new module."""
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    created: list[str] = []
+
+    def make(name: str, body: str = "", *, header: str = PLUGIN_HEADER,
+             value: str | None = None) -> importlib.metadata.EntryPoint:
+        module = f"klplugin_{name}"
+        (root / f"{module}.py").write_text(header + textwrap.dedent(body))
+        created.append(module)
+        return importlib.metadata.EntryPoint(name=name, value=value or module, group="kernloom")
+
+    yield make
+    for module in created:
+        sys.modules.pop(module, None)

@@ -1,0 +1,140 @@
+"""Device contract, DeviceMgr lookup and allocation accounting, on the fake accelerator."""
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import kernloom as kl
+from kernloom.testing import FakeDevice, FakeDeviceFactory
+
+
+def make_mgr(*counts: tuple[str, int]) -> kl.DeviceMgr:
+    devices: list[kl.Device] = []
+    for device_type, count in counts:
+        devices += FakeDeviceFactory(device_type, count=count).create_devices(kl.DeviceOptions())
+    return kl.DeviceMgr(devices)
+
+
+def test_lookup_by_full_and_partial_names() -> None:
+    mgr = make_mgr(("GPU", 2), ("CPU", 1))
+    cpu = mgr.devices[2]
+    for name in ("CPU", "CPU:0", "/device:CPU:0", "/cpu:0", cpu.name):
+        assert mgr.lookup(name) is cpu
+    assert mgr.lookup("GPU:1").name.endswith("/device:GPU:1")
+    assert [d.spec.device_index for d in mgr.matching("GPU")] == [0, 1]
+    assert mgr.device_types() == ["GPU", "CPU"]
+
+
+def test_lookup_of_an_unknown_device_lists_the_known_ones() -> None:
+    mgr = make_mgr(("CPU", 1))
+    with pytest.raises(kl.NotFoundError) as info:
+        mgr.lookup("CPU:1")
+    message = str(info.value)
+    assert "'CPU:1'" in message
+    assert "/job:localhost/replica:0/task:0/device:CPU:0" in message
+    assert "Did you mean 'CPU:0'" in message
+
+
+def test_an_ambiguous_partial_name_is_an_error_not_a_guess() -> None:
+    mgr = make_mgr(("GPU", 2))
+    with pytest.raises(kl.InvalidArgumentError, match=r"'GPU' is ambiguous.*GPU:0.*GPU:1"):
+        mgr.lookup("GPU")
+
+
+def test_duplicate_device_names_are_rejected() -> None:
+    a = FakeDeviceFactory("CPU").create_devices(kl.DeviceOptions())
+    b = FakeDeviceFactory("CPU").create_devices(kl.DeviceOptions())
+    with pytest.raises(kl.AlreadyExistsError, match="two devices are named"):
+        kl.DeviceMgr(a + b)
+
+
+def test_close_reaches_every_device() -> None:
+    mgr = make_mgr(("GPU", 2))
+    mgr.close()
+    assert all(isinstance(d, FakeDevice) and d.closed for d in mgr)
+
+
+def test_attributes_and_names() -> None:
+    (device,) = FakeDeviceFactory("APU", memory_limit=1234).create_devices(kl.DeviceOptions())
+    assert device.name == "/job:localhost/replica:0/task:0/device:APU:0"
+    assert (device.device_type, device.backend) == ("APU", "numpy")
+    assert device.attributes.memory_limit == 1234
+    with pytest.raises(ValueError, match="must be a full name of type GPU"):
+        FakeDevice(kl.DeviceAttributes(name="GPU:0", device_type="GPU", backend="x", memory_limit=1))
+
+
+def test_copies_cross_the_device_boundary() -> None:
+    (device,) = FakeDeviceFactory("GPU").create_devices(kl.DeviceOptions())
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    value = device.copy_from_host(host)
+    host[0, 0] = 100  # the device holds its own copy
+    back = device.copy_to_host(value)
+    np.testing.assert_array_equal(back, np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert device.value_shape(value) == kl.TensorShape([2, 3])
+    assert device.copy_from_device(device, value) is None  # no direct path by default
+
+
+def test_allocator_counts_live_buffers_only() -> None:
+    (device,) = FakeDeviceFactory("GPU").create_devices(kl.DeviceOptions())
+    a = device.allocate([1000], kl.float32)
+    b = device.allocate([10, 10], "float64")
+    stats = device.memory_stats()
+    assert stats.bytes_in_use == 4000 + 800 and stats.num_allocs == 2
+    assert stats.largest_alloc_size == 4000
+    del a
+    gc.collect()
+    assert device.memory_stats().bytes_in_use == 800
+    assert device.memory_stats().peak_bytes_in_use == 4800
+    device.reset_peak_memory()
+    assert device.memory_stats().peak_bytes_in_use == 800
+    view = b[1:]
+    del b
+    gc.collect()  # a view keeps its base buffer alive, and so its bytes in use
+    assert device.memory_stats().bytes_in_use == 800
+    del view
+    gc.collect()
+    assert device.memory_stats().bytes_in_use == 0
+
+
+def test_memory_limit_is_enforced_with_a_message_naming_the_device() -> None:
+    options = kl.DeviceOptions(memory_limit={"GPU": 1000})
+    (device,) = FakeDeviceFactory("GPU").create_devices(options)
+    keep = device.allocate([200], kl.float32)  # 800 bytes
+    with pytest.raises(kl.ResourceExhaustedError) as info:
+        device.allocate([100], kl.float32)
+    message = str(info.value)
+    assert "device:GPU:0" in message and "400 bytes" in message and "800 of 1000" in message
+    assert device.memory_stats().bytes_in_use == 800  # the failed request left nothing behind
+    del keep
+
+
+def test_allocator_is_thread_safe() -> None:
+    allocator = kl.TrackingAllocator("test", None)
+    keep: list[object] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        for _ in range(200):
+            buf = allocator.allocate(8, lambda: np.empty(1))
+            with lock:
+                keep.append(buf)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert allocator.stats().bytes_in_use == 8 * 800 and allocator.stats().num_allocs == 800
+    keep.clear()
+    gc.collect()
+    assert allocator.stats().bytes_in_use == 0
+
+
+def test_options_limit_device_count() -> None:
+    factory = FakeDeviceFactory("GPU", count=3)
+    assert len(factory.create_devices(kl.DeviceOptions(device_count={"GPU": 1}))) == 1
+    assert factory.create_devices(kl.DeviceOptions(device_count={"GPU": 0})) == []
+    with pytest.raises(ValueError, match="intra_op_threads"):
+        kl.DeviceOptions(intra_op_threads=0)
