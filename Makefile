@@ -29,7 +29,7 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/kernloom plugins
 
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff check --output-format concise $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 
 typecheck: $(VENV)/.test-installed

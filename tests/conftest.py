@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from plugin_helpers import PLUGIN_HEADER, Install
 
 
@@ -26,8 +25,9 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install
     monkeypatch.syspath_prepend(str(root))
     created: list[str] = []
 
-    def make(name: str, body: str = "", *, header: str = PLUGIN_HEADER,
-             value: str | None = None) -> importlib.metadata.EntryPoint:
+    def make(
+        name: str, body: str = "", *, header: str = PLUGIN_HEADER, value: str | None = None
+    ) -> importlib.metadata.EntryPoint:
         module = f"klplugin_{name}"
         (root / f"{module}.py").write_text(header + textwrap.dedent(body))
         created.append(module)

@@ -62,7 +62,9 @@ def test_attributes_and_names() -> None:
     assert (device.device_type, device.backend) == ("APU", "numpy")
     assert device.attributes.memory_limit == 1234
     with pytest.raises(ValueError, match="must be a full name of type GPU"):
-        FakeDevice(kl.DeviceAttributes(name="GPU:0", device_type="GPU", backend="x", memory_limit=1))
+        FakeDevice(
+            kl.DeviceAttributes(name="GPU:0", device_type="GPU", backend="x", memory_limit=1)
+        )
 
 
 def test_copies_cross_the_device_boundary() -> None:

@@ -17,49 +17,81 @@ import kernloom as kl
 GOOD = factory_plugin("GOOD", 10)
 
 BROKEN = {
-    "missing_module": dict(value="klplugin_does_not_exist", reason="error importing "
-                           "'klplugin_does_not_exist': ModuleNotFoundError"),
-    "import_error": dict(body="raise ImportError('needs libfoo.so')",
-                         reason="ImportError: needs libfoo.so"),
-    "raises_in_hook": dict(body="""
+    "missing_module": {
+        "value": "klplugin_does_not_exist",
+        "reason": "error importing 'klplugin_does_not_exist': ModuleNotFoundError",
+    },
+    "import_error": {
+        "body": "raise ImportError('needs libfoo.so')",
+        "reason": "ImportError: needs libfoo.so",
+    },
+    "raises_in_hook": {
+        "body": """
         @kernloom.hookimpl
         def kernloom_register(registry):
             registry.register_device_factory("HALF", FakeDeviceFactory("HALF"), priority=1)
             raise RuntimeError("no licence server")
-        """, reason="kernloom_register raised RuntimeError: no licence server"),
-    "bad_device_type": dict(body="""
+        """,
+        "reason": "kernloom_register raised RuntimeError: no licence server",
+    },
+    "bad_device_type": {
+        "body": """
         @kernloom.hookimpl
         def kernloom_register(registry):
             registry.register_device_factory("gpu", FakeDeviceFactory("gpu"), priority=1)
-        """, reason="device type 'gpu' must be an upper-case name"),
-    "bad_priority": dict(body="""
+        """,
+        "reason": "device type 'gpu' must be an upper-case name",
+    },
+    "bad_priority": {
+        "body": """
         @kernloom.hookimpl
         def kernloom_register(registry):
             registry.register_device_factory("NPU", FakeDeviceFactory("NPU"), priority="high")
-        """, reason="priority must be an int, got 'high'"),
-    "not_a_factory": dict(body="""
+        """,
+        "reason": "priority must be an int, got 'high'",
+    },
+    "not_a_factory": {
+        "body": """
         @kernloom.hookimpl
         def kernloom_register(registry):
             registry.register_device_factory("NPU", object(), priority=5)
-        """, reason="is not a kernloom.DeviceFactory"),
-    "incompatible_api": dict(header="import kernloom\nKERNLOOM_API = '>=2.0,<3'\n",
-                             body="", reason="built for kernloom plugin API >=2.0,<3, but this "
-                             "kernloom (0.1.0) provides API 1.0", state="incompatible"),
-    "no_api_declared": dict(header="import kernloom\n", body="",
-                            reason="declares no KERNLOOM_API"),
-    "malformed_api": dict(header="KERNLOOM_API = 'version one'\n", body="",
-                          reason="is not a comparison"),
-    "no_hook": dict(body="x = 1", reason="implements no kernloom hook"),
-    "misspelt_hook": dict(body="""
+        """,
+        "reason": "is not a kernloom.DeviceFactory",
+    },
+    "incompatible_api": {
+        "header": "import kernloom\nKERNLOOM_API = '>=2.0,<3'\n",
+        "body": "",
+        "reason": "built for kernloom plugin API >=2.0,<3, but this kernloom (0.1.0) "
+        "provides API 1.0",
+        "state": "incompatible",
+    },
+    "no_api_declared": {
+        "header": "import kernloom\n",
+        "body": "",
+        "reason": "declares no KERNLOOM_API",
+    },
+    "malformed_api": {
+        "header": "KERNLOOM_API = 'version one'\n",
+        "body": "",
+        "reason": "is not a comparison",
+    },
+    "no_hook": {"body": "x = 1", "reason": "implements no kernloom hook"},
+    "misspelt_hook": {
+        "body": """
         @kernloom.hookimpl
         def kernloom_regsiter(registry):
             pass
-        """, reason="unknown hook 'kernloom_regsiter'"),
-    "wrong_hook_argument": dict(body="""
+        """,
+        "reason": "unknown hook 'kernloom_regsiter'",
+    },
+    "wrong_hook_argument": {
+        "body": """
         @kernloom.hookimpl
         def kernloom_register(reg):
             pass
-        """, reason="Argument(s) {'reg'} are declared in the hookimpl"),
+        """,
+        "reason": "Argument(s) {'reg'} are declared in the hookimpl",
+    },
 }
 
 
@@ -113,8 +145,11 @@ def test_a_failure_keeps_its_traceback(install: Install) -> None:
 
 
 def test_each_failure_is_warned_about_once(install: Install) -> None:
-    eps = [install("a", "raise ImportError('x')"), install("b", "raise ImportError('y')"),
-           install("good", GOOD)]
+    eps = [
+        install("a", "raise ImportError('x')"),
+        install("b", "raise ImportError('y')"),
+        install("good", GOOD),
+    ]
     with pytest.warns(kl.KernloomPluginWarning) as caught:
         kl.Registry.from_entry_points(entry_points=eps, environ={})
     messages = sorted(str(w.message) for w in caught)
@@ -123,8 +158,11 @@ def test_each_failure_is_warned_about_once(install: Install) -> None:
 
 
 def test_allow_list_and_disable_list(install: Install) -> None:
-    eps = [install("a", factory_plugin("AAA", 1)), install("b", factory_plugin("BBB", 2)),
-           install("c", factory_plugin("CCC", 3))]
+    eps = [
+        install("a", factory_plugin("AAA", 1)),
+        install("b", factory_plugin("BBB", 2)),
+        install("c", factory_plugin("CCC", 3)),
+    ]
     allowed = load(eps, KERNLOOM_PLUGINS="a, c")
     assert allowed.placement_order() == ["CCC", "AAA"]
     b = {r.name: r for r in allowed.plugins}["b"]
@@ -133,7 +171,9 @@ def test_allow_list_and_disable_list(install: Install) -> None:
 
     disabled = load(eps, KERNLOOM_DISABLE_PLUGINS="c")
     assert disabled.placement_order() == ["BBB", "AAA"]
-    assert {r.name: r for r in disabled.plugins}["c"].reason == "disabled by KERNLOOM_DISABLE_PLUGINS"
+    assert {r.name: r for r in disabled.plugins}[
+        "c"
+    ].reason == "disabled by KERNLOOM_DISABLE_PLUGINS"
 
 
 def test_a_disabled_plugin_is_never_imported(install: Install) -> None:
@@ -176,8 +216,12 @@ def test_entry_point_objects_as_well_as_modules(install: Install) -> None:
             registry.register_device_factory("OBJ", FakeDeviceFactory("OBJ"), priority=3)
     plugin = Plugin()
     """
-    ep = install("obj", body, header="import kernloom\nfrom kernloom.testing import FakeDeviceFactory\n",
-                 value="klplugin_obj:plugin")
+    ep = install(
+        "obj",
+        body,
+        header="import kernloom\nfrom kernloom.testing import FakeDeviceFactory\n",
+        value="klplugin_obj:plugin",
+    )
     assert load([ep]).placement_order() == ["OBJ"]
 
 
@@ -214,7 +258,9 @@ def test_a_factory_class_is_instantiated() -> None:
 
     registry = kl.Registry()
     registry.register_plugin(Plugin(), name="p")
-    assert isinstance(registry.device_factories.chosen()["FAKE"].factory, kl.testing.FakeDeviceFactory)
+    assert isinstance(
+        registry.device_factories.chosen()["FAKE"].factory, kl.testing.FakeDeviceFactory
+    )
 
 
 @pytest.mark.parametrize(
@@ -233,8 +279,16 @@ def test_malformed_environment_variables(environ: dict[str, str], message: str) 
 
 @pytest.mark.parametrize(
     ("spec", "contained"),
-    [(">=1.0,<2", True), (">=1", True), ("==1.0", True), (">1.0", False), ("<1", False),
-     (">=0.9, <1.1", True), ("!=1.0", False), ("<=1.0.0", True)],
+    [
+        (">=1.0,<2", True),
+        (">=1", True),
+        ("==1.0", True),
+        (">1.0", False),
+        ("<1", False),
+        (">=0.9, <1.1", True),
+        ("!=1.0", False),
+        ("<=1.0.0", True),
+    ],
 )
 def test_api_ranges(spec: str, contained: bool) -> None:
     from kernloom.plugins import ApiRange

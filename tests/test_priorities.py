@@ -60,7 +60,9 @@ def test_a_shadowed_factory_is_selectable(by: str, monkeypatch: pytest.MonkeyPat
     assert status["cpu_numpy"].reason == f"selected by {source}"
     assert status["compat"].status is kl.FactoryStatus.SHADOWED
     # The selected factory's priority is the type's priority in placement.
-    assert registry.device_factories.chosen(registry.factory_overrides(options))["CPU"].priority == 60
+    assert (
+        registry.device_factories.chosen(registry.factory_overrides(options))["CPU"].priority == 60
+    )
 
 
 def test_options_win_over_the_environment() -> None:
@@ -128,7 +130,7 @@ def test_absent_hardware_creates_no_device_and_says_why() -> None:
     registry = registry_with(("gpu", "GPU", gpu, 210), ("cpu", "CPU", FakeDeviceFactory("CPU"), 60))
     assert [d.device_type for d in registry.create_devices()] == ["CPU"]
     only_gpu = registry_with(("gpu", "GPU", gpu, 210))
-    with pytest.raises(kl.NotFoundError, match="GPU .*CUDA driver not found.*kernloom-cpu-numpy"):
+    with pytest.raises(kl.NotFoundError, match=r"GPU .*CUDA driver not found.*kernloom-cpu-numpy"):
         only_gpu.create_devices()
 
 
@@ -143,5 +145,7 @@ def test_a_factory_that_breaks_its_contract_is_blamed() -> None:
 
     with pytest.raises(kl.KernloomError, match=r"plugin 'bad'.*registered for GPU but created"):
         registry_with(("bad", "GPU", WrongType("GPU"), 1)).create_devices()
-    with pytest.raises(kl.KernloomError, match=r"plugin 'boom' \(dist-boom\) failed.*driver exploded"):
+    with pytest.raises(
+        kl.KernloomError, match=r"plugin 'boom' \(dist-boom\) failed.*driver exploded"
+    ):
         registry_with(("boom", "GPU", Crashes("GPU"), 1)).create_devices()

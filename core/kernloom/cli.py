@@ -34,7 +34,7 @@ EXIT_USAGE = 2
 def _console(*, stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     # Outside a terminal (CI logs, pipes) rich would assume 80 columns and wrap every cell.
-    return Console(file=stream, width=None if stream.isatty() else 160, highlight=False)
+    return Console(file=stream, width=None if stream.isatty() else 200, highlight=False)
 
 
 def _bytes(n: int) -> str:
@@ -146,8 +146,9 @@ def _cmd_devices(registry: Registry, args: argparse.Namespace) -> int:
         "priority",
         "status",
         "memory",
+        "why",
     ):
-        table.add_column(column, overflow="fold", no_wrap=column in ("name", "memory"))
+        table.add_column(column, overflow="fold", no_wrap=column in ("name", "status", "memory"))
     for r in rows:
         style = {"in use": "green", "shadowed": "yellow"}.get(r.status, "red")
         table.add_row(
@@ -157,8 +158,9 @@ def _cmd_devices(registry: Registry, args: argparse.Namespace) -> int:
             r.factory.rpartition(".")[2],
             r.plugin + (f" ({r.distribution})" if r.distribution else ""),
             str(r.priority),
-            Text(r.status + (f": {r.reason}" if r.status != "in use" else ""), style=style),
+            Text(r.status, style=style),
             _bytes(r.memory_limit) if r.memory_limit is not None else "-",
+            r.reason,
         )
     if rows:
         console.print(table)

@@ -1,0 +1,143 @@
+"""The `kernloom` command, on entry points faked through importlib.metadata."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from collections.abc import Callable
+
+import pytest
+from plugin_helpers import Install, factory_plugin
+
+from kernloom.cli import main
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
+    for var in (
+        "KERNLOOM_PLUGINS",
+        "KERNLOOM_DISABLE_PLUGINS",
+        "KERNLOOM_STRICT_PLUGINS",
+        "KERNLOOM_DEVICE_FACTORY",
+    ):
+        monkeypatch.delenv(var, raising=False)
+
+    def invoke(
+        *argv: str, eps: list[importlib.metadata.EntryPoint] | None = None, **env: str
+    ) -> tuple[int, str, str]:
+        if eps is not None:
+            monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: eps)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:  # argparse's usage errors
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
+
+
+def test_devices_table_shows_in_use_and_shadowed(run: Run, install: Install) -> None:
+    eps = [
+        install("low", factory_plugin("CPU", 60)),
+        install("high", factory_plugin("CPU", 70)),
+        install("gpu", factory_plugin("GPU", 210)),
+    ]
+    code, out, _ = run("devices", eps=eps)
+    assert code == 0
+    assert "/job:localhost/replica:0/task:0/device:GPU:0" in out
+    lines = out.splitlines()
+    gpu_row = next(line for line in lines if "device:GPU:0" in line)
+    assert "in use" in gpu_row and "210" in gpu_row
+    cpu_rows = [line for line in lines if "device:CPU:0" in line]
+    assert len(cpu_rows) == 2  # the shadowed factory's device is listed too
+    assert any("shadowed" in r and "low" in r for r in cpu_rows)
+    assert any("in use" in r and "high" in r for r in cpu_rows)
+    assert "placement order: GPU > CPU" in out
+
+
+def test_devices_json(run: Run, install: Install) -> None:
+    eps = [
+        install("low", factory_plugin("CPU", 60)),
+        install("high", factory_plugin("CPU", 70)),
+        install("none", factory_plugin("GPU", 210, count=0)),
+    ]
+    code, out, _ = run("devices", "--json", eps=eps)
+    assert code == 0
+    data = json.loads(out)
+    assert data["placement_order"] == ["GPU", "CPU"]
+    rows = {(r["device_type"], r["plugin"]): r for r in data["devices"]}
+    assert rows[("CPU", "high")]["status"] == "in use"
+    assert rows[("CPU", "low")]["status"] == "shadowed"
+    assert rows[("CPU", "high")]["name"] == "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert rows[("CPU", "high")]["memory_limit"] == 1 << 30
+    assert rows[("GPU", "none")]["status"] == "unavailable"
+    assert "no GPU hardware" in rows[("GPU", "none")]["reason"]
+
+
+def test_env_override_shows_in_the_table(run: Run, install: Install) -> None:
+    eps = [install("low", factory_plugin("CPU", 60)), install("high", factory_plugin("CPU", 70))]
+    code, out, _ = run("devices", "--json", eps=eps, KERNLOOM_DEVICE_FACTORY="CPU=low")
+    rows = {r["plugin"]: r for r in json.loads(out)["devices"]}
+    assert code == 0
+    assert (
+        rows["low"]["status"] == "in use"
+        and rows["low"]["reason"] == "selected by KERNLOOM_DEVICE_FACTORY"
+    )
+    assert rows["high"]["status"] == "shadowed"
+
+
+def test_plugins_lists_loaded_and_failed_with_reasons(run: Run, install: Install) -> None:
+    eps = [install("good", factory_plugin("CPU", 60)), install("bad", "raise ImportError('nope')")]
+    code, out, _ = run("plugins", eps=eps)
+    assert code == 1
+    assert "good" in out and "loaded" in out and "device factory CPU (priority 60)" in out
+    assert "bad" in out and "failed" in out and "ImportError: nope" in out
+    assert "Traceback" not in out
+    code, out, _ = run("plugins", "--verbose", eps=eps)
+    assert code == 1 and "Traceback" in out and "klplugin_bad.py" in out
+
+
+def test_plugins_json(run: Run, install: Install) -> None:
+    eps = [install("good", factory_plugin("CPU", 60)), install("bad", "raise ImportError('nope')")]
+    code, out, _ = run("plugins", "--json", eps=eps)
+    data = json.loads(out)
+    assert code == 1
+    states = {p["name"]: p["state"] for p in data["plugins"]}
+    assert states == {"bad": "failed", "good": "loaded"}
+    assert data["plugin_api"] == "1.0"
+
+
+def test_exit_codes(run: Run, install: Install) -> None:
+    good = [install("good", factory_plugin("CPU", 60))]
+    assert run("plugins", eps=good)[0] == 0
+    assert run("devices", eps=[*good, install("bad", "raise ImportError()")])[0] == 1
+    assert run("frobnicate", eps=good)[0] == 2
+    assert run("devices", "--bogus", eps=good)[0] == 2
+    code, _, err = run("devices", eps=good, KERNLOOM_DEVICE_FACTORY="GPU")
+    assert code == 2 and "is not TYPE=plugin" in err
+    code, _, err = run("devices", eps=good, KERNLOOM_DEVICE_FACTORY="GPU=x")
+    assert code == 2 and "no plugin registers a GPU device factory" in err
+
+
+def test_strict_mode_fails_at_start_up(run: Run, install: Install) -> None:
+    eps = [install("good", factory_plugin("CPU", 60)), install("bad", "raise ImportError('nope')")]
+    code, out, err = run("devices", eps=eps, KERNLOOM_STRICT_PLUGINS="1")
+    assert code == 1 and out == ""
+    assert "plugin 'bad'" in err and "KERNLOOM_STRICT_PLUGINS" in err
+
+
+def test_no_plugins_at_all_says_what_to_install(run: Run) -> None:
+    code, out, _ = run("devices", eps=[])
+    assert code == 1 and "pip install kernloom-cpu-numpy" in out
+    code, out, _ = run("plugins", eps=[])
+    assert code == 0 and "no kernloom plugins are installed" in out
+
+
+def test_version(run: Run) -> None:
+    code, out, _ = run("--version")
+    assert code == 0 and "plugin API 1.0" in out
