@@ -10,7 +10,7 @@ PLUGINS := plugins/cpu_numpy
 LINT_PATHS := core plugins tests benchmarks
 MYPY_PATHS := core/kernloom plugins/cpu_numpy/kernloom_cpu_numpy
 
-.PHONY: demo test lint typecheck pytest clean
+.PHONY: demo test lint typecheck pytest bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,6 @@ test: lint typecheck pytest
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache
+
+bench: $(VENV)/.demo-installed
+	$(BIN)/python benchmarks/bench_foundation.py

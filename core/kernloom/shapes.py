@@ -8,8 +8,9 @@ list). Two shapes are *compatible* when they could describe the same tensor;
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator
-from typing import Any, SupportsIndex, final, overload
+from typing import Any, final, overload
 
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
@@ -22,14 +23,17 @@ Dim = int | None
 
 
 def _as_dim(value: object) -> Dim:
+    if type(value) is int and value >= 0:  # the common case, checked first: it is hot
+        return value
     if value is None or value == -1:
         # -1 is how numpy-style shape lists and JSON files spell "unknown".
         return None
-    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
+    try:
+        dim = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        dim = -1
+    if isinstance(value, bool) or dim < 0:
         raise InvalidArgumentError(f"a dimension must be a non-negative int or None, got {value!r}")
-    dim = value.__index__()
-    if dim < 0:
-        raise InvalidArgumentError(f"a dimension must be a non-negative int or None, got {dim}")
     return dim
 
 

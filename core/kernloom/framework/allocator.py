@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar, final
+from typing import Any, TypeVar, final
 
 from kernloom.errors import InvalidArgumentError, ResourceExhaustedError
 
@@ -48,7 +48,16 @@ class TrackingAllocator:
     Thread-safe: kernels on several threads allocate at once.
     """
 
-    __slots__ = ("_bytes_in_use", "_largest", "_limit", "_lock", "_num_allocs", "_owner", "_peak")
+    __slots__ = (
+        "_bytes_in_use",
+        "_largest",
+        "_limit",
+        "_live",
+        "_lock",
+        "_num_allocs",
+        "_owner",
+        "_peak",
+    )
 
     def __init__(self, owner: str, bytes_limit: int | None = None) -> None:
         if bytes_limit is not None and bytes_limit < 0:
@@ -60,6 +69,9 @@ class TrackingAllocator:
         self._peak = 0
         self._num_allocs = 0
         self._largest = 0
+        # id(weakref) -> (weakref, bytes). A plain weakref with a callback costs a
+        # fraction of weakref.finalize, and numpy arrays are unhashable, hence the id key.
+        self._live: dict[int, tuple[weakref.ref[Any], int]] = {}
 
     def allocate(self, nbytes: int, make: Callable[[], T]) -> T:
         """Reserve ``nbytes``, call ``make()`` for the buffer, and track it until it dies.
@@ -69,11 +81,19 @@ class TrackingAllocator:
         self._reserve(nbytes)
         try:
             buffer = make()
-            weakref.finalize(buffer, self._release, nbytes)
+            ref = weakref.ref(buffer, self._collected)
         except BaseException:
             self._release(nbytes)
             raise
+        with self._lock:
+            self._live[id(ref)] = (ref, nbytes)
         return buffer
+
+    def _collected(self, ref: weakref.ref[Any]) -> None:
+        with self._lock:
+            entry = self._live.pop(id(ref), None)
+            if entry is not None:
+                self._bytes_in_use -= entry[1]
 
     def _reserve(self, nbytes: int) -> None:
         with self._lock:

@@ -15,6 +15,7 @@ Thread-safety: the executor calls ``compute`` from several threads at once, and
 from __future__ import annotations
 
 import abc
+import math
 import random
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -153,10 +154,14 @@ class Device(abc.ABC):
 
     def allocate(self, shape: object, dtype: object) -> Any:
         """A new uninitialised buffer on this device, counted by its allocator."""
-        dims = as_shape(shape).as_tuple()
+        if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
+            dims: tuple[int, ...] = shape  # kernels pass numpy shapes: skip TensorShape
+        else:
+            dims = as_shape(shape).as_tuple()
         dt = as_dtype(dtype)
-        nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
-        return self._allocator.allocate(nbytes, lambda: self._allocate(dims, dt))
+        return self._allocator.allocate(
+            math.prod(dims) * dt.itemsize, lambda: self._allocate(dims, dt)
+        )
 
     def memory_stats(self) -> AllocatorStats:
         return self._allocator.stats()
