@@ -303,3 +303,10 @@ def test_the_installed_cpu_plugin_loads_through_the_entry_point() -> None:
     assert record.distribution == "kernloom-cpu-numpy"
     assert record.registered == ("device factory CPU (priority 60)",)
     assert kl.default_registry() is kl.default_registry()
+
+
+def test_a_plugin_that_exits_on_import_does_not_end_the_host(install: Install) -> None:
+    ep = install("exits", "import sys\nsys.exit('no GPU here, bye')")
+    (record,) = load([ep]).plugins
+    assert record.state is kl.PluginState.FAILED
+    assert "SystemExit: no GPU here, bye" in record.reason

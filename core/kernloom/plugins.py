@@ -35,6 +35,7 @@ from typing import Final
 import pluggy
 
 from kernloom.errors import InvalidArgumentError
+from kernloom.framework.origin import Origin
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -166,6 +167,18 @@ class PluginRecord:
     api_requirement: str | None = None
     registered: tuple[str, ...] = ()
     """What it registered, in words (``device factory CPU (priority 60)``)."""
+
+    @classmethod
+    def of(cls, origin: Origin, value: str, state: PluginState, **details: object) -> PluginRecord:
+        """A record for the plugin ``origin`` names, whose entry point targets ``value``."""
+        return cls(
+            origin.plugin,
+            value,
+            origin.distribution,
+            origin.version,
+            state,
+            **details,  # type: ignore[arg-type]
+        )
 
     @property
     def failed(self) -> bool:

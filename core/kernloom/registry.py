@@ -162,47 +162,26 @@ class Registry:
         origin = Origin(ep.name, dist.name if dist else None, dist.version if dist else None)
         if ep.name in self._records:
             other = self._records[ep.name]
-            self._record(
-                PluginRecord(
-                    ep.name,
-                    ep.value,
-                    origin.distribution,
-                    origin.version,
-                    PluginState.FAILED,
-                    reason=f"entry-point name {ep.name!r} is also used by "
-                    f"{other.distribution or other.value}; plugin names must be unique, so "
-                    f"this one is left out",
-                ),
-                key=f"{ep.name}@{ep.value}",
+            reason = (
+                f"entry-point name {ep.name!r} is also used by "
+                f"{other.distribution or other.value}; plugin names must be unique, so this "
+                f"one is left out"
             )
+            record = PluginRecord.of(origin, ep.value, PluginState.FAILED, reason=reason)
+            self._record(record, key=f"{ep.name}@{ep.value}")
             return
         skipped = self._settings.why_skipped(ep.name)
         if skipped is not None:
-            self._record(
-                PluginRecord(
-                    ep.name,
-                    ep.value,
-                    origin.distribution,
-                    origin.version,
-                    PluginState.DISABLED,
-                    reason=skipped,
-                )
-            )
+            self._record(PluginRecord.of(origin, ep.value, PluginState.DISABLED, reason=skipped))
             return
         try:
             plugin = ep.load()
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                raise
+        except (Exception, SystemExit) as exc:
+            # SystemExit too: a plugin calling sys.exit() on import must not end the host.
+            reason = f"error importing {ep.value!r}: {_describe_exception(exc)}"
             self._record(
-                PluginRecord(
-                    ep.name,
-                    ep.value,
-                    origin.distribution,
-                    origin.version,
-                    PluginState.FAILED,
-                    reason=f"error importing {ep.value!r}: {_describe_exception(exc)}",
-                    traceback=_format_tb(exc),
+                PluginRecord.of(
+                    origin, ep.value, PluginState.FAILED, reason=reason, traceback=_format_tb(exc)
                 )
             )
             return
@@ -218,11 +197,9 @@ class Registry:
                 registrar = self._run_hook(plugin, origin)
             except _PluginFailure as failure:
                 cause = failure.__cause__
-                record = PluginRecord(
-                    origin.plugin,
+                record = PluginRecord.of(
+                    origin,
                     value,
-                    origin.distribution,
-                    origin.version,
                     failure.state,
                     reason=failure.reason,
                     traceback=_format_tb(cause) if cause is not None else "",
@@ -233,11 +210,9 @@ class Registry:
                     conflict = self._factories.add(registration)
                     if conflict is not None:
                         self._notes.append(str(conflict))
-                record = PluginRecord(
-                    origin.plugin,
+                record = PluginRecord.of(
+                    origin,
                     value,
-                    origin.distribution,
-                    origin.version,
                     PluginState.LOADED,
                     api_requirement=api,
                     registered=registrar.summary(),
