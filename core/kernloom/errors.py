@@ -16,7 +16,9 @@ from collections.abc import Iterable
 
 __all__ = [
     "AlreadyExistsError",
+    "CancelledError",
     "InvalidArgumentError",
+    "KernelError",
     "KernloomError",
     "KernloomPluginWarning",
     "NotFoundError",
@@ -53,6 +55,14 @@ class RegistrationError(KernloomError, ValueError):
     Raised inside the plugin's ``kernloom_register`` hook, so that the plugin is
     recorded as failed and none of its registrations are kept.
     """
+
+
+class CancelledError(KernloomError):
+    """A step was cancelled (by the caller, a deadline or another failing executor)."""
+
+
+class KernelError(KernloomError):
+    """A kernel failed while being constructed or run; the message names the node and op."""
 
 
 class PluginError(KernloomError):

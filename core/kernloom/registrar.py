@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from typing import final
 
-from kernloom.errors import RegistrationError
+from kernloom.errors import InvalidArgumentError, RegistrationError
 from kernloom.framework.device import DeviceFactory
 from kernloom.framework.device_factory_registry import FactoryRegistration
 from kernloom.framework.device_name import is_valid_device_type
+from kernloom.framework.kernel_registry import (
+    KernelLibrary,
+    KernelRegistration,
+    KernelRegistry,
+    validate_kernel_def,
+)
+from kernloom.framework.op_def import OpDef, OpDefBuilder, OpLibrary, OpRegistry
 from kernloom.framework.origin import Origin
 
 __all__ = ["Registrar"]
@@ -23,11 +30,25 @@ __all__ = ["Registrar"]
 class Registrar:
     """Collects one plugin's registrations while its hook runs."""
 
-    __slots__ = ("_closed", "_factories", "_origin")
+    __slots__ = (
+        "_closed",
+        "_factories",
+        "_known_ops",
+        "_libraries",
+        "_op_defs",
+        "_op_library",
+        "_origin",
+        "_registrations",
+    )
 
-    def __init__(self, origin: Origin) -> None:
+    def __init__(self, origin: Origin, known_ops: OpRegistry | None = None) -> None:
         self._origin = origin
+        self._known_ops = known_ops if known_ops is not None else OpRegistry()
         self._factories: list[FactoryRegistration] = []
+        self._op_library = OpLibrary()
+        self._libraries: list[KernelLibrary] = []
+        self._op_defs: list[OpDef] = []
+        self._registrations: list[KernelRegistration] = []
         self._closed = False
 
     @property
@@ -76,19 +97,86 @@ class Registrar:
             )
         self._factories.append(FactoryRegistration(device_type, factory, priority, self._origin))
 
+    def register_op(self, name: str) -> OpDefBuilder:
+        """Declare a new op (TensorFlow's ``REGISTER_OP``); see ``kernloom.framework.op_def``
+        for the spec syntax. The definition is checked when the hook returns."""
+        self._check_open("register_op")
+        try:
+            return self._op_library.register_op(name)
+        except InvalidArgumentError as exc:
+            raise RegistrationError(f"{self._origin}: {exc}") from None
+
+    def register_kernels(self, library: KernelLibrary) -> None:
+        """Provide the kernels in ``library``; each is checked against its op when the hook
+        returns (the op may be one this plugin registers)."""
+        self._check_open("register_kernels")
+        if not isinstance(library, KernelLibrary):
+            raise RegistrationError(
+                f"{self._origin}: register_kernels takes a kernloom.KernelLibrary, got {library!r}"
+            )
+        self._libraries.append(library)
+
+    def close(self) -> None:
+        """Refuse further registrations: the hook has returned (or failed)."""
+        self._closed = True
+
+    def finish(self) -> None:
+        """Close the registrar and check everything registered as a whole.
+
+        Raises ``RegistrationError`` naming the op or kernel and this plugin; the registry
+        then leaves the whole plugin out.
+        """
+        self._closed = True
+        try:
+            self._op_defs = self._op_library.finalize()
+        except InvalidArgumentError as exc:
+            raise RegistrationError(f"{self._origin}: {exc}") from None
+        own = OpRegistry(parent=self._known_ops)
+        for op_def in self._op_defs:
+            try:
+                own.add(op_def, self._origin)
+            except InvalidArgumentError as exc:
+                raise RegistrationError(str(exc)) from None
+        mine = KernelRegistry()
+        for library in self._libraries:
+            for kernel_def, cls in library.entries:
+                registration = KernelRegistration(kernel_def, cls, self._origin)
+                what = f"{self._origin}: kernel {cls.__qualname__} ({kernel_def.describe()})"
+                found = own.get(kernel_def.op) if kernel_def.op in own else None
+                try:
+                    validate_kernel_def(kernel_def, found, what)
+                except InvalidArgumentError as exc:
+                    raise RegistrationError(str(exc)) from None
+                clash = mine.overlapping(kernel_def)
+                if clash is not None:
+                    raise RegistrationError(
+                        f"{what} cannot be told apart at lookup from {clash.describe()}, which "
+                        f"the same plugin registers; give one a different priority or label"
+                    )
+                mine.add(registration)
+                self._registrations.append(registration)
+
     @property
     def factories(self) -> tuple[FactoryRegistration, ...]:
         return tuple(self._factories)
 
+    @property
+    def op_defs(self) -> tuple[OpDef, ...]:
+        return tuple(self._op_defs)
+
+    @property
+    def kernels(self) -> tuple[KernelRegistration, ...]:
+        return tuple(self._registrations)
+
     def summary(self) -> tuple[str, ...]:
         """What was registered, in words, for ``kernloom plugins``."""
-        return tuple(
-            f"device factory {r.device_type} (priority {r.priority})" for r in self._factories
-        )
-
-    def close(self) -> None:
-        """Refuse further registrations: the hook has returned."""
-        self._closed = True
+        items = [f"device factory {r.device_type} (priority {r.priority})" for r in self._factories]
+        if self._op_defs:
+            items.append(f"{len(self._op_defs)} op(s): {', '.join(o.name for o in self._op_defs)}")
+        if self._registrations:
+            ops = sorted({r.kernel_def.op for r in self._registrations})
+            items.append(f"{len(self._registrations)} kernel(s) for {len(ops)} op(s)")
+        return tuple(items)
 
     def _check_open(self, what: str) -> None:
         if self._closed:

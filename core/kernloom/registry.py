@@ -19,13 +19,14 @@ import threading
 import traceback
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import final
+from typing import Any, final
 
 import pluggy
 
 from kernloom.environment import PluginSettings
 from kernloom.errors import (
     InvalidArgumentError,
+    KernelError,
     KernloomError,
     KernloomPluginWarning,
     NotFoundError,
@@ -41,7 +42,16 @@ from kernloom.framework.device_factory_registry import (
     ResolvedFactory,
 )
 from kernloom.framework.device_mgr import DeviceMgr
+from kernloom.framework.kernel_registry import (
+    KernelConflict,
+    KernelRegistration,
+    KernelRegistry,
+)
+from kernloom.framework.node_def import NodeDef
+from kernloom.framework.op_def import OpDef, OpRegistry
+from kernloom.framework.op_kernel import KernelSignature, OpKernel, OpKernelConstruction
 from kernloom.framework.origin import Origin
+from kernloom.ops import standard_ops
 from kernloom.plugins import (
     ENTRY_POINT_GROUP,
     KERNLOOM_API_VERSION,
@@ -82,6 +92,8 @@ class Registry:
     def __init__(self, settings: PluginSettings | None = None) -> None:
         self._settings = settings or PluginSettings()
         self._factories = DeviceFactoryRegistry()
+        self._ops = OpRegistry(parent=standard_ops())
+        self._kernels = KernelRegistry()
         self._records: dict[str, PluginRecord] = {}
         self._notes: list[str] = []
         self._pm = pluggy.PluginManager(PROJECT_NAME)
@@ -210,6 +222,12 @@ class Registry:
                     conflict = self._factories.add(registration)
                     if conflict is not None:
                         self._notes.append(str(conflict))
+                for op_def in registrar.op_defs:
+                    self._ops.add(op_def, origin)
+                for kernel in registrar.kernels:
+                    kernel_conflict = self._kernels.add(kernel)
+                    if kernel_conflict is not None:
+                        self._notes.append(str(kernel_conflict))
                 record = PluginRecord.of(
                     origin,
                     value,
@@ -267,7 +285,7 @@ class Registry:
             for impl in self._pm.hook.kernloom_register.get_hookimpls()
             if impl.plugin_name == name
         ]
-        registrar = Registrar(origin)
+        registrar = Registrar(origin, self._ops)
         try:
             if not impls:
                 raise _PluginFailure(
@@ -318,6 +336,69 @@ class Registry:
     @property
     def device_factories(self) -> DeviceFactoryRegistry:
         return self._factories
+
+    @property
+    def kernel_conflicts(self) -> tuple[KernelConflict, ...]:
+        return self._kernels.conflicts
+
+    # -- ops and kernels --------------------------------------------------------------------
+
+    @property
+    def ops(self) -> OpRegistry:
+        """The standard op library plus the plugins' ops."""
+        return self._ops
+
+    @property
+    def kernels(self) -> KernelRegistry:
+        return self._kernels
+
+    def op_def(self, name: str) -> OpDef:
+        return self._ops.get(name)
+
+    def node_attrs(self, node: NodeDef) -> dict[str, Any]:
+        """The node's attrs checked against its op, with defaults filled in."""
+        return self.op_def(node.op).check_attrs(node.attrs, node.name)
+
+    def find_kernel(
+        self, node: NodeDef, device_type: str, backend: str | None = None
+    ) -> KernelRegistration:
+        """The kernel a node gets on a device type (and backend); see ``KernelRegistry``."""
+        return self._kernels.find(node, self.node_attrs(node), device_type, backend)
+
+    def supported_device_types(
+        self,
+        node: NodeDef,
+        options: DeviceOptions | None = None,
+        backends: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """The device types on which ``node`` has a kernel, in placement order."""
+        return self._kernels.supported_device_types(
+            node, self.node_attrs(node), self.placement_order(options), backends
+        )
+
+    def create_kernel(self, node: NodeDef, device: Device) -> OpKernel:
+        """Look up and construct the kernel for ``node`` on ``device``.
+
+        A kernel whose constructor raises is reported as a ``KernelError`` naming the node,
+        op, device and kernel class.
+        """
+        op_def = self.op_def(node.op)
+        attrs = op_def.check_attrs(node.attrs, node.name)
+        registration = self._kernels.find(node, attrs, device.device_type, device.backend)
+        signature = KernelSignature.make(node.name, op_def, attrs, registration.kernel_def)
+        construction = OpKernelConstruction(signature, device)
+        try:
+            kernel = registration.kernel_class(construction)
+        except KernelError:
+            raise
+        except Exception as exc:
+            raise KernelError(
+                f"node {node.name!r} (op {node.op}): constructing kernel "
+                f"{registration.implementation} on {device.name} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        kernel.signature = signature
+        return kernel
 
     # -- devices ----------------------------------------------------------------------
 

@@ -1,0 +1,123 @@
+"""Attribute types and values: what an op's attrs may hold, and checking a value against one.
+
+An attr type is one of TensorFlow's: ``string``, ``int``, ``float``, ``bool``, ``type``
+(a DType), ``shape``, ``tensor`` (a numpy array, as Const's ``value``) or ``list(X)`` of
+the scalar ones. Values are plain Python: ``int``, ``float``, ``bool``, ``str``,
+``DType``, ``TensorShape``, ``numpy.ndarray`` and lists of them. ``check_attr_value``
+turns what a user wrote (``"float32"``, ``[2, 3]``, ``1`` for a float) into that form,
+or says exactly what is wrong.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernloom.dtypes import DType, as_dtype
+from kernloom.errors import InvalidArgumentError
+from kernloom.shapes import TensorShape, as_shape
+
+__all__ = ["AttrKind", "AttrType", "check_attr_value", "format_attr_value"]
+
+
+class AttrKind(enum.StrEnum):
+    STRING = "string"
+    INT = "int"
+    FLOAT = "float"
+    BOOL = "bool"
+    TYPE = "type"
+    SHAPE = "shape"
+    TENSOR = "tensor"
+
+
+@dataclass(frozen=True, slots=True)
+class AttrType:
+    """``int`` or ``list(int)``."""
+
+    kind: AttrKind
+    is_list: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> AttrType:
+        text = text.strip()
+        is_list = text.startswith("list(") and text.endswith(")")
+        inner = text[5:-1].strip() if is_list else text
+        try:
+            kind = AttrKind(inner)
+        except ValueError:
+            kinds = ", ".join(k.value for k in AttrKind)
+            raise InvalidArgumentError(
+                f"unknown attr type {text!r}; use one of {kinds} or list(...) of them"
+            ) from None
+        if is_list and kind is AttrKind.TENSOR:
+            raise InvalidArgumentError("list(tensor) attrs are not supported")
+        return cls(kind, is_list)
+
+    def __str__(self) -> str:
+        return f"list({self.kind})" if self.is_list else str(self.kind)
+
+
+def _check_scalar(kind: AttrKind, value: object) -> Any:
+    if kind is AttrKind.BOOL:
+        if isinstance(value, bool | np.bool_):
+            return bool(value)
+    elif kind is AttrKind.INT:
+        if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+            return int(value)
+    elif kind is AttrKind.FLOAT:
+        if isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+            value, bool | np.bool_
+        ):
+            return float(value)
+    elif kind is AttrKind.STRING:
+        if isinstance(value, str):
+            return value
+    elif kind is AttrKind.TYPE:
+        if isinstance(value, DType | str | np.dtype | type):
+            return as_dtype(value)
+    elif kind is AttrKind.SHAPE:
+        if value is None or isinstance(value, TensorShape | list | tuple):
+            return as_shape(value)
+    elif kind is AttrKind.TENSOR and isinstance(value, np.ndarray | np.generic):
+        array = np.asarray(value)
+        as_dtype(array.dtype)  # must be a kernloom dtype
+        return array
+    raise TypeError
+
+
+def check_attr_value(attr_type: AttrType, value: object) -> Any:
+    """``value`` in canonical form for ``attr_type``; ``InvalidArgumentError`` if it is not one."""
+    try:
+        if attr_type.is_list:
+            if not isinstance(value, Sequence) or isinstance(value, str):
+                raise TypeError
+            return [_check_scalar(attr_type.kind, v) for v in value]
+        return _check_scalar(attr_type.kind, value)
+    except (TypeError, InvalidArgumentError) as exc:
+        detail = f": {exc}" if isinstance(exc, InvalidArgumentError) else ""
+        raise InvalidArgumentError(
+            f"expected a value of attr type {attr_type}, got {_short(value)} "
+            f"({type(value).__name__}){detail}"
+        ) from None
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def format_attr_value(value: object) -> str:
+    """A compact rendering for messages and tables (arrays by dtype and shape only)."""
+    if isinstance(value, np.ndarray):
+        return f"<{value.dtype} tensor of shape {list(value.shape)}>"
+    if isinstance(value, list):
+        return "[" + ", ".join(format_attr_value(v) for v in value) + "]"
+    if isinstance(value, DType):
+        return value.name
+    if isinstance(value, TensorShape):
+        return str(value)
+    return repr(value)

@@ -1,0 +1,351 @@
+"""Kernel registration and lookup (TensorFlow's kernel registry, without its globals).
+
+A plugin fills a ``KernelLibrary`` with decorators and hands it to the registry in its
+hook. Lookup for a node on a device follows DESIGN.md exactly:
+
+1. the kernel's device type is the device's, and its backend (if it names one) the
+   device's backend;
+2. its label equals the node's ``_kernel`` attr: an unlabelled node only gets unlabelled
+   kernels, a labelled node only kernels with that label -- never a fallback;
+3. every constraint holds for the node's attrs;
+4. the highest priority wins; two at the top is an error.
+
+When nothing matches, ``NoKernelError`` names the node, op, device type, label and attr
+values, and lists every kernel of the op with the reason it was rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, final
+
+from kernloom.errors import InvalidArgumentError, NotFoundError
+from kernloom.framework.attr import format_attr_value
+from kernloom.framework.kernel_def import KernelDef, KernelDefBuilder
+from kernloom.framework.node_def import NodeDef
+from kernloom.framework.op_def import OpDef
+from kernloom.framework.op_kernel import FunctionKernel, OpKernel, OpKernelContext
+from kernloom.framework.origin import Origin
+
+__all__ = [
+    "KernelConflict",
+    "KernelLibrary",
+    "KernelRegistration",
+    "KernelRegistry",
+    "NoKernelError",
+    "validate_kernel_def",
+]
+
+KernelFactory = type[OpKernel]
+
+
+class NoKernelError(NotFoundError):
+    """No registered kernel fits a node on a device type."""
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRegistration:
+    kernel_def: KernelDef
+    kernel_class: KernelFactory
+    origin: Origin
+
+    @property
+    def implementation(self) -> str:
+        cls = self.kernel_class
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def describe(self) -> str:
+        return f"{self.kernel_def.describe()} ({self.implementation}, {self.origin})"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelConflict:
+    kept: KernelRegistration
+    rejected: KernelRegistration
+
+    def __str__(self) -> str:
+        return (
+            f"kernel conflict: {self.rejected.describe()} cannot be told apart at lookup from "
+            f"{self.kept.describe()} (same op, device type, backend, label and priority, "
+            f"overlapping constraints); the first is kept. Give one a different priority or "
+            f"label, or uninstall one of {self.kept.origin.distribution or self.kept.origin.plugin}"
+            f" and {self.rejected.origin.distribution or self.rejected.origin.plugin}."
+        )
+
+
+@final
+class KernelLibrary:
+    """Kernels a plugin provides, declared with decorators::
+
+    lib = KernelLibrary()
+
+    @lib.kernel(KernelDefBuilder("Relu").device("CPU").type_constraint("T", FLOATS))
+    def relu(ctx: OpKernelContext) -> None: ...
+
+    @lib.kernel("MatMul", device="CPU", label="einsum")
+    class EinsumMatMul(OpKernel): ...
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[KernelDef, KernelFactory]] = []
+
+    def kernel(
+        self,
+        spec: KernelDef | KernelDefBuilder | str,
+        *,
+        device: str | None = None,
+        label: str = "",
+        priority: int = 0,
+        backend: str | None = None,
+        type_constraints: Mapping[str, Sequence[object]] | None = None,
+        host_memory: Sequence[str] = (),
+        expensive: bool = True,
+    ) -> Callable[[Any], Any]:
+        """Register the decorated ``OpKernel`` subclass or function ``fn(ctx)``.
+
+        ``spec`` is a ``KernelDef``, a builder, or an op name completed by the keywords.
+        ``expensive`` applies to functions (a class sets ``is_expensive`` itself).
+        """
+        if isinstance(spec, str):
+            builder = KernelDefBuilder(spec)
+            if device is not None:
+                builder.device(device)
+            builder.label(label).priority(priority).host_memory(*host_memory)
+            if backend is not None:
+                builder.backend(backend)
+            for attr, dtypes in (type_constraints or {}).items():
+                builder.type_constraint(attr, list(dtypes))
+            kernel_def = builder.build()
+        elif isinstance(spec, KernelDefBuilder):
+            kernel_def = spec.build()
+        elif isinstance(spec, KernelDef):
+            kernel_def = spec
+        else:
+            raise InvalidArgumentError(
+                f"kernel spec must be a KernelDef, builder or op name, got {spec!r}"
+            )
+
+        def register(impl: Any) -> Any:
+            self.add(kernel_def, impl, expensive=expensive)
+            return impl
+
+        return register
+
+    def add(self, kernel_def: KernelDef, impl: Any, *, expensive: bool = True) -> None:
+        if isinstance(impl, type) and issubclass(impl, OpKernel):
+            cls: KernelFactory = impl
+        elif callable(impl) and not isinstance(impl, type):
+            cls = FunctionKernel.wrap(impl, expensive=expensive)
+        else:
+            raise InvalidArgumentError(
+                f"kernel for {kernel_def.describe()}: {impl!r} is neither an OpKernel subclass "
+                f"nor a function of the context"
+            )
+        self._entries.append((kernel_def, cls))
+
+    @property
+    def entries(self) -> tuple[tuple[KernelDef, KernelFactory], ...]:
+        return tuple(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def validate_kernel_def(kernel_def: KernelDef, op_def: OpDef | None, what: str) -> None:
+    """Check a kernel against its op: the op exists, constrained attrs and host-memory args
+    are the op's, constraint values are values the attr can take."""
+    if op_def is None:
+        raise InvalidArgumentError(
+            f"{what} is for op {kernel_def.op!r}, which is not registered; register the op "
+            f"first (in this plugin or another)"
+        )
+    for attr_name, values in kernel_def.constraints.items():
+        if not op_def.has_attr(attr_name):
+            raise InvalidArgumentError(
+                f"{what} constrains attr {attr_name!r}, which op {op_def.name} does not have; "
+                f"its attrs: {', '.join(a.name for a in op_def.attrs) or '(none)'}"
+            )
+        attr = op_def.attr(attr_name)
+        for value in values:
+            try:
+                attr.check([value] if attr.attr_type.is_list else value)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(
+                    f"{what}: constraint value {format_attr_value(value)} for attr "
+                    f"'{attr.spec()}' is impossible: {exc}"
+                ) from None
+    arg_names = {a.name for a in (*op_def.inputs, *op_def.outputs)}
+    for arg in kernel_def.host_memory_args:
+        if arg not in arg_names:
+            raise InvalidArgumentError(
+                f"{what} declares host-memory argument {arg!r}, but op {op_def.name} has "
+                f"only: {', '.join(sorted(arg_names)) or '(none)'}"
+            )
+
+
+def _overlap(a: KernelDef, b: KernelDef) -> bool:
+    if (a.op, a.device_type, a.backend, a.label, a.priority) != (
+        b.op,
+        b.device_type,
+        b.backend,
+        b.label,
+        b.priority,
+    ):
+        return False
+    for attr in a.constraints.keys() & b.constraints.keys():
+        if not set(a.constraints[attr]) & set(b.constraints[attr]):
+            return False
+    return True
+
+
+def rejection(
+    kernel_def: KernelDef,
+    attrs: Mapping[str, Any],
+    device_type: str,
+    backend: str | None,
+    label: str,
+) -> str | None:
+    """Why a kernel does not fit, or None when it does."""
+    if kernel_def.device_type != device_type:
+        return f"device type {kernel_def.device_type}, not {device_type}"
+    if kernel_def.backend is not None and backend is not None and kernel_def.backend != backend:
+        return (
+            f"needs backend {kernel_def.backend}, but the {device_type} device's backend is "
+            f"{backend} (a kernel never runs on a device of another backend)"
+        )
+    if kernel_def.label != label:
+        if not label:
+            return f"labelled {kernel_def.label!r}; the node asks for no label"
+        if not kernel_def.label:
+            return f"unlabelled; the node asks for label {label!r}"
+        return f"labelled {kernel_def.label!r}, not {label!r}"
+    for attr, allowed in kernel_def.constraints.items():
+        if attrs.get(attr) not in allowed:
+            return (
+                f"constraint {attr} in {{{', '.join(format_attr_value(v) for v in allowed)}}} "
+                f"does not hold for {attr}={format_attr_value(attrs.get(attr))}"
+            )
+    return None
+
+
+@final
+class KernelRegistry:
+    __slots__ = ("_by_op", "_conflicts")
+
+    def __init__(self) -> None:
+        self._by_op: dict[str, list[KernelRegistration]] = {}
+        self._conflicts: list[KernelConflict] = []
+
+    def overlapping(self, kernel_def: KernelDef) -> KernelRegistration | None:
+        for existing in self._by_op.get(kernel_def.op, ()):
+            if _overlap(existing.kernel_def, kernel_def):
+                return existing
+        return None
+
+    def add(self, registration: KernelRegistration) -> KernelConflict | None:
+        existing = self.overlapping(registration.kernel_def)
+        if existing is not None:
+            conflict = KernelConflict(kept=existing, rejected=registration)
+            self._conflicts.append(conflict)
+            return conflict
+        self._by_op.setdefault(registration.kernel_def.op, []).append(registration)
+        return None
+
+    @property
+    def conflicts(self) -> tuple[KernelConflict, ...]:
+        return tuple(self._conflicts)
+
+    def kernels(self, op: str | None = None) -> list[KernelRegistration]:
+        if op is not None:
+            return list(self._by_op.get(op, ()))
+        return [r for name in sorted(self._by_op) for r in self._by_op[name]]
+
+    def find(
+        self,
+        node: NodeDef,
+        attrs: Mapping[str, Any],
+        device_type: str,
+        backend: str | None = None,
+    ) -> KernelRegistration:
+        """The kernel for ``node`` (with complete ``attrs``) on a device of this type/backend."""
+        label = node.kernel_label
+        candidates = self._by_op.get(node.op, [])
+        fits = [
+            r
+            for r in candidates
+            if rejection(r.kernel_def, attrs, device_type, backend, label) is None
+        ]
+        if not fits:
+            raise NoKernelError(self._no_kernel_message(node, attrs, device_type, backend, label))
+        fits.sort(key=lambda r: -r.kernel_def.priority)
+        if len(fits) > 1 and fits[0].kernel_def.priority == fits[1].kernel_def.priority:
+            tied = [r for r in fits if r.kernel_def.priority == fits[0].kernel_def.priority]
+            raise InvalidArgumentError(
+                f"node {node.name!r} (op {node.op}) on {device_type}: {len(tied)} kernels tie at "
+                f"priority {fits[0].kernel_def.priority}: "
+                + "; ".join(r.describe() for r in tied)
+                + ". Give one a higher priority or a label."
+            )
+        return fits[0]
+
+    def _no_kernel_message(
+        self,
+        node: NodeDef,
+        attrs: Mapping[str, Any],
+        device_type: str,
+        backend: str | None,
+        label: str,
+    ) -> str:
+        shown = ", ".join(
+            f"{k}={format_attr_value(v)}" for k, v in sorted(attrs.items()) if not k.startswith("_")
+        )
+        head = (
+            f"no kernel for node {node.name!r} (op {node.op}) on device type {device_type}"
+            + (f" (backend {backend})" if backend else "")
+            + (f" with label {label!r}" if label else " (no label)")
+            + (f"; attrs: {shown}" if shown else "")
+        )
+        candidates = self._by_op.get(node.op, [])
+        if not candidates:
+            return head + f". No kernel at all is registered for op {node.op}."
+        lines = [
+            f"  - {r.describe()}: {rejection(r.kernel_def, attrs, device_type, backend, label)}"
+            for r in candidates
+        ]
+        return head + ". Registered kernels of the op:\n" + "\n".join(lines)
+
+    def supported_device_types(
+        self,
+        node: NodeDef,
+        attrs: Mapping[str, Any],
+        device_types: Sequence[str],
+        backends: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """The types in ``device_types`` (placement order) on which the node has a kernel."""
+        label = node.kernel_label
+        backends = backends or {}
+        return [
+            t
+            for t in device_types
+            if any(
+                rejection(r.kernel_def, attrs, t, backends.get(t), label) is None
+                for r in self._by_op.get(node.op, ())
+            )
+        ]
+
+
+def run_compute(kernel: OpKernel, ctx: OpKernelContext) -> None:
+    """Run a kernel through its device, turning a crash into an error naming the node."""
+    try:
+        ctx.device.compute(kernel, ctx)
+    except Exception as exc:
+        from kernloom.errors import KernloomError
+
+        if isinstance(exc, KernloomError):
+            raise
+        raise ctx.fail(
+            f"kernel {type(kernel).__qualname__} failed: {type(exc).__name__}: {exc}"
+        ) from exc

@@ -1,0 +1,373 @@
+"""Kernels and what they see: ``OpKernelConstruction`` at build time, ``OpKernelContext``
+when they run (TensorFlow's op_kernel.h).
+
+Contracts:
+
+- A kernel object is built once per node and device (``OpSegment`` caches it) and
+  ``compute`` may then run on several threads at once, for different steps: keep
+  per-step state in the context, never on ``self``.
+- A synchronous ``OpKernel.compute`` must not block waiting on other kernels; anything
+  that waits (a receive, a queue) is an ``AsyncOpKernel`` and calls ``done`` when finished.
+- Mark a kernel ``is_expensive = False`` when it does less work than handing it to a
+  thread would cost (shape ops, identity); the executor then runs it inline.
+- Outputs are set exactly once each (``allocate_output``, ``set_output``,
+  ``forward_input_to_output`` or ``forward_input_or_allocate_output``) with the dtype the
+  op declares; the context checks this and blames the kernel, naming the node.
+"""
+
+from __future__ import annotations
+
+import abc
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kernloom.dtypes import DType, as_dtype
+from kernloom.errors import CancelledError, KernelError
+from kernloom.framework.cancellation import CancellationManager
+from kernloom.framework.device import Device
+from kernloom.framework.kernel_def import KernelDef
+from kernloom.framework.op_def import OpDef
+from kernloom.framework.resource_mgr import ResourceMgr
+from kernloom.shapes import as_shape
+
+__all__ = [
+    "AsyncOpKernel",
+    "FunctionKernel",
+    "KernelSignature",
+    "OpKernel",
+    "OpKernelConstruction",
+    "OpKernelContext",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSignature:
+    """What is fixed about one node's kernel: computed once, read by every context."""
+
+    node: str
+    op_def: OpDef
+    attrs: Mapping[str, Any]
+    kernel_def: KernelDef
+    input_dtypes: tuple[DType, ...]
+    output_dtypes: tuple[DType, ...]
+    input_ranges: Mapping[str, tuple[int, int]]
+    output_ranges: Mapping[str, tuple[int, int]]
+    host_memory_inputs: frozenset[int]
+    host_memory_outputs: frozenset[int]
+
+    @classmethod
+    def make(
+        cls, node: str, op_def: OpDef, attrs: Mapping[str, Any], kernel_def: KernelDef
+    ) -> KernelSignature:
+        inputs = op_def.arg_ranges(False, attrs)
+        outputs = op_def.arg_ranges(True, attrs)
+
+        def host(ranges: Mapping[str, tuple[int, int]]) -> frozenset[int]:
+            return frozenset(
+                i
+                for name in kernel_def.host_memory_args
+                if name in ranges
+                for i in range(*ranges[name])
+            )
+
+        return cls(
+            node=node,
+            op_def=op_def,
+            attrs=dict(attrs),
+            kernel_def=kernel_def,
+            input_dtypes=tuple(op_def.input_dtypes(attrs)),
+            output_dtypes=tuple(op_def.output_dtypes(attrs)),
+            input_ranges=inputs,
+            output_ranges=outputs,
+            host_memory_inputs=host(inputs),
+            host_memory_outputs=host(outputs),
+        )
+
+    @property
+    def where(self) -> str:
+        return f"node {self.node!r} (op {self.op_def.name})"
+
+
+class OpKernelConstruction:
+    """What a kernel's ``__init__`` may read: attrs, dtypes, the device."""
+
+    def __init__(self, signature: KernelSignature, device: Device) -> None:
+        self.signature = signature
+        self.device = device
+
+    @property
+    def node_name(self) -> str:
+        return self.signature.node
+
+    @property
+    def op(self) -> str:
+        return self.signature.op_def.name
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        return self.signature.attrs
+
+    def attr(self, name: str) -> Any:
+        if name not in self.signature.attrs:
+            self.signature.op_def.attr(name)  # raises with the list of attrs
+        return self.signature.attrs[name]
+
+    @property
+    def input_dtypes(self) -> tuple[DType, ...]:
+        return self.signature.input_dtypes
+
+    @property
+    def output_dtypes(self) -> tuple[DType, ...]:
+        return self.signature.output_dtypes
+
+    def allocate_persistent(self, shape: object, dtype: object) -> Any:
+        """A buffer that lives as long as the kernel (constants, caches)."""
+        return self.device.allocate(shape, dtype)
+
+    def fail(self, message: str) -> KernelError:
+        """``raise ctx.fail("...")``: an error naming this node and op."""
+        return KernelError(f"{self.signature.where}: {message}")
+
+
+class OpKernel(abc.ABC):
+    """A synchronous kernel."""
+
+    is_expensive: ClassVar[bool] = True
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        self.signature = ctx.signature
+
+    @property
+    def name(self) -> str:
+        return self.signature.node
+
+    @abc.abstractmethod
+    def compute(self, ctx: OpKernelContext) -> None:
+        """Read inputs from ``ctx`` and set every output."""
+
+
+class AsyncOpKernel(OpKernel):
+    """A kernel that finishes later: ``compute_async`` calls ``done`` exactly once."""
+
+    @abc.abstractmethod
+    def compute_async(self, ctx: OpKernelContext, done: Callable[[], None]) -> None: ...
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        finished = threading.Event()
+        self.compute_async(ctx, finished.set)
+        finished.wait()
+
+
+class FunctionKernel(OpKernel):
+    """A plain function of the context, as a kernel (the common case)."""
+
+    function: ClassVar[Callable[[OpKernelContext], None]]
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        type(self).function(ctx)
+
+    @classmethod
+    def wrap(cls, fn: Callable[[OpKernelContext], None], *, expensive: bool) -> type[OpKernel]:
+        return type(
+            getattr(fn, "__name__", "kernel"),
+            (cls,),
+            {
+                "function": staticmethod(fn),
+                "is_expensive": expensive,
+                "__module__": getattr(fn, "__module__", __name__),
+                "__qualname__": getattr(fn, "__qualname__", "kernel"),
+            },
+        )
+
+
+_UNSET = object()
+
+
+def _is_exclusive_numpy_buffer(value: object, refs_we_hold: int) -> bool:
+    """Whether a numpy array's memory may be overwritten: nothing but us refers to it.
+
+    Every view of an array holds a reference to it (``.base``), so a reference count no
+    higher than ours means no other tensor, view or caller can see the memory. This is
+    TensorFlow's ``RefCountIsOne`` check, made with CPython's reference counts.
+    """
+    return (
+        type(value) is np.ndarray
+        and value.base is None
+        and value.flags.writeable
+        and value.flags.c_contiguous
+        and sys.getrefcount(value) - 1 <= refs_we_hold
+    )
+
+
+class OpKernelContext:
+    """One run of one kernel: its inputs, outputs, device and step state.
+
+    ``forwardable`` lists the input indices whose buffers the caller hands over: it holds
+    no other reference to them and this node is their last consumer. Only those may be
+    reused by ``forward_input_or_allocate_output``, and only after checking that no view
+    of them is alive.
+    """
+
+    def __init__(
+        self,
+        kernel: OpKernel,
+        inputs: list[Any],
+        device: Device,
+        *,
+        forwardable: Sequence[int] = (),
+        resource_mgr: ResourceMgr | None = None,
+        cancellation: CancellationManager | None = None,
+        step_id: int = 0,
+        rendezvous: Any = None,
+    ) -> None:
+        self.kernel = kernel
+        self.signature = kernel.signature
+        self.device = device
+        self.resource_mgr = resource_mgr if resource_mgr is not None else ResourceMgr()
+        self.cancellation = cancellation if cancellation is not None else CancellationManager()
+        self.step_id = step_id
+        self.rendezvous = rendezvous
+        self._inputs = inputs
+        self._forwardable = frozenset(forwardable)
+        self._outputs: list[Any] = [_UNSET] * len(self.signature.output_dtypes)
+        self.forwarded: list[tuple[int, int]] = []
+        """(input, output) pairs whose buffer was reused, for step stats and tests."""
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self._inputs)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._outputs)
+
+    def _index(self, key: int | str, outputs: bool) -> int:
+        if isinstance(key, int):
+            return key
+        ranges = self.signature.output_ranges if outputs else self.signature.input_ranges
+        if key not in ranges:
+            self.signature.op_def.arg(key)  # raises naming the args
+        start, end = ranges[key]
+        if end - start != 1:
+            raise self.fail(f"argument {key!r} is a list; use input_list({key!r})")
+        return start
+
+    def input(self, key: int | str) -> Any:
+        return self._inputs[self._index(key, False)]
+
+    def input_list(self, name: str) -> list[Any]:
+        if name not in self.signature.input_ranges:
+            self.signature.op_def.arg(name)
+        start, end = self.signature.input_ranges[name]
+        return self._inputs[start:end]
+
+    def input_dtype(self, key: int | str) -> DType:
+        return self.signature.input_dtypes[self._index(key, False)]
+
+    def attr(self, name: str) -> Any:
+        if name not in self.signature.attrs:
+            self.signature.op_def.attr(name)
+        return self.signature.attrs[name]
+
+    def input_is_host_memory(self, index: int) -> bool:
+        return index in self.signature.host_memory_inputs
+
+    # -- outputs --------------------------------------------------------------------------
+
+    def output_dtype(self, key: int | str) -> DType:
+        return self.signature.output_dtypes[self._index(key, True)]
+
+    def _allocate_for(self, index: int, shape: object, dtype: DType) -> Any:
+        if index in self.signature.host_memory_outputs:
+            # Host-memory outputs (shapes, indices) live in numpy whatever the device.
+            return np.empty(as_shape(shape).as_tuple(), dtype.numpy_dtype)
+        return self.device.allocate(shape, dtype)
+
+    def allocate_output(self, key: int | str, shape: object) -> Any:
+        index = self._index(key, True)
+        buffer = self._allocate_for(index, shape, self.signature.output_dtypes[index])
+        self.set_output(index, buffer)
+        return buffer
+
+    def allocate_temp(self, shape: object, dtype: object) -> Any:
+        return self.device.allocate(shape, as_dtype(dtype))
+
+    def set_output(self, key: int | str, value: Any) -> None:
+        index = self._index(key, True)
+        if self._outputs[index] is not _UNSET:
+            raise self.fail(f"output {index} was set twice")
+        self._outputs[index] = value
+
+    def forward_input_to_output(self, input_key: int | str, output_key: int | str) -> None:
+        """Output ``output_key`` *is* input ``input_key`` (shared, not copied: Identity)."""
+        self.set_output(output_key, self.input(input_key))
+
+    def forward_input_or_allocate_output(
+        self, candidates: Sequence[int], output_key: int | str, shape: object
+    ) -> Any:
+        """A buffer for the output, reusing a candidate input's memory when allowed.
+
+        An input is reused when the caller marked it forwardable, no view or other holder
+        of its memory is alive, and its dtype and element count match the output's.
+        The kernel may still read that input: elementwise kernels write in place.
+        """
+        index = self._index(output_key, True)
+        dtype = self.signature.output_dtypes[index]
+        dims = tuple(int(d) for d in shape)  # type: ignore[attr-defined]
+        for candidate in candidates:
+            if candidate not in self._forwardable or index in self.signature.host_memory_outputs:
+                continue
+            # Refs we hold: self._inputs' slot and the argument of the check itself.
+            if not _is_exclusive_numpy_buffer(self._inputs[candidate], 2):
+                continue
+            value: np.ndarray[Any, Any] = self._inputs[candidate]
+            if value.dtype != dtype.numpy_dtype or value.size != int(np.prod(dims)):
+                continue
+            out = value if value.shape == dims else value.reshape(dims)
+            self.set_output(index, out)
+            self.forwarded.append((candidate, index))
+            return out
+        return self.allocate_output(index, dims)
+
+    def outputs(self) -> list[Any]:
+        """Every output, after checking the kernel set each one with the declared dtype."""
+        for index, value in enumerate(self._outputs):
+            if value is _UNSET:
+                names = [n for n, (s, e) in self.signature.output_ranges.items() if s <= index < e]
+                raise self.fail(
+                    f"kernel {type(self.kernel).__qualname__} did not set output {index} "
+                    f"({names[0] if names else '?'})"
+                )
+            expected = self.signature.output_dtypes[index]
+            actual = getattr(value, "dtype", None)
+            if actual is not None and str(actual).removeprefix("torch.") != expected.name:
+                try:
+                    matches = as_dtype(actual) is expected
+                except Exception:
+                    matches = False
+                if not matches:
+                    raise self.fail(
+                        f"kernel {type(self.kernel).__qualname__} produced output {index} with "
+                        f"dtype {actual}, but the op declares {expected.name}"
+                    )
+        return list(self._outputs)
+
+    # -- step state -------------------------------------------------------------------------
+
+    def check_cancelled(self) -> None:
+        """Raise ``CancelledError`` if the step was cancelled; long kernels call this."""
+        if self.cancellation.is_cancelled:
+            raise CancelledError(
+                f"{self.signature.where} was cancelled: {self.cancellation.reason}"
+            )
+
+    def fail(self, message: str) -> KernelError:
+        """``raise ctx.fail("...")``: an error naming this node and op."""
+        return KernelError(f"{self.signature.where}: {message}")
