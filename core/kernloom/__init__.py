@@ -26,7 +26,9 @@ from kernloom.dtypes import (
 )
 from kernloom.errors import (
     AlreadyExistsError,
+    CancelledError,
     InvalidArgumentError,
+    KernelError,
     KernloomError,
     KernloomPluginWarning,
     NotFoundError,
@@ -35,6 +37,7 @@ from kernloom.errors import (
     ResourceExhaustedError,
 )
 from kernloom.framework.allocator import AllocatorStats, TrackingAllocator
+from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import (
     Device,
     DeviceAttributes,
@@ -52,7 +55,26 @@ from kernloom.framework.device_factory_registry import (
 )
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.device_name import LOCAL_PREFIX, DeviceSpec, parse_device_name
+from kernloom.framework.kernel_def import KernelDef, KernelDefBuilder
+from kernloom.framework.kernel_registry import (
+    KernelConflict,
+    KernelLibrary,
+    KernelRegistration,
+    NoKernelError,
+)
+from kernloom.framework.node_def import KERNEL_LABEL_ATTR, NodeDef
+from kernloom.framework.op_def import ArgDef, AttrDef, OpDef, OpDefBuilder, OpLibrary
+from kernloom.framework.op_kernel import (
+    AsyncOpKernel,
+    KernelSignature,
+    OpKernel,
+    OpKernelConstruction,
+    OpKernelContext,
+)
+from kernloom.framework.op_segment import OpSegment
 from kernloom.framework.origin import Origin
+from kernloom.framework.resource_mgr import ResourceMgr
+from kernloom.framework.shape_inference import InferenceContext
 from kernloom.plugins import (
     ENTRY_POINT_GROUP,
     KERNLOOM_API_VERSION,
@@ -67,10 +89,16 @@ from kernloom.version import __version__
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "KERNEL_LABEL_ATTR",
     "KERNLOOM_API_VERSION",
     "LOCAL_PREFIX",
     "AllocatorStats",
     "AlreadyExistsError",
+    "ArgDef",
+    "AsyncOpKernel",
+    "AttrDef",
+    "CancellationManager",
+    "CancelledError",
     "DType",
     "Device",
     "DeviceAttributes",
@@ -82,10 +110,27 @@ __all__ = [
     "FactoryConflict",
     "FactoryRegistration",
     "FactoryStatus",
+    "InferenceContext",
     "InvalidArgumentError",
+    "KernelConflict",
+    "KernelDef",
+    "KernelDefBuilder",
+    "KernelError",
+    "KernelLibrary",
+    "KernelRegistration",
+    "KernelSignature",
     "KernloomError",
     "KernloomPluginWarning",
+    "NoKernelError",
+    "NodeDef",
     "NotFoundError",
+    "OpDef",
+    "OpDefBuilder",
+    "OpKernel",
+    "OpKernelConstruction",
+    "OpKernelContext",
+    "OpLibrary",
+    "OpSegment",
     "Origin",
     "PluginError",
     "PluginRecord",
@@ -95,6 +140,7 @@ __all__ = [
     "Registry",
     "ResolvedFactory",
     "ResourceExhaustedError",
+    "ResourceMgr",
     "TensorShape",
     "TrackingAllocator",
     "__version__",

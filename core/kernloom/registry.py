@@ -295,6 +295,7 @@ class Registry:
                 )
             for impl in impls:
                 impl.function(**dict.fromkeys(impl.argnames, registrar))
+            registrar.finish()
         except _PluginFailure:
             self._pm.unregister(name=name)
             raise

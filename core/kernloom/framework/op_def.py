@@ -42,7 +42,7 @@ ShapeFn = Callable[["InferenceContext"], None]
 _OP_NAME: Final = re.compile(r"_?[A-Z][A-Za-z0-9_]*")
 _ARG_NAME: Final = re.compile(r"[a-z][a-z0-9_]*")
 _ATTR_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-_ARG_SPEC: Final = re.compile(r"\s*(\w+)\s*:\s*(?:(\w+)\s*\*\s*)?(\w+)\s*")
+_ARG_SPEC: Final = re.compile(r"\s*(\w+)\s*:\s*(?:([A-Za-z]\w*)\s*\*\s*)?(\w+)\s*")
 _ATTR_SPEC: Final = re.compile(
     r"\s*(\w+)\s*:\s*(\{[^}]*\}|[\w()]+)\s*(>=\s*-?\d+)?\s*(?:=\s*(.+?))?\s*"
 )

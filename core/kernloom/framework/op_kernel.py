@@ -18,7 +18,6 @@ Contracts:
 from __future__ import annotations
 
 import abc
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -188,29 +187,27 @@ class FunctionKernel(OpKernel):
 _UNSET = object()
 
 
-def _is_exclusive_numpy_buffer(value: object, refs_we_hold: int) -> bool:
-    """Whether a numpy array's memory may be overwritten: nothing but us refers to it.
-
-    Every view of an array holds a reference to it (``.base``), so a reference count no
-    higher than ours means no other tensor, view or caller can see the memory. This is
-    TensorFlow's ``RefCountIsOne`` check, made with CPython's reference counts.
-    """
+def _is_reusable_numpy_buffer(value: object) -> bool:
+    """Whether an array's memory can be written as a fresh output: it owns its memory (it is
+    no view of a buffer someone else may see), is writeable (not a caller's read-only feed)
+    and is laid out contiguously."""
     return (
         type(value) is np.ndarray
         and value.base is None
         and value.flags.writeable
         and value.flags.c_contiguous
-        and sys.getrefcount(value) - 1 <= refs_we_hold
     )
 
 
 class OpKernelContext:
     """One run of one kernel: its inputs, outputs, device and step state.
 
-    ``forwardable`` lists the input indices whose buffers the caller hands over: it holds
-    no other reference to them and this node is their last consumer. Only those may be
-    reused by ``forward_input_or_allocate_output``, and only after checking that no view
-    of them is alive.
+    ``forwardable`` lists the input indices whose buffers the caller hands over: this node
+    is the last consumer of that value *and of every other live value sharing its memory*
+    (views made by Reshape or Identity share their source's buffer). Only the caller can
+    know that -- the executor tracks live uses per buffer, as TensorFlow's RefCountIsOne
+    does -- so the context trusts it, and checks what it can see itself: the value owns its
+    memory, is writeable and contiguous, and matches the output's dtype and size.
     """
 
     def __init__(
@@ -324,8 +321,7 @@ class OpKernelContext:
         for candidate in candidates:
             if candidate not in self._forwardable or index in self.signature.host_memory_outputs:
                 continue
-            # Refs we hold: self._inputs' slot and the argument of the check itself.
-            if not _is_exclusive_numpy_buffer(self._inputs[candidate], 2):
+            if not _is_reusable_numpy_buffer(self._inputs[candidate]):
                 continue
             value: np.ndarray[Any, Any] = self._inputs[candidate]
             if value.dtype != dtype.numpy_dtype or value.size != int(np.prod(dims)):

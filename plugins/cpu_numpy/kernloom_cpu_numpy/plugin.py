@@ -13,5 +13,7 @@ CPU_PRIORITY = 60
 @kernloom.hookimpl
 def kernloom_register(registry: kernloom.Registrar) -> None:
     from kernloom_cpu_numpy.device import NumpyCPUDeviceFactory
+    from kernloom_cpu_numpy.kernels import build_library
 
     registry.register_device_factory("CPU", NumpyCPUDeviceFactory(), priority=CPU_PRIORITY)
+    registry.register_kernels(build_library())

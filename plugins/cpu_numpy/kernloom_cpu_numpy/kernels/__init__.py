@@ -1,0 +1,15 @@
+"""numpy kernels for the standard op library on the CPU device."""
+
+from __future__ import annotations
+
+from kernloom import KernelLibrary
+from kernloom_cpu_numpy.kernels import array, elementwise, labelled, math, nn
+
+__all__ = ["build_library"]
+
+
+def build_library() -> KernelLibrary:
+    lib = KernelLibrary()
+    for family in (array, elementwise, math, nn, labelled):
+        family.register(lib)
+    return lib

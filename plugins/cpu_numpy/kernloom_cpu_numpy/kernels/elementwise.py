@@ -1,0 +1,149 @@
+"""Elementwise kernels: unary and binary ufuncs, comparisons, Select, AddN, Cast.
+
+Each writes into a buffer from ``forward_input_or_allocate_output``, so an input this
+node is the last user of is overwritten in place instead of allocating a new one.
+numpy's floating-point warnings are silenced: like TensorFlow, 1/0 is inf and log(-1)
+is nan, not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kernloom import KernelLibrary, OpKernelContext
+from kernloom.ops import types as t
+from kernloom_cpu_numpy.kernels._util import Array, broadcast_shape
+
+__all__ = ["register"]
+
+CPU = "CPU"
+
+
+def _unary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
+    def compute(ctx: OpKernelContext) -> None:
+        x = ctx.input(0)
+        out = ctx.forward_input_or_allocate_output([0], 0, x.shape)
+        with np.errstate(all="ignore"):
+            fn(x, out=out)
+
+    return compute
+
+
+def _binary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
+    def compute(ctx: OpKernelContext) -> None:
+        x, y = ctx.input(0), ctx.input(1)
+        shape = broadcast_shape(ctx, x.shape, y.shape)
+        out = ctx.forward_input_or_allocate_output([0, 1], 0, shape)
+        with np.errstate(all="ignore"):
+            try:
+                fn(x, y, out=out)
+            except ValueError as exc:  # e.g. integers to negative integer powers
+                raise ctx.fail(str(exc)) from None
+
+    return compute
+
+
+def _compare(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
+    def compute(ctx: OpKernelContext) -> None:
+        x, y = ctx.input(0), ctx.input(1)
+        out = ctx.allocate_output(0, broadcast_shape(ctx, x.shape, y.shape))
+        fn(x, y, out=out)
+
+    return compute
+
+
+def _sigmoid(x: Array, out: Array) -> None:
+    # 1 / (1 + exp(-x)) computed in place; exp overflow gives inf and so exactly 0.
+    np.negative(x, out=out)
+    np.exp(out, out=out)
+    out += 1
+    np.reciprocal(out, out=out)
+
+
+def _relu(x: Array, out: Array) -> None:
+    np.maximum(x, 0, out=out)
+
+
+def select(ctx: OpKernelContext) -> None:
+    condition, then, otherwise = ctx.input(0), ctx.input(1), ctx.input(2)
+    shape = broadcast_shape(ctx, condition.shape, then.shape, otherwise.shape)
+    # Only `otherwise` may be reused: it is read first, before anything is overwritten.
+    out = ctx.forward_input_or_allocate_output([2], 0, shape)
+    np.copyto(out, otherwise)
+    np.copyto(out, then, where=condition)
+
+
+def add_n(ctx: OpKernelContext) -> None:
+    inputs = ctx.input_list("inputs")
+    shape = inputs[0].shape
+    for i, x in enumerate(inputs[1:], 1):
+        if x.shape != shape:
+            raise ctx.fail(f"input {i} has shape {list(x.shape)}, input 0 has {list(shape)}")
+    out = ctx.forward_input_or_allocate_output(range(len(inputs)), 0, shape)
+    reused = ctx.forwarded[0][0] if ctx.forwarded else None
+    if reused is None:
+        np.copyto(out, inputs[0])
+    with np.errstate(all="ignore"):
+        for i, x in enumerate(inputs):
+            if i != reused and (reused is not None or i > 0):
+                np.add(out, x, out=out)
+
+
+def cast(ctx: OpKernelContext) -> None:
+    x = ctx.input(0)
+    if ctx.attr("SrcT") is ctx.attr("DstT"):
+        ctx.forward_input_to_output(0, 0)
+        return
+    out = ctx.allocate_output(0, x.shape)
+    if x.dtype.kind == "c" and out.dtype.kind != "c":
+        x = x.real  # TensorFlow keeps the real part
+    with np.errstate(all="ignore"):
+        np.copyto(out, x, casting="unsafe")
+
+
+Table = tuple[tuple[str, Callable[..., Any], tuple[Any, ...]], ...]
+
+BINARY: Table = (
+    ("Add", np.add, t.NUMBERS),
+    ("Sub", np.subtract, t.NUMBERS),
+    ("Mul", np.multiply, t.NUMBERS),
+    ("RealDiv", np.true_divide, t.INEXACT),
+    ("Maximum", np.maximum, t.REALS),
+    ("Minimum", np.minimum, t.REALS),
+    ("Pow", np.power, t.NUMBERS),
+)
+UNARY: Table = (
+    ("Neg", np.negative, t.SIGNED),
+    ("Exp", np.exp, t.INEXACT),
+    ("Log", np.log, t.INEXACT),
+    ("Sqrt", np.sqrt, t.INEXACT),
+    ("Square", np.square, t.NUMBERS),
+    ("Tanh", np.tanh, t.INEXACT),
+    ("Sigmoid", _sigmoid, t.FLOATS),
+    ("Relu", _relu, t.REALS),
+)
+COMPARISONS: Table = (
+    ("Equal", np.equal, t.ALL),
+    ("Less", np.less, t.REALS),
+    ("Greater", np.greater, t.REALS),
+)
+
+
+def register(lib: KernelLibrary) -> None:
+    def kernel(
+        op: str, fn: Callable[[OpKernelContext], None], types: tuple[Any, ...], attr: str = "T"
+    ) -> None:
+        lib.kernel(op, device=CPU, backend="numpy", type_constraints={attr: types})(fn)
+
+    for op, fn, types in BINARY:
+        kernel(op, _binary(fn), types)
+    for op, fn, types in UNARY:
+        kernel(op, _unary(fn), types)
+    for op, fn, types in COMPARISONS:
+        kernel(op, _compare(fn), types)
+    kernel("Select", select, t.ALL)
+    kernel("AddN", add_n, t.NUMBERS)
+    lib.kernel("Cast", device=CPU, backend="numpy")(cast)

@@ -1,0 +1,124 @@
+"""Reductions, MatMul, BiasAdd, ArgMax."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kernloom import KernelLibrary, OpKernelContext
+from kernloom.ops import types as t
+from kernloom_cpu_numpy.kernels._util import Array, axes_of, highest, lowest
+
+__all__ = ["register"]
+
+CPU = "CPU"
+
+
+def _reduce_into(ctx: OpKernelContext) -> tuple[Array, tuple[int, ...], Array]:
+    x = ctx.input(0)
+    axes = axes_of(ctx, ctx.input(1), x.ndim, "reduction index")
+    keep = bool(ctx.attr("keep_dims"))
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
+    return x, axes, ctx.allocate_output(0, shape)
+
+
+def reduce_sum(ctx: OpKernelContext) -> None:
+    x, axes, out = _reduce_into(ctx)
+    with np.errstate(all="ignore"):
+        np.sum(x, axis=axes, keepdims=True, out=out.reshape(_kept(x, axes)))
+
+
+def _kept(x: Array, axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+
+
+def reduce_mean(ctx: OpKernelContext) -> None:
+    x, axes, out = _reduce_into(ctx)
+    count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    target = out.reshape(_kept(x, axes))
+    with np.errstate(all="ignore"):
+        if x.dtype.kind in "iu":
+            total = np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)
+            if count == 0:
+                target[...] = 0
+                return
+            quotient = total // count
+            # Floor division rounds toward -inf; TensorFlow's integer mean truncates toward 0.
+            quotient += ((total % count) != 0) & (total < 0)
+            target[...] = quotient
+        else:
+            np.mean(x, axis=axes, keepdims=True, out=target)
+
+
+def _extreme(fn: Any, initial: Any) -> Any:
+    def compute(ctx: OpKernelContext) -> None:
+        x, axes, out = _reduce_into(ctx)
+        # `initial` makes an empty reduction give the identity (-inf for Max), as in TF.
+        fn(x, axis=axes, keepdims=True, out=out.reshape(_kept(x, axes)), initial=initial(x.dtype))
+
+    return compute
+
+
+def matmul(ctx: OpKernelContext) -> None:
+    a, b = _matmul_operands(ctx)
+    out = ctx.allocate_output(0, (a.shape[0], b.shape[1]))
+    np.matmul(a, b, out=out)
+
+
+def _matmul_operands(ctx: OpKernelContext) -> tuple[Array, Array]:
+    a, b = ctx.input(0), ctx.input(1)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ctx.fail(f"MatMul takes matrices, got shapes {list(a.shape)} and {list(b.shape)}")
+    a = a.T if ctx.attr("transpose_a") else a
+    b = b.T if ctx.attr("transpose_b") else b
+    if a.shape[1] != b.shape[0]:
+        raise ctx.fail(
+            f"inner dimensions differ: {list(a.shape)} x {list(b.shape)} (after transposes)"
+        )
+    return a, b
+
+
+def bias_add(ctx: OpKernelContext) -> None:
+    value, bias = ctx.input(0), ctx.input(1)
+    if value.ndim < 2 or bias.ndim != 1:
+        raise ctx.fail(
+            f"value must have rank >= 2 and bias rank 1, got {list(value.shape)} and "
+            f"{list(bias.shape)}"
+        )
+    channel = value.ndim - 1 if ctx.attr("data_format") == "NHWC" else 1
+    if value.shape[channel] != bias.shape[0]:
+        raise ctx.fail(
+            f"bias has {bias.shape[0]} elements but value dimension {channel} is "
+            f"{value.shape[channel]}"
+        )
+    shaped = bias.reshape([-1 if i == channel else 1 for i in range(value.ndim)])
+    out = ctx.forward_input_or_allocate_output([0], 0, value.shape)
+    with np.errstate(all="ignore"):
+        np.add(value, shaped, out=out)
+
+
+def arg_max(ctx: OpKernelContext) -> None:
+    x = ctx.input(0)
+    if x.ndim == 0:
+        raise ctx.fail("ArgMax needs a tensor of rank >= 1")
+    if np.ndim(ctx.input(1)) != 0:
+        raise ctx.fail("dimension must be a scalar")
+    (axis,) = axes_of(ctx, ctx.input(1), x.ndim, "dimension")
+    if x.shape[axis] == 0:
+        raise ctx.fail(f"cannot take ArgMax over dimension {axis}, which has size 0")
+    out = ctx.allocate_output(0, tuple(d for i, d in enumerate(x.shape) if i != axis))
+    out[...] = np.argmax(x, axis=axis)
+
+
+def register(lib: KernelLibrary) -> None:
+    def cpu(op: str, types: tuple[Any, ...], **kw: Any) -> Any:
+        return lib.kernel(op, device=CPU, backend="numpy", type_constraints={"T": types}, **kw)
+
+    cpu("Sum", t.NUMBERS, host_memory=["reduction_indices"])(reduce_sum)
+    cpu("Mean", t.NUMBERS, host_memory=["reduction_indices"])(reduce_mean)
+    cpu("Max", t.REALS, host_memory=["reduction_indices"])(_extreme(np.max, lowest))
+    cpu("Min", t.REALS, host_memory=["reduction_indices"])(_extreme(np.min, highest))
+    cpu("MatMul", (*t.FLOATS, *t.INDEX, *t.COMPLEX))(matmul)
+    cpu("BiasAdd", t.NUMBERS)(bias_add)
+    cpu("ArgMax", t.REALS, host_memory=["dimension"])(arg_max)

@@ -1,0 +1,149 @@
+"""Every standard op's CPU kernel against numpy, and shape inference against the kernels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from kernel_cases import Case, cases
+
+import kernloom as kl
+from kernloom.framework.shape_inference import InferenceContext, infer_shapes
+from kernloom.ops import standard_ops
+from kernloom.testing import run_kernel
+
+CASES = list(cases())
+
+
+def tolerance(dtype: np.dtype[Any]) -> dict[str, float]:
+    if dtype == np.float16:
+        return {"rtol": 2e-2, "atol": 2e-2}
+    if dtype in (np.float32, np.complex64):
+        return {"rtol": 2e-5, "atol": 2e-5}
+    return {"rtol": 1e-10, "atol": 1e-12}
+
+
+def test_every_standard_op_is_covered() -> None:
+    covered = {c.op for c in CASES}
+    assert set(standard_ops().names()) - covered == {"Placeholder", "NoOp"}  # tested below
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_kernel_matches_numpy(case: Case) -> None:
+    run = run_kernel(case.op, case.inputs, case.attrs, label=case.label)
+    for actual, expected in zip(run.outputs, case.expected(), strict=True):
+        assert actual.shape == expected.shape
+        assert actual.dtype == expected.dtype, f"{actual.dtype} != {expected.dtype}"
+        if actual.dtype.kind in "fc":
+            np.testing.assert_allclose(actual, expected, **tolerance(actual.dtype))
+        else:
+            np.testing.assert_array_equal(actual, expected)
+
+
+CPU = kl.default_registry().create_devices().lookup("CPU:0")
+
+
+def inferred(case: Case, registry: kl.Registry, *, with_values: bool) -> list[kl.TensorShape]:
+    op_def = registry.op_def(case.op)
+    flat = [
+        np.asarray(v) for item in case.inputs for v in (item if isinstance(item, list) else [item])
+    ]
+    dtypes = [
+        [kl.as_dtype(np.asarray(v).dtype) for v in item]
+        if isinstance(item, list)
+        else kl.as_dtype(np.asarray(item).dtype)
+        for item in case.inputs
+    ]
+    attrs = op_def.infer_attrs(dtypes, case.attrs, "node")
+    node = kl.NodeDef(name="node", op=case.op, attrs=attrs)
+    host = registry.create_kernel(node, CPU).signature.host_memory_inputs
+    values = [a if with_values and i in host else None for i, a in enumerate(flat)]
+    ctx = InferenceContext(
+        op_def,
+        "node",
+        attrs,
+        [kl.TensorShape(a.shape) for a in flat],
+        [kl.as_dtype(a.dtype) for a in flat],
+        values,
+    )
+    return infer_shapes(ctx)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_shape_inference_agrees_with_the_kernel(case: Case) -> None:
+    registry = kl.default_registry()
+    actual = [
+        o.shape for o in run_kernel(case.op, case.inputs, case.attrs, label=case.label).outputs
+    ]
+    known = inferred(case, registry, with_values=True)
+    assert [s.as_tuple() for s in known] == actual  # constants known: fully defined and exact
+    unknown = inferred(case, registry, with_values=False)
+    assert all(s.is_compatible_with(list(a)) for s, a in zip(unknown, actual, strict=True))
+
+
+def test_placeholder_kernel_says_it_must_be_fed() -> None:
+    with pytest.raises(
+        kl.KernelError, match=r"node 'x' \(op Placeholder\): placeholder must be fed"
+    ):
+        run_kernel("Placeholder", [], {"dtype": kl.float32, "shape": [2, None]}, name="x")
+
+
+def test_no_op_has_no_outputs() -> None:
+    assert run_kernel("NoOp", []).outputs == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    op=st.sampled_from(["Add", "Mul", "Maximum", "Sub"]),
+    dtype=st.sampled_from([np.float64, np.int32]),
+)
+def test_broadcasting_binary_ops_match_numpy(data: st.DataObject, op: str, dtype: type) -> None:
+    shapes = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4))
+    elements = st.integers(-100, 100) if dtype is np.int32 else st.floats(-1e3, 1e3)
+    x = data.draw(hnp.arrays(dtype, shapes.input_shapes[0], elements=elements))
+    y = data.draw(hnp.arrays(dtype, shapes.input_shapes[1], elements=elements))
+    fn = {"Add": np.add, "Mul": np.multiply, "Maximum": np.maximum, "Sub": np.subtract}[op]
+    (out,) = run_kernel(op, [x, y], forwardable=[0, 1]).outputs
+    np.testing.assert_array_equal(out, fn(x, y))
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs", "attrs", "message"),
+    [
+        (
+            "Reshape",
+            [np.zeros(6), np.array([4, -1], np.int32)],
+            {},
+            "cannot reshape 6 elements into",
+        ),
+        ("Reshape", [np.zeros(6), np.array([-1, -1], np.int32)], {}, "at most one -1"),
+        (
+            "Sum",
+            [np.zeros((2, 3)), np.array([2], np.int32)],
+            {},
+            "reduction index 2 is out of range",
+        ),
+        ("MatMul", [np.zeros((2, 3)), np.zeros((2, 3))], {}, "inner dimensions differ"),
+        (
+            "ConcatV2",
+            [[np.zeros((2, 3)), np.zeros((3, 3))], np.int32(1)],
+            {},
+            "incompatible with values",
+        ),
+        ("Transpose", [np.zeros((2, 3)), np.array([0, 0], np.int32)], {}, "is not a permutation"),
+        ("ArgMax", [np.zeros((0, 3)), np.int32(0)], {}, "has size 0"),
+        ("Pow", [np.array([2], np.int32), np.array([-1], np.int32)], {}, "negative integer powers"),
+        ("Add", [np.zeros((2, 3)), np.zeros((4,))], {}, "cannot be broadcast together"),
+    ],
+)
+def test_bad_inputs_fail_naming_the_node(
+    op: str, inputs: list[Any], attrs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(kl.KernelError, match=message) as info:
+        run_kernel(op, inputs, attrs, name="the_node")
+    assert f"node 'the_node' (op {op})" in str(info.value)
