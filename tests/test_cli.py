@@ -141,3 +141,48 @@ def test_no_plugins_at_all_says_what_to_install(run: Run) -> None:
 def test_version(run: Run) -> None:
     code, out, _ = run("--version")
     assert code == 0 and "plugin API 1.0" in out
+
+
+def test_ops_lists_signatures_and_attrs(run: Run) -> None:
+    code, out, _ = run("ops", "MatMul", eps=[])
+    assert code == 0
+    assert "(a: T, b: T) -> (product: T)" in out and "transpose_a: bool = false" in out
+    code, out, _ = run("ops", "--json", eps=[])
+    ops = {o["name"]: o for o in json.loads(out)}
+    assert len(ops) == 41 and ops["ConcatV2"]["attrs"][0] == "N: int >= 2"
+    code, _, err = run("ops", "Matmul", eps=[])
+    assert code == 2 and "Did you mean 'MatMul'" in err
+
+
+KERNELS_PLUGIN = """
+lib = kernloom.KernelLibrary()
+
+@lib.kernel("Relu", device="CPU", label="fast", type_constraints={"T": ["float32"]})
+def relu(ctx):
+    pass
+
+@lib.kernel("Tanh", device="GPU")
+def tanh(ctx):
+    pass
+
+@kernloom.hookimpl
+def kernloom_register(registry):
+    registry.register_kernels(lib)
+"""
+
+
+def test_kernels_filters_by_op_and_device(run: Run, install: Install) -> None:
+    eps = [install("k", KERNELS_PLUGIN)]
+    code, out, _ = run("kernels", "--json", eps=eps)
+    assert code == 0 and len(json.loads(out)) == 2
+    code, out, _ = run("kernels", "--json", "--op", "Relu", eps=eps)
+    (row,) = json.loads(out)
+    assert (row["label"], row["constraints"], row["plugin"]) == ("fast", {"T": ["float32"]}, "k")
+    code, out, _ = run("kernels", "--json", "--device", "GPU", eps=eps)
+    assert [r["op"] for r in json.loads(out)] == ["Tanh"]
+    code, out, _ = run("kernels", "--op", "Relu", eps=eps)
+    assert code == 0 and "fast" in out and "T in {float32}" in out
+    code, out, _ = run("kernels", "--op", "Softmax", eps=eps)
+    assert code == 0 and "no kernel is registered for op Softmax" in out
+    code, _, err = run("kernels", "--op", "Sofmax", eps=eps)
+    assert code == 2 and "Did you mean 'Softmax'" in err

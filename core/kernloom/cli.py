@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernloom.errors import InvalidArgumentError, KernloomError, PluginError
+from kernloom.framework.attr import format_attr_value
 from kernloom.framework.device import DeviceOptions
 from kernloom.framework.device_factory_registry import ResolvedFactory
 from kernloom.plugins import KERNLOOM_API_VERSION, PluginState
@@ -231,6 +232,129 @@ def _cmd_plugins(registry: Registry, args: argparse.Namespace) -> int:
     return EXIT_PLUGIN_FAILURE if problems else EXIT_OK
 
 
+def _cmd_ops(registry: Registry, args: argparse.Namespace) -> int:
+    registrations = registry.ops.registrations()
+    if args.name:
+        try:
+            registrations = [
+                r for r in registrations if r.op_def.name == registry.op_def(args.name).name
+            ]
+        except KernloomError as exc:
+            _console(stderr=True).print(f"error: {exc}", markup=False)
+            return EXIT_USAGE
+    if args.json:
+        rows = [
+            {
+                "name": r.op_def.name,
+                "signature": r.op_def.signature(),
+                "inputs": [arg.spec() for arg in r.op_def.inputs],
+                "outputs": [arg.spec() for arg in r.op_def.outputs],
+                "attrs": [attr.spec() for attr in r.op_def.attrs],
+                "is_stateful": r.op_def.is_stateful,
+                "is_commutative": r.op_def.is_commutative,
+                "summary": r.op_def.summary,
+                "plugin": r.origin.plugin,
+                "distribution": r.origin.distribution,
+            }
+            for r in registrations
+        ]
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    table = Table(title=f"kernloom ops ({len(registrations)})", title_justify="left")
+    for column in ("op", "signature", "attrs", "from"):
+        table.add_column(column, overflow="fold")
+    for r in registrations:
+        op = r.op_def
+        flags = [
+            f for f, on in (("stateful", op.is_stateful), ("commutative", op.is_commutative)) if on
+        ]
+        table.add_row(
+            op.name + (f" [{', '.join(flags)}]" if flags else ""),
+            op.signature().removeprefix(op.name),
+            "\n".join(a.spec() for a in op.attrs),
+            r.origin.plugin,
+        )
+    _console().print(table)
+    if args.name and registrations and registrations[0].op_def.summary:
+        _console().print(registrations[0].op_def.summary, markup=False)
+    return EXIT_OK
+
+
+def _cmd_kernels(registry: Registry, args: argparse.Namespace) -> int:
+    if args.op is not None and args.op not in registry.ops:
+        try:
+            registry.op_def(args.op)
+        except KernloomError as exc:
+            _console(stderr=True).print(f"error: {exc}", markup=False)
+            return EXIT_USAGE
+    kernels = [
+        k
+        for k in registry.kernels.kernels(args.op)
+        if args.device is None or k.kernel_def.device_type == args.device
+    ]
+    if args.json:
+        rows = [
+            {
+                "op": k.kernel_def.op,
+                "device_type": k.kernel_def.device_type,
+                "backend": k.kernel_def.backend,
+                "label": k.kernel_def.label,
+                "constraints": {
+                    attr: [format_attr_value(v).strip("'") for v in values]
+                    for attr, values in k.kernel_def.constraints.items()
+                },
+                "host_memory_args": list(k.kernel_def.host_memory_args),
+                "priority": k.kernel_def.priority,
+                "implementation": k.implementation,
+                "plugin": k.origin.plugin,
+                "distribution": k.origin.distribution,
+            }
+            for k in kernels
+        ]
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    table = Table(title=f"kernloom kernels ({len(kernels)})", title_justify="left")
+    for column in (
+        "op",
+        "device",
+        "backend",
+        "label",
+        "constraints",
+        "host memory",
+        "priority",
+        "plugin",
+    ):
+        table.add_column(column, overflow="fold")
+    for k in kernels:
+        kd = k.kernel_def
+        table.add_row(
+            kd.op,
+            kd.device_type,
+            kd.backend or "any",
+            kd.label or "-",
+            "; ".join(
+                f"{a} in {{{', '.join(str(v) for v in vs)}}}"
+                for a, vs in sorted(kd.constraints.items())
+            )
+            or "-",
+            ", ".join(kd.host_memory_args) or "-",
+            str(kd.priority),
+            k.origin.plugin + (f" ({k.origin.distribution})" if k.origin.distribution else ""),
+        )
+    _console().print(table)
+    if not kernels:
+        where = " ".join(
+            p
+            for p in (
+                f"for op {args.op}" if args.op else "",
+                f"on {args.device}" if args.device else "",
+            )
+            if p
+        )
+        _console().print(f"no kernel is registered {where}".rstrip() + ".")
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kernloom", description="Inspect kernloom's installed devices and plugins."
@@ -248,6 +372,15 @@ def _parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
     plugins.set_defaults(handler=_cmd_plugins)
+    ops = sub.add_parser("ops", help="registered ops: signatures and attrs")
+    ops.add_argument("name", nargs="?", help="show one op")
+    ops.add_argument("--json", action="store_true", help="machine-readable output")
+    ops.set_defaults(handler=_cmd_ops)
+    kernels = sub.add_parser("kernels", help="registered kernels and what selects them")
+    kernels.add_argument("--op", help="only kernels of this op")
+    kernels.add_argument("--device", help="only kernels for this device type (CPU, GPU, ...)")
+    kernels.add_argument("--json", action="store_true", help="machine-readable output")
+    kernels.set_defaults(handler=_cmd_kernels)
     return parser
 
 

@@ -116,6 +116,8 @@ def format_attr_value(value: object) -> str:
         return f"<{value.dtype} tensor of shape {list(value.shape)}>"
     if isinstance(value, list):
         return "[" + ", ".join(format_attr_value(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as written in attr specs
     if isinstance(value, DType):
         return value.name
     if isinstance(value, TensorShape):
