@@ -45,3 +45,4 @@ clean:
 
 bench: $(VENV)/.demo-installed
 	$(BIN)/python benchmarks/bench_foundation.py
+	$(BIN)/python benchmarks/bench_kernels.py

@@ -36,12 +36,18 @@ def _shape_of(ctx: InferenceContext) -> None:
     ctx.set_output(0, [rank])
 
 
+def _unknown_from_shape_vector(ctx: InferenceContext, index: int) -> TensorShape:
+    """The output shape when input ``index`` (a shape vector) is not known until run time:
+    its length, if known, is the output's rank."""
+    vector = ctx.input_shape(index)
+    return TensorShape.unknown(vector[0]) if vector.rank == 1 else TensorShape(None)
+
+
 def _reshape_shape(ctx: InferenceContext) -> None:
     source = ctx.input_shape(0)
     target = ctx.input_value(1)
     if target is None:
-        known = ctx.input_shape(1)
-        ctx.set_output(0, TensorShape.unknown(known[0]) if known.rank == 1 else None)
+        ctx.set_output(0, _unknown_from_shape_vector(ctx, 1))
         return
     target_dims = [int(x) for x in np.asarray(target).reshape(-1)]
     if np.asarray(target).ndim > 1:
@@ -117,8 +123,7 @@ def _fill_shape(ctx: InferenceContext) -> None:
         raise ctx.fail(f"value must be a scalar, got shape {ctx.input_shape(1)}")
     dims = ctx.input_value(0)
     if dims is None:
-        known = ctx.input_shape(0)
-        ctx.set_output(0, TensorShape.unknown(known[0]) if known.rank == 1 else None)
+        ctx.set_output(0, _unknown_from_shape_vector(ctx, 0))
         return
     dims_list = [int(x) for x in np.asarray(dims).reshape(-1)]
     if any(x < 0 for x in dims_list):
