@@ -232,16 +232,21 @@ def _cmd_plugins(registry: Registry, args: argparse.Namespace) -> int:
     return EXIT_PLUGIN_FAILURE if problems else EXIT_OK
 
 
+def _report_unknown_op(registry: Registry, name: str | None) -> bool:
+    """Print why ``name`` is no op (with suggestions) and say so; False for a known op."""
+    if name is None or name in registry.ops:
+        return False
+    try:
+        registry.op_def(name)
+    except KernloomError as exc:
+        _console(stderr=True).print(f"error: {exc}", markup=False)
+    return True
+
+
 def _cmd_ops(registry: Registry, args: argparse.Namespace) -> int:
-    registrations = registry.ops.registrations()
-    if args.name:
-        try:
-            registrations = [
-                r for r in registrations if r.op_def.name == registry.op_def(args.name).name
-            ]
-        except KernloomError as exc:
-            _console(stderr=True).print(f"error: {exc}", markup=False)
-            return EXIT_USAGE
+    if _report_unknown_op(registry, args.name):
+        return EXIT_USAGE
+    registrations = [r for r in registry.ops.registrations() if args.name in (None, r.op_def.name)]
     if args.json:
         rows = [
             {
@@ -281,12 +286,8 @@ def _cmd_ops(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _cmd_kernels(registry: Registry, args: argparse.Namespace) -> int:
-    if args.op is not None and args.op not in registry.ops:
-        try:
-            registry.op_def(args.op)
-        except KernloomError as exc:
-            _console(stderr=True).print(f"error: {exc}", markup=False)
-            return EXIT_USAGE
+    if _report_unknown_op(registry, args.op):
+        return EXIT_USAGE
     kernels = [
         k
         for k in registry.kernels.kernels(args.op)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
-from kernloom.errors import InvalidArgumentError, NotFoundError
+from kernloom.errors import InvalidArgumentError, KernloomError, NotFoundError
 from kernloom.framework.attr import format_attr_value
 from kernloom.framework.kernel_def import KernelDef, KernelDefBuilder
 from kernloom.framework.node_def import NodeDef
@@ -341,11 +341,9 @@ def run_compute(kernel: OpKernel, ctx: OpKernelContext) -> None:
     """Run a kernel through its device, turning a crash into an error naming the node."""
     try:
         ctx.device.compute(kernel, ctx)
+    except KernloomError:
+        raise
     except Exception as exc:
-        from kernloom.errors import KernloomError
-
-        if isinstance(exc, KernloomError):
-            raise
         raise ctx.fail(
             f"kernel {type(kernel).__qualname__} failed: {type(exc).__name__}: {exc}"
         ) from exc
