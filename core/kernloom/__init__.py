@@ -5,6 +5,7 @@ define it, and nothing inside kernloom imports from here. Other modules are inte
 may change between releases.
 """
 
+from kernloom import ops
 from kernloom.dtypes import (
     DType,
     all_dtypes,
@@ -75,6 +76,17 @@ from kernloom.framework.op_segment import OpSegment
 from kernloom.framework.origin import Origin
 from kernloom.framework.resource_mgr import ResourceMgr
 from kernloom.framework.shape_inference import InferenceContext
+from kernloom.graph.builder import (
+    colocate_with,
+    constant,
+    control_dependencies,
+    device,
+    kernel_label,
+    name_scope,
+    placeholder,
+)
+from kernloom.graph.graph import Graph, Node, get_default_graph
+from kernloom.graph.tensor import Tensor
 from kernloom.plugins import (
     ENTRY_POINT_GROUP,
     KERNLOOM_API_VERSION,
@@ -110,6 +122,7 @@ __all__ = [
     "FactoryConflict",
     "FactoryRegistration",
     "FactoryStatus",
+    "Graph",
     "InferenceContext",
     "InvalidArgumentError",
     "KernelConflict",
@@ -122,6 +135,7 @@ __all__ = [
     "KernloomError",
     "KernloomPluginWarning",
     "NoKernelError",
+    "Node",
     "NodeDef",
     "NotFoundError",
     "OpDef",
@@ -141,6 +155,7 @@ __all__ = [
     "ResolvedFactory",
     "ResourceExhaustedError",
     "ResourceMgr",
+    "Tensor",
     "TensorShape",
     "TrackingAllocator",
     "__version__",
@@ -148,20 +163,29 @@ __all__ = [
     "as_dtype",
     "as_shape",
     "bool_",
+    "colocate_with",
     "complex64",
     "complex128",
+    "constant",
+    "control_dependencies",
     "default_registry",
+    "device",
     "device_count_for",
     "float16",
     "float32",
     "float64",
     "full_device_name",
+    "get_default_graph",
     "hookimpl",
     "int8",
     "int16",
     "int32",
     "int64",
+    "kernel_label",
+    "name_scope",
+    "ops",
     "parse_device_name",
+    "placeholder",
     "uint8",
     "uint16",
     "uint32",

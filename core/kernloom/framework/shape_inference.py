@@ -97,7 +97,12 @@ class InferenceContext:
 def infer_shapes(ctx: InferenceContext) -> list[TensorShape]:
     """Run the op's shape function (unknown shapes when it has none)."""
     if ctx.op_def.shape_fn is not None:
-        ctx.op_def.shape_fn(ctx)
+        try:
+            ctx.op_def.shape_fn(ctx)
+        except InvalidArgumentError:
+            raise
+        except Exception as exc:  # a shape function's own bug must still name the node
+            raise ctx.fail(f"shape inference failed: {type(exc).__name__}: {exc}") from exc
     return ctx.outputs()
 
 

@@ -104,6 +104,8 @@ def _concat_shape(ctx: InferenceContext) -> None:
     if axis_value is None:
         ctx.set_output(0, TensorShape.unknown(rank))
         return
+    if np.ndim(axis_value) != 0:
+        raise ctx.fail(f"axis must be a scalar, got shape {list(np.shape(axis_value))}")
     axis = normalize_axis(int(np.asarray(axis_value)), rank, ctx)
     out: list[Dim] = []
     for i in range(rank):

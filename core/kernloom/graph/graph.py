@@ -1,0 +1,411 @@
+"""``Graph`` and ``Node``: the dataflow graph a Session runs.
+
+Nodes are added through ``Graph.add_node`` (the op wrappers, ``kl.constant`` and
+``kl.placeholder`` all end there), which does at build time what TensorFlow does in
+``Operation.__init__``: makes the name unique, applies the active scopes (name, device,
+colocation, kernel label, control dependencies), infers the type attrs from the inputs,
+checks every attr against the op, and runs shape inference with constant inputs'
+values. A node that fails any of this is not added, and the error names it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, final
+
+import numpy as np
+
+from kernloom.dtypes import DType
+from kernloom.errors import InvalidArgumentError, NotFoundError, did_you_mean
+from kernloom.framework.device_name import parse_device_name
+from kernloom.framework.node_def import KERNEL_LABEL_ATTR, NodeDef
+from kernloom.framework.op_def import OpDef
+from kernloom.framework.shape_inference import InferenceContext, infer_shapes
+from kernloom.graph.tensor import Tensor
+from kernloom.registry import Registry, default_registry
+
+__all__ = ["COLOCATION_ATTR", "Graph", "Node", "get_default_graph"]
+
+COLOCATION_ATTR: Final = "_class"
+"""TensorFlow's colocation attr: ``["loc:@node_name", ...]``."""
+_NAME: Final = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
+
+
+@final
+class Node:
+    """One op instance: its attrs are complete (defaults filled, types inferred)."""
+
+    __slots__ = (
+        "assigned_device",
+        "attrs",
+        "control_inputs",
+        "graph",
+        "inputs",
+        "name",
+        "op_def",
+        "outputs",
+        "requested_device",
+    )
+
+    def __init__(
+        self,
+        graph: Graph,
+        name: str,
+        op_def: OpDef,
+        attrs: dict[str, Any],
+        inputs: list[Tensor],
+        control_inputs: list[Node],
+        requested_device: str,
+    ) -> None:
+        self.graph = graph
+        self.name = name
+        self.op_def = op_def
+        self.attrs = attrs
+        self.inputs = inputs
+        self.control_inputs = control_inputs
+        self.requested_device = requested_device
+        self.assigned_device: str | None = None
+        self.outputs: list[Tensor] = []
+
+    @property
+    def op(self) -> str:
+        return self.op_def.name
+
+    @property
+    def kernel_label(self) -> str:
+        label = self.attrs.get(KERNEL_LABEL_ATTR, "")
+        return label if isinstance(label, str) else ""
+
+    @property
+    def colocation_names(self) -> list[str]:
+        """Names of the nodes this one must be placed with (``_class`` = ``loc:@name``)."""
+        return [c.removeprefix("loc:@") for c in self.attrs.get(COLOCATION_ATTR, [])]
+
+    def output(self, index: int = 0) -> Tensor:
+        if not 0 <= index < len(self.outputs):
+            raise InvalidArgumentError(
+                f"node {self.name!r} (op {self.op}) has {len(self.outputs)} output(s); "
+                f"there is no output {index}"
+            )
+        return self.outputs[index]
+
+    def input_names(self) -> list[str]:
+        """Inputs as GraphDef writes them: ``node:slot`` for data, ``^node`` for control."""
+        return [t.name for t in self.inputs] + [f"^{n.name}" for n in self.control_inputs]
+
+    def to_node_def(self) -> NodeDef:
+        return NodeDef(
+            name=self.name,
+            op=self.op,
+            inputs=self.input_names(),
+            device=self.requested_device,
+            attrs=dict(self.attrs),
+        )
+
+    def __repr__(self) -> str:
+        return f"<kl.Node '{self.name}' op={self.op}>"
+
+
+class _Scopes(threading.local):
+    """Builder scopes: per graph and per thread, as the builder is used from one thread."""
+
+    def __init__(self) -> None:
+        self.name: list[str] = []
+        self.device: list[str] = []
+        self.colocate: list[list[Node]] = []
+        self.label: list[str | Mapping[str, str]] = []
+        self.control: list[list[Node]] = []
+
+
+class _DefaultGraphs(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[Graph] = []
+
+
+_defaults = _DefaultGraphs()
+_global_default: Graph | None = None
+_global_lock = threading.Lock()
+
+
+def get_default_graph() -> Graph:
+    """The innermost ``with graph.as_default()`` graph, or one global graph created on use."""
+    if _defaults.stack:
+        return _defaults.stack[-1]
+    global _global_default
+    with _global_lock:
+        if _global_default is None:
+            _global_default = Graph()
+        return _global_default
+
+
+@final
+class Graph:
+    """A set of nodes and the builder state used to add more."""
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self._registry = registry
+        self._nodes: dict[str, Node] = {}
+        self._names_in_use: dict[str, int] = {}
+        self._scopes = _Scopes()
+        self._lock = threading.RLock()
+
+    @property
+    def registry(self) -> Registry:
+        """The registry that defines this graph's ops (the default one unless given)."""
+        if self._registry is None:
+            self._registry = default_registry()
+        return self._registry
+
+    # -- lookup -----------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> list[Node]:
+        """Every node, in the order added (a topological order)."""
+        return list(self._nodes.values())
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._nodes
+
+    def node(self, name: str) -> Node:
+        found = self._nodes.get(name)
+        if found is None:
+            raise NotFoundError(
+                f"the graph has no node named {name!r}." + did_you_mean(name, self._nodes)
+            )
+        return found
+
+    # -- GraphDef ---------------------------------------------------------------------------
+
+    def to_json(self, *, indent: int | None = 1) -> str:
+        from kernloom.graph.graph_def import graph_to_json
+
+        return graph_to_json(self, indent=indent)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    @classmethod
+    def from_json(
+        cls, text: str, *, registry: Registry | None = None, source: str = "<string>"
+    ) -> Graph:
+        """A graph from GraphDef JSON, validated completely; errors name the node."""
+        from kernloom.graph.graph_def import graph_from_json
+
+        return graph_from_json(text, registry=registry, source=source)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, registry: Registry | None = None) -> Graph:
+        from kernloom.graph.graph_def import load_graph
+
+        return load_graph(Path(path), registry=registry)
+
+    def tensor(self, name: str) -> Tensor:
+        """``"node:1"`` (or ``"node"`` for output 0) as a Tensor."""
+        node_name, _, slot = name.rpartition(":") if ":" in name else (name, "", "0")
+        if not slot.isdigit():
+            raise InvalidArgumentError(f"tensor name {name!r} must be 'node' or 'node:index'")
+        return self.node(node_name).output(int(slot))
+
+    # -- building -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def as_default(self) -> Iterator[Graph]:
+        _defaults.stack.append(self)
+        try:
+            yield self
+        finally:
+            _defaults.stack.pop()
+
+    def unique_name(self, base: str, *, mark_used: bool = True) -> str:
+        """``base`` inside the current name scope, made unique the way TensorFlow does
+        (``add``, ``add_1``, ``add_2``)."""
+        if _NAME.fullmatch(base) is None:
+            raise InvalidArgumentError(
+                f"{base!r} is not a valid node name: use letters, digits, '_', '.', '-' and "
+                f"'/' for scopes, starting with a letter or digit"
+            )
+        full = "/".join([*self._scopes.name, base]) if self._scopes.name else base
+        key = full.lower()
+        candidate, count = full, self._names_in_use.get(key, 0)
+        while candidate.lower() in self._names_in_use or candidate in self._nodes:
+            count += 1
+            candidate = f"{full}_{count}"
+        if mark_used:
+            self._names_in_use[key] = count
+            self._names_in_use.setdefault(candidate.lower(), 0)
+        return candidate
+
+    @contextlib.contextmanager
+    def name_scope(self, name: str) -> Iterator[str]:
+        scope = self.unique_name(name).rsplit("/", 1)[-1]
+        self._scopes.name.append(scope)
+        try:
+            yield "/".join(self._scopes.name) + "/"
+        finally:
+            self._scopes.name.pop()
+
+    @contextlib.contextmanager
+    def device(self, name: str) -> Iterator[None]:
+        parse_device_name(name)  # a malformed name fails here, at the scope, not later
+        self._scopes.device.append(name)
+        try:
+            yield
+        finally:
+            self._scopes.device.pop()
+
+    @contextlib.contextmanager
+    def colocate_with(self, target: Tensor | Node) -> Iterator[None]:
+        node = target.node if isinstance(target, Tensor) else target
+        if node.graph is not self:
+            raise InvalidArgumentError(
+                f"cannot colocate with {node.name!r}: it is in another graph"
+            )
+        self._scopes.colocate.append([node])
+        try:
+            yield
+        finally:
+            self._scopes.colocate.pop()
+
+    @contextlib.contextmanager
+    def kernel_label(self, label: str | Mapping[str, str]) -> Iterator[None]:
+        """Nodes built inside ask for kernels with this label (attr ``_kernel``). A mapping
+        ``{"MatMul": "einsum"}`` labels only those op types (TensorFlow's kernel label map)."""
+        if not isinstance(label, str | Mapping):
+            raise InvalidArgumentError(
+                f"a kernel label is a string or an op->label mapping, got {label!r}"
+            )
+        self._scopes.label.append(label)
+        try:
+            yield
+        finally:
+            self._scopes.label.pop()
+
+    @contextlib.contextmanager
+    def control_dependencies(self, deps: Sequence[Tensor | Node] | None) -> Iterator[None]:
+        """Nodes built inside run after ``deps``; ``None`` clears the outer dependencies."""
+        nodes = [d.node if isinstance(d, Tensor) else d for d in (deps or [])]
+        for node in nodes:
+            if node.graph is not self:
+                raise InvalidArgumentError(f"control dependency {node.name!r} is in another graph")
+        saved = self._scopes.control
+        self._scopes.control = [] if deps is None else [*saved, nodes]
+        try:
+            yield
+        finally:
+            self._scopes.control = saved
+
+    def _scoped_label(self, op: str) -> str | None:
+        for label in reversed(self._scopes.label):
+            if isinstance(label, str):
+                return label
+            if op in label:
+                return label[op]
+        return None
+
+    def add_node(
+        self,
+        op: str,
+        inputs: Sequence[Tensor | Sequence[Tensor]] = (),
+        attrs: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        device: str | None = None,
+        control_inputs: Sequence[Node] = (),
+        exact_name: bool = False,
+    ) -> Node:
+        """Add a node of ``op``; list arguments (``N * T``) take a sequence of tensors.
+
+        ``name`` defaults to the op's snake_case name and is made unique, unless
+        ``exact_name`` (loading a GraphDef), when a taken name is an error. ``device``
+        overrides the device scope.
+        """
+        with self._lock:
+            op_def = self.registry.op_def(op)
+            if exact_name:
+                if name is None or name in self._nodes or _NAME.fullmatch(name) is None:
+                    raise InvalidArgumentError(f"node name {name!r} is invalid or already taken")
+                node_name = name
+            else:
+                node_name = self.unique_name(name or snake_case(op), mark_used=False)
+            where = f"node {node_name!r} (op {op})"
+            flat: list[Tensor] = []
+            dtypes: list[DType | list[DType]] = []
+            for item in inputs:
+                is_list = isinstance(item, list | tuple)
+                group: list[Any] = list(item) if isinstance(item, list | tuple) else [item]
+                for tensor in group:
+                    if not isinstance(tensor, Tensor):
+                        raise InvalidArgumentError(f"{where}: input {tensor!r} is not a kl.Tensor")
+                    if tensor.graph is not self:
+                        raise InvalidArgumentError(
+                            f"{where}: input {tensor.name!r} belongs to another graph"
+                        )
+                flat.extend(group)
+                dtypes.append([t.dtype for t in group] if is_list else group[0].dtype)
+            given = dict(attrs or {})
+            label = self._scoped_label(op)
+            if label and KERNEL_LABEL_ATTR not in given:
+                given[KERNEL_LABEL_ATTR] = label
+            colocate = [n for group in self._scopes.colocate for n in group]
+            if colocate and COLOCATION_ATTR not in given:
+                given[COLOCATION_ATTR] = [f"loc:@{n.name}" for n in colocate]
+            full_attrs = op_def.infer_attrs(dtypes, given, node_name)
+            requested = (
+                device
+                if device is not None
+                else (self._scopes.device[-1] if self._scopes.device else "")
+            )
+            if requested:
+                try:
+                    parse_device_name(requested)
+                except InvalidArgumentError as exc:
+                    raise InvalidArgumentError(f"{where}: {exc}") from None
+            producers = {t.node.name for t in flat}
+            controls = [*control_inputs, *(n for group in self._scopes.control for n in group)]
+            unique_controls = list(
+                {n.name: n for n in controls if n.name not in producers}.values()
+            )
+            node = Node(self, node_name, op_def, full_attrs, flat, unique_controls, requested)
+            shapes = infer_shapes(
+                InferenceContext(
+                    op_def,
+                    node_name,
+                    full_attrs,
+                    [t.shape for t in flat],
+                    [t.dtype for t in flat],
+                    [constant_value(t) for t in flat],
+                )
+            )
+            node.outputs = [
+                Tensor(node, i, dtype, shape)
+                for i, (dtype, shape) in enumerate(
+                    zip(op_def.output_dtypes(full_attrs), shapes, strict=True)
+                )
+            ]
+            if exact_name:
+                self._names_in_use.setdefault(node_name.lower(), 0)
+            else:
+                self.unique_name(name or snake_case(op))  # the node is valid: reserve its name
+            self._nodes[node_name] = node
+            return node
+
+
+def constant_value(tensor: Tensor) -> np.ndarray[Any, Any] | None:
+    """The value of a tensor when it is known at build time (a Const's output)."""
+    if tensor.node.op == "Const":
+        value: np.ndarray[Any, Any] = tensor.node.attrs["value"]
+        return value
+    return None
+
+
+def snake_case(op: str) -> str:
+    """``MatMul`` -> ``mat_mul``, ``AddN`` -> ``add_n``, ``ConcatV2`` -> ``concat_v2``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", op.lstrip("_")).lower()

@@ -1,0 +1,112 @@
+"""``Tensor``: a symbolic handle to one output of a node in a graph (no data)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, final
+
+from kernloom.dtypes import DType
+from kernloom.shapes import TensorShape
+
+if TYPE_CHECKING:
+    from kernloom.graph.graph import Graph, Node
+
+__all__ = ["Tensor"]
+
+
+@final
+class Tensor:
+    """Output ``index`` of ``node``, with the dtype and (partial) shape inferred at build time.
+
+    Arithmetic operators build nodes (``a + b`` adds an ``Add``); Python numbers and numpy
+    arrays on the other side become constants of this tensor's dtype. ``==`` keeps its
+    Python meaning (identity), so tensors can be dict keys; use ``kl.ops.equal``.
+    """
+
+    __slots__ = ("dtype", "index", "node", "shape")
+
+    def __init__(self, node: Node, index: int, dtype: DType, shape: TensorShape) -> None:
+        self.node = node
+        self.index = index
+        self.dtype = dtype
+        self.shape = shape
+
+    @property
+    def name(self) -> str:
+        return f"{self.node.name}:{self.index}"
+
+    @property
+    def graph(self) -> Graph:
+        return self.node.graph
+
+    def __repr__(self) -> str:
+        return f"<kl.Tensor '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"tensor {self.name!r} is symbolic and has no truth value; compare with "
+            f"kl.ops.less/greater and branch with kl.cond, or run it in a Session"
+        )
+
+    def __iter__(self) -> Any:
+        raise TypeError(f"tensor {self.name!r} is symbolic and cannot be iterated")
+
+    __hash__ = object.__hash__
+
+    # Operator overloads go through the generated wrappers, so they get the same
+    # inference and errors as calling kl.ops.* by hand.
+    def _binary(self, op: str, other: object, *, reverse: bool = False) -> Tensor:
+        from kernloom.graph.builder import apply_op
+
+        a, b = (other, self) if reverse else (self, other)
+        result = apply_op(op, [a, b], {}, dtype_hint=self.dtype)
+        assert isinstance(result, Tensor)
+        return result
+
+    def __add__(self, other: object) -> Tensor:
+        return self._binary("Add", other)
+
+    def __radd__(self, other: object) -> Tensor:
+        return self._binary("Add", other, reverse=True)
+
+    def __sub__(self, other: object) -> Tensor:
+        return self._binary("Sub", other)
+
+    def __rsub__(self, other: object) -> Tensor:
+        return self._binary("Sub", other, reverse=True)
+
+    def __mul__(self, other: object) -> Tensor:
+        return self._binary("Mul", other)
+
+    def __rmul__(self, other: object) -> Tensor:
+        return self._binary("Mul", other, reverse=True)
+
+    def __truediv__(self, other: object) -> Tensor:
+        return self._binary("RealDiv", other)
+
+    def __rtruediv__(self, other: object) -> Tensor:
+        return self._binary("RealDiv", other, reverse=True)
+
+    def __pow__(self, other: object) -> Tensor:
+        return self._binary("Pow", other)
+
+    def __rpow__(self, other: object) -> Tensor:
+        return self._binary("Pow", other, reverse=True)
+
+    def __matmul__(self, other: object) -> Tensor:
+        return self._binary("MatMul", other)
+
+    def __rmatmul__(self, other: object) -> Tensor:
+        return self._binary("MatMul", other, reverse=True)
+
+    def __lt__(self, other: object) -> Tensor:
+        return self._binary("Less", other)
+
+    def __gt__(self, other: object) -> Tensor:
+        return self._binary("Greater", other)
+
+    def __neg__(self) -> Tensor:
+        from kernloom.graph.builder import apply_op
+
+        result = apply_op("Neg", [self], {})
+        assert isinstance(result, Tensor)
+        return result
