@@ -317,6 +317,27 @@ class KernelRegistry:
         ]
         return head + ". Registered kernels of the op:\n" + "\n".join(lines)
 
+    def why_not(
+        self, node: NodeDef, attrs: Mapping[str, Any], device_type: str, backend: str | None = None
+    ) -> str | None:
+        """In one line, why ``node`` has no kernel on ``device_type``; None when it has one.
+        (For placement explanations; ``find`` gives the full list.)"""
+        label = node.kernel_label
+        candidates = self._by_op.get(node.op, [])
+        reasons = [rejection(r.kernel_def, attrs, device_type, backend, label) for r in candidates]
+        if any(reason is None for reason in reasons):
+            return None
+        if not candidates:
+            return f"no kernel is registered for op {node.op}"
+        on_type = [
+            reason
+            for r, reason in zip(candidates, reasons, strict=True)
+            if r.kernel_def.device_type == device_type
+        ]
+        if not on_type:
+            return f"no {node.op} kernel for {device_type}"
+        return "; ".join(dict.fromkeys(r for r in on_type if r))
+
     def supported_device_types(
         self,
         node: NodeDef,

@@ -276,9 +276,23 @@ class Graph:
 
     @contextlib.contextmanager
     def kernel_label(self, label: str | Mapping[str, str]) -> Iterator[None]:
-        """Nodes built inside ask for kernels with this label (attr ``_kernel``). A mapping
-        ``{"MatMul": "einsum"}`` labels only those op types (TensorFlow's kernel label map)."""
-        if not isinstance(label, str | Mapping):
+        """Nodes built inside ask for kernels with this label (attr ``_kernel``).
+
+        A string applies to the nodes whose op has a kernel with that label (so the
+        constants and casts built alongside keep their default kernels); a label that no
+        kernel has is an error here, so a typo cannot silently do nothing. A mapping
+        ``{"MatMul": "einsum"}`` labels exactly those op types (TensorFlow's label map).
+        """
+        if isinstance(label, str):
+            labels = {
+                r.kernel_def.label for r in self.registry.kernels.kernels() if r.kernel_def.label
+            }
+            if label not in labels:
+                raise InvalidArgumentError(
+                    f"no kernel is registered with label {label!r}; labels: "
+                    f"{', '.join(sorted(labels)) or '(none)'}." + did_you_mean(label, labels)
+                )
+        elif not isinstance(label, Mapping):
             raise InvalidArgumentError(
                 f"a kernel label is a string or an op->label mapping, got {label!r}"
             )
@@ -305,8 +319,9 @@ class Graph:
     def _scoped_label(self, op: str) -> str | None:
         for label in reversed(self._scopes.label):
             if isinstance(label, str):
-                return label
-            if op in label:
+                if any(r.kernel_def.label == label for r in self.registry.kernels.kernels(op)):
+                    return label
+            elif op in label:
                 return label[op]
         return None
 

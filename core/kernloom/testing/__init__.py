@@ -3,7 +3,25 @@
 Public surface, like ``kernloom`` itself: import from ``kernloom.testing``.
 """
 
+from kernloom.testing.fake_accelerator import (
+    FAKE_ACCEL,
+    AccelArray,
+    FakeAccelDevice,
+    FakeAccelFactory,
+    fake_accelerator_plugin,
+)
 from kernloom.testing.fake_device import FakeDevice, FakeDeviceFactory, fake_plugin
 from kernloom.testing.kernel_harness import KernelRun, run_kernel
 
-__all__ = ["FakeDevice", "FakeDeviceFactory", "KernelRun", "fake_plugin", "run_kernel"]
+__all__ = [
+    "FAKE_ACCEL",
+    "AccelArray",
+    "FakeAccelDevice",
+    "FakeAccelFactory",
+    "FakeDevice",
+    "FakeDeviceFactory",
+    "KernelRun",
+    "fake_accelerator_plugin",
+    "fake_plugin",
+    "run_kernel",
+]

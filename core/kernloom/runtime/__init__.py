@@ -1,0 +1,1 @@
+"""How a graph runs: placement, partitioning (and, next, rendezvous, executor, session)."""

@@ -1,0 +1,328 @@
+"""The placer (seed 004, TensorFlow's ``Placer``): a device for every node, and why.
+
+1. **Colocation groups** by union-find: a node and every node it must be colocated with
+   (``_class = loc:@name``) form one group, placed together.
+2. **Requests**: a member's requested device (full or partial: ``GPU``, ``GPU:1``,
+   ``/device:CPU:0``) is honoured. Where it cannot be -- no such device, or no kernel for a
+   member there -- it is an error saying why, unless ``allow_soft_placement``, which falls
+   back to the rule below and says so.
+3. **Priority**: otherwise the group goes to the highest-priority device type on which
+   *every* member has a kernel (labels included: a node asking for a label that exists on
+   one type only can only go there), on that type's first device.
+4. **Heuristics**, for nodes with no request and no colocation, as TensorFlow's: a
+   *generator* (no inputs, one output, one consumer, such as a Const) joins its consumer's
+   device; a *metadata* op (Shape, Reshape) follows its input's device -- each only when
+   it has a kernel there.
+
+``Placement.explain()`` gives, per node, the device, the rule that chose it, and for every
+device type whether the node has a kernel there and, if not, why.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Final, final
+
+from kernloom.errors import InvalidArgumentError, NotFoundError
+from kernloom.framework.device import Device
+from kernloom.framework.device_mgr import DeviceMgr
+from kernloom.framework.device_name import DeviceSpec, parse_device_name
+from kernloom.graph.graph import Graph, Node
+from kernloom.registry import Registry
+
+__all__ = ["METADATA_OPS", "Placement", "PlacementDecision", "Placer", "TypeCandidate"]
+
+METADATA_OPS: Final = frozenset({"Shape", "Reshape"})
+"""Ops that only look at (or relabel) their input's buffer: they follow its device."""
+
+
+@dataclass(frozen=True, slots=True)
+class TypeCandidate:
+    device_type: str
+    supported: bool
+    reason: str
+    """Why the node has no kernel on this type; empty when it has one."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementDecision:
+    node: str
+    op: str
+    device: str
+    reason: str
+    candidates: tuple[TypeCandidate, ...]
+
+    def explain(self) -> str:
+        lines = [f"{self.node} ({self.op}) -> {self.device}: {self.reason}"]
+        for c in self.candidates:
+            lines.append(
+                f"    {c.device_type}: " + ("has a kernel" if c.supported else f"no: {c.reason}")
+            )
+        return "\n".join(lines)
+
+
+@final
+class Placement(Mapping[str, str]):
+    """Node name -> full device name, with the decision behind each."""
+
+    def __init__(self, decisions: Mapping[str, PlacementDecision]) -> None:
+        self._decisions = dict(decisions)
+
+    def __getitem__(self, node: str) -> str:
+        return self._decisions[node].device
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decisions)
+
+    def __len__(self) -> int:
+        return len(self._decisions)
+
+    def decision(self, node: str) -> PlacementDecision:
+        return self._decisions[node]
+
+    def explain(self) -> str:
+        return "\n".join(d.explain() for d in self._decisions.values())
+
+
+class _UnionFind:
+    def __init__(self, names: list[str]) -> None:
+        self.parent = {n: n for n in names}
+
+    def find(self, name: str) -> str:
+        root = name
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[name] != root:  # path compression
+            self.parent[name], name = root, self.parent[name]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+@final
+class Placer:
+    def __init__(
+        self,
+        graph: Graph,
+        devices: DeviceMgr,
+        registry: Registry | None = None,
+        *,
+        allow_soft_placement: bool = False,
+        log_device_placement: bool = False,
+    ) -> None:
+        self._graph = graph
+        self._devices = devices
+        self._registry = registry or graph.registry
+        self._soft = allow_soft_placement
+        self._log = log_device_placement
+        self._types = devices.device_types()
+        self._first: dict[str, Device] = {}
+        for device in devices:
+            self._first.setdefault(device.device_type, device)
+
+    # -- per node -----------------------------------------------------------------------------
+
+    def _candidates(self, node: Node) -> tuple[TypeCandidate, ...]:
+        node_def = node.to_node_def()
+        out = []
+        for device_type in self._types:
+            why = self._registry.kernels.why_not(
+                node_def, node.attrs, device_type, self._first[device_type].backend
+            )
+            out.append(TypeCandidate(device_type, why is None, why or ""))
+        return tuple(out)
+
+    def run(self) -> Placement:
+        nodes = self._graph.nodes
+        if not self._types:
+            raise NotFoundError("cannot place the graph: the session has no devices")
+        candidates = {n.name: self._candidates(n) for n in nodes}
+        groups = _UnionFind([n.name for n in nodes])
+        colocated: set[str] = set()
+        for node in nodes:
+            for target in node.colocation_names:
+                if target not in self._graph:
+                    raise InvalidArgumentError(
+                        f"node {node.name!r} (op {node.op}) must be colocated with {target!r}, "
+                        f"which is not in the graph"
+                    )
+                groups.union(target, node.name)
+                colocated.update((target, node.name))
+        consumers: dict[str, set[str]] = {}
+        for node in nodes:
+            for tensor in node.inputs:
+                consumers.setdefault(tensor.node.name, set()).add(node.name)
+
+        def free(node: Node) -> bool:
+            return not node.requested_device and node.name not in colocated
+
+        generators = [
+            n
+            for n in nodes
+            if free(n)
+            and not n.inputs
+            and not n.control_inputs
+            and len(n.outputs) == 1
+            and len(consumers.get(n.name, ())) == 1
+        ]
+        metadata = [n for n in nodes if free(n) and n.op in METADATA_OPS and n.inputs]
+        deferred = {n.name for n in (*generators, *metadata)}
+
+        members: dict[str, list[Node]] = {}
+        for node in nodes:
+            if node.name not in deferred:
+                members.setdefault(groups.find(node.name), []).append(node)
+        decisions: dict[str, PlacementDecision] = {}
+        for group in members.values():
+            device, reason = self._place_group(group, candidates)
+            for node in group:
+                decisions[node.name] = PlacementDecision(
+                    node.name, node.op, device.name, reason, candidates[node.name]
+                )
+        for node in metadata:
+            source = node.inputs[0].node.name
+            self._follow(node, source, "metadata op: follows its input", candidates, decisions)
+        for node in generators:
+            (consumer,) = consumers[node.name]
+            self._follow(
+                node, consumer, "generator: follows its only consumer", candidates, decisions
+            )
+        ordered = {n.name: decisions[n.name] for n in nodes}
+        if self._log:
+            for decision in ordered.values():
+                print(
+                    f"{decision.node} ({decision.op}): {decision.device} [{decision.reason}]",
+                    file=sys.stderr,
+                )
+        return Placement(ordered)
+
+    def _follow(
+        self,
+        node: Node,
+        other: str,
+        why: str,
+        candidates: Mapping[str, tuple[TypeCandidate, ...]],
+        decisions: dict[str, PlacementDecision],
+    ) -> None:
+        target = decisions.get(other)
+        if target is not None:
+            device = self._devices.lookup(target.device)
+            if any(
+                c.supported and c.device_type == device.device_type for c in candidates[node.name]
+            ):
+                decisions[node.name] = PlacementDecision(
+                    node.name, node.op, device.name, f"{why} {other!r}", candidates[node.name]
+                )
+                return
+        device, reason = self._place_group([node], candidates)
+        decisions[node.name] = PlacementDecision(
+            node.name, node.op, device.name, reason, candidates[node.name]
+        )
+
+    def _place_group(
+        self, group: list[Node], candidates: Mapping[str, tuple[TypeCandidate, ...]]
+    ) -> tuple[Device, str]:
+        supported = [
+            t
+            for t in self._types
+            if all(
+                next(c for c in candidates[n.name] if c.device_type == t).supported for n in group
+            )
+        ]
+        names = ", ".join(repr(n.name) for n in group)
+        what = (
+            f"node {group[0].name!r} (op {group[0].op})"
+            if len(group) == 1
+            else f"colocation group [{names}]"
+        )
+        requested = self._requested(group)
+        if requested is not None:
+            spec, requester = requested
+            matching = [d for d in self._devices if spec.matches(d.spec)]
+            fitting = [d for d in matching if d.device_type in supported]
+            if fitting:
+                return fitting[
+                    0
+                ], f"requested {requester.requested_device!r} by node {requester.name!r}"
+            if not matching:
+                problem = (
+                    f"{what} requests device {requester.requested_device!r}, but no device "
+                    f"matches it; the devices are: {', '.join(d.name for d in self._devices)}"
+                )
+            else:
+                wanted = matching[0].device_type
+                lacking = [
+                    (n, next(c for c in candidates[n.name] if c.device_type == wanted))
+                    for n in group
+                ]
+                details = "; ".join(
+                    f"node {n.name!r} (op {n.op}): {c.reason}"
+                    for n, c in lacking
+                    if not c.supported
+                )
+                problem = (
+                    f"{what} requests device {requester.requested_device!r}, but cannot run "
+                    f"on {wanted}: {details}"
+                )
+            if not self._soft or not supported:
+                hint = (
+                    ""
+                    if self._soft
+                    else " (allow_soft_placement would place it on a supported device instead)"
+                )
+                raise InvalidArgumentError(problem + hint)
+            device = self._first[supported[0]]
+            return (
+                device,
+                f"soft placement: {problem}; placed on the highest-priority supported type, "
+                f"{supported[0]}",
+            )
+        if not supported:
+            lines = [
+                f"  - node {n.name!r} (op {n.op}): "
+                + ", ".join(
+                    f"{c.device_type}: {'yes' if c.supported else c.reason}"
+                    for c in candidates[n.name]
+                )
+                for n in group
+            ]
+            raise InvalidArgumentError(
+                f"no device type can run {what}: no type has a kernel for every member.\n"
+                + "\n".join(lines)
+            )
+        rule = (
+            "highest-priority device type with a kernel for it"
+            if len(group) == 1
+            else "highest-priority device type with a kernel for every member of its "
+            "colocation group"
+        )
+        return self._first[supported[0]], rule
+
+    def _requested(self, group: list[Node]) -> tuple[DeviceSpec, Node] | None:
+        merged: DeviceSpec | None = None
+        first: Node | None = None
+        for node in group:
+            if not node.requested_device:
+                continue
+            spec = parse_device_name(node.requested_device)
+            if merged is None or first is None:
+                merged, first = spec, node
+                continue
+            fields = ("job", "replica", "task", "device_type", "device_index")
+            combined = {}
+            for field in fields:
+                a, b = getattr(merged, field), getattr(spec, field)
+                if a is not None and b is not None and a != b:
+                    raise InvalidArgumentError(
+                        f"nodes {first.name!r} and {node.name!r} must be colocated but request "
+                        f"different devices: {first.requested_device!r} and "
+                        f"{node.requested_device!r}"
+                    )
+                combined[field] = a if a is not None else b
+            merged = DeviceSpec(**combined)
+        return (merged, first) if merged is not None and first is not None else None

@@ -1,0 +1,222 @@
+"""FAKE_ACCEL: a fake accelerator for placement, partition and executor tests without a GPU.
+
+Its buffers are ``AccelArray`` objects, deliberately *not* numpy arrays: a value that
+reaches a CPU kernel without being copied off the accelerator (or an accelerator kernel
+without being copied on) fails loudly instead of silently working. Every transfer is
+counted. Its kernels cover a subset of the standard ops (so placement must mix devices),
+and ``MatMul`` has a label, ``systolic``, that exists on FAKE_ACCEL only.
+
+Use it through an isolated registry::
+
+    registry = kl.Registry()
+    registry.register_plugin(cpu_plugin, name="cpu_numpy")        # optional
+    registry.register_plugin(fake_accelerator_plugin(), name="fake_accel")
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Callable
+from typing import Any, Final
+
+import numpy as np
+
+from kernloom.dtypes import DType
+from kernloom.framework.device import (
+    Device,
+    DeviceAttributes,
+    DeviceFactory,
+    DeviceOptions,
+    device_count_for,
+    full_device_name,
+)
+from kernloom.framework.device_name import LOCAL_PREFIX
+from kernloom.framework.kernel_registry import KernelLibrary
+from kernloom.framework.op_kernel import OpKernel, OpKernelConstruction, OpKernelContext
+from kernloom.ops import types as t
+from kernloom.plugins import KERNLOOM_API_VERSION, hookimpl
+from kernloom.registrar import Registrar
+
+__all__ = [
+    "FAKE_ACCEL",
+    "FAKE_ACCEL_PRIORITY",
+    "AccelArray",
+    "FakeAccelDevice",
+    "FakeAccelFactory",
+    "fake_accelerator_plugin",
+]
+
+FAKE_ACCEL: Final = "FAKE_ACCEL"
+FAKE_ACCEL_PRIORITY: Final = 150
+"""Above CPU (60, 70), below GPU (200, 210)."""
+BACKEND: Final = "fake"
+
+
+class AccelArray:
+    """Accelerator memory: holds an array, but is not one (no ``__array__``)."""
+
+    __slots__ = ("__weakref__", "data")
+
+    def __init__(self, data: np.ndarray[Any, Any]) -> None:
+        self.data = data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        dtype: np.dtype[Any] = self.data.dtype
+        return dtype
+
+    def __repr__(self) -> str:
+        return f"AccelArray(shape={self.shape}, dtype={self.dtype})"
+
+
+class FakeAccelDevice(Device):
+    def __init__(self, attributes: DeviceAttributes) -> None:
+        super().__init__(attributes)
+        self._lock = threading.Lock()
+        self.copies_to_device = 0
+        self.copies_to_host = 0
+        self.bytes_to_device = 0
+        self.bytes_to_host = 0
+
+    def _allocate(self, shape: tuple[int, ...], dtype: DType) -> AccelArray:
+        return AccelArray(np.empty(shape, dtype.numpy_dtype))
+
+    def copy_from_host(self, array: np.ndarray[Any, Any]) -> AccelArray:
+        if not isinstance(array, np.ndarray | np.generic):
+            raise TypeError(
+                f"{self.name}: copy_from_host takes a numpy array, got {type(array).__name__}"
+            )
+        out: AccelArray = self.allocate(np.shape(array), np.asarray(array).dtype)
+        out.data[...] = array
+        with self._lock:
+            self.copies_to_device += 1
+            self.bytes_to_device += out.data.nbytes
+        return out
+
+    def copy_to_host(self, value: Any) -> np.ndarray[Any, Any]:
+        if not isinstance(value, AccelArray):
+            raise TypeError(
+                f"{self.name}: copy_to_host takes an AccelArray, got {type(value).__name__}"
+            )
+        with self._lock:
+            self.copies_to_host += 1
+            self.bytes_to_host += value.data.nbytes
+        return value.data.copy()
+
+
+class FakeAccelFactory(DeviceFactory):
+    def __init__(self, count: int = 1) -> None:
+        self.count = count
+
+    def list_physical_devices(self) -> list[str]:
+        return [f"/physical_device:{FAKE_ACCEL}:{i}" for i in range(self.count)]
+
+    def create_devices(
+        self, options: DeviceOptions, name_prefix: str = LOCAL_PREFIX
+    ) -> list[Device]:
+        return [
+            FakeAccelDevice(
+                DeviceAttributes(
+                    name=full_device_name(name_prefix, FAKE_ACCEL, i),
+                    device_type=FAKE_ACCEL,
+                    backend=BACKEND,
+                    memory_limit=options.memory_limit.get(FAKE_ACCEL, 1 << 30),
+                    physical_device_desc=f"fake accelerator {i}",
+                )
+            )
+            for i in range(device_count_for(options, FAKE_ACCEL, self.count))
+        ]
+
+    def unavailable_reason(self) -> str | None:
+        return "count=0" if self.count == 0 else None
+
+
+def _data(value: Any, ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
+    if ctx.input_is_host_memory(index):
+        return np.asarray(value)
+    if not isinstance(value, AccelArray):
+        raise ctx.fail(
+            f"input {index} is a {type(value).__name__}, not accelerator memory: it was not "
+            f"copied to {ctx.device.name}"
+        )
+    return value.data
+
+
+def _elementwise(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
+    def compute(ctx: OpKernelContext) -> None:
+        args = [_data(ctx.input(i), ctx, i) for i in range(ctx.num_inputs)]
+        result = np.asarray(fn(*args))
+        ctx.allocate_output(0, result.shape).data[...] = result
+
+    return compute
+
+
+class AccelConst(OpKernel):
+    is_expensive = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self.value = ctx.device.copy_from_host(ctx.attr("value"))
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        ctx.set_output(0, self.value)
+
+
+def _identity(ctx: OpKernelContext) -> None:
+    ctx.forward_input_to_output(0, 0)
+
+
+def _matmul(ctx: OpKernelContext) -> Any:
+    a, b = _data(ctx.input(0), ctx, 0), _data(ctx.input(1), ctx, 1)
+    a = a.T if ctx.attr("transpose_a") else a
+    b = b.T if ctx.attr("transpose_b") else b
+    ctx.allocate_output(0, (a.shape[0], b.shape[1])).data[...] = a @ b
+
+
+def _softmax(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)  # type: ignore[no-any-return]
+
+
+def _reshape(ctx: OpKernelContext) -> None:
+    target = _data(ctx.input(0), ctx, 0).reshape([int(d) for d in ctx.input(1)])
+    ctx.allocate_output(0, target.shape).data[...] = target
+
+
+def build_library() -> KernelLibrary:
+    lib = KernelLibrary()
+    floats = {"T": t.FLOATS}
+
+    def accel(op: str, **kw: Any) -> Any:
+        return lib.kernel(op, device=FAKE_ACCEL, backend=BACKEND, **kw)
+
+    accel("Const")(AccelConst)
+    accel("Identity", expensive=False)(_identity)
+    accel("MatMul", type_constraints=floats)(_matmul)
+    accel("MatMul", type_constraints=floats, label="systolic")(_matmul)
+    for op, fn in (("Add", np.add), ("Mul", np.multiply), ("Sub", np.subtract)):
+        accel(op, type_constraints=floats)(_elementwise(fn))
+    accel("Relu", type_constraints=floats)(_elementwise(lambda x: np.maximum(x, 0)))
+    accel("Softmax", type_constraints=floats)(_elementwise(_softmax))
+    accel("Reshape", host_memory=["shape"])(_reshape)
+    return lib
+
+
+def fake_accelerator_plugin(count: int = 1) -> types.SimpleNamespace:
+    """The FAKE_ACCEL factory and kernels, as a plugin object for ``Registry.register_plugin``."""
+
+    @hookimpl
+    def kernloom_register(registry: Registrar) -> None:
+        registry.register_device_factory(
+            FAKE_ACCEL, FakeAccelFactory(count), priority=FAKE_ACCEL_PRIORITY
+        )
+        registry.register_kernels(build_library())
+
+    return types.SimpleNamespace(
+        kernloom_register=kernloom_register, KERNLOOM_API=f">={KERNLOOM_API_VERSION}"
+    )
