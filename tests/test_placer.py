@@ -1,0 +1,234 @@
+"""Placement across CPU and the fake accelerator: priorities, labels, requests, soft
+placement, colocation, generator and metadata rules, and the explanations."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import kernloom as kl
+from kernloom.framework.kernel_registry import run_compute
+from kernloom.runtime.placer import Placement, Placer
+from kernloom.testing import FAKE_ACCEL, AccelArray, FakeAccelDevice, fake_accelerator_plugin
+from kernloom_cpu_numpy import plugin as cpu_plugin
+
+CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+ACCEL0 = "/job:localhost/replica:0/task:0/device:FAKE_ACCEL:0"
+
+
+@pytest.fixture(scope="module")
+def registry() -> kl.Registry:
+    registry = kl.Registry()
+    registry.register_plugin(cpu_plugin, name="cpu_numpy")
+    registry.register_plugin(fake_accelerator_plugin(), name="fake_accel")
+    return registry
+
+
+@pytest.fixture
+def g(registry: kl.Registry) -> kl.Graph:
+    graph = kl.Graph(registry)
+    with graph.as_default():
+        yield graph  # type: ignore[misc]
+
+
+def place(g: kl.Graph, **kw: bool) -> Placement:
+    return Placer(g, g.registry.create_devices(), **kw).run()
+
+
+def ones(*shape: int) -> kl.Tensor:
+    return kl.constant(np.ones(shape, np.float32))
+
+
+def test_supported_nodes_go_to_the_higher_priority_type(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [None, 3], name="x")
+    y = kl.ops.mat_mul(x, ones(3, 2), name="y")
+    kl.ops.tanh(y, name="t")
+    p = place(g)
+    assert g.registry.placement_order() == [FAKE_ACCEL, "CPU"]
+    assert (p["x"], p["y"], p["t"]) == (CPU0, ACCEL0, CPU0)
+    assert p.decision("y").reason == "highest-priority device type with a kernel for it"
+    (accel, cpu) = p.decision("t").candidates
+    assert (accel.device_type, accel.supported, accel.reason) == (
+        FAKE_ACCEL,
+        False,
+        "no Tanh kernel for FAKE_ACCEL",
+    )
+    assert cpu.supported and len(p) == len(g)
+
+
+def test_a_label_that_exists_on_one_type_decides_the_device(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2, 2], name="x")
+    with kl.kernel_label("systolic"):
+        s = kl.ops.mat_mul(x, x, name="s")
+    with kl.kernel_label("einsum"):
+        e = kl.ops.mat_mul(x, x, name="e")
+    p = place(g)
+    assert (p["s"], p["e"]) == (ACCEL0, CPU0)  # einsum is CPU-only, though FAKE_ACCEL ranks higher
+    assert "the node asks for label 'einsum'" in p.decision("e").explain()
+    assert s.node.kernel_label == "systolic" and e.node.kernel_label == "einsum"
+
+
+@pytest.mark.parametrize("request_", ["CPU:0", "/device:CPU:0", "CPU", CPU0, "/cpu:0"])
+def test_requests_full_or_partial_are_honoured(g: kl.Graph, request_: str) -> None:
+    x = kl.placeholder(kl.float32, [2, 2], name="x")
+    with kl.device(request_):
+        kl.ops.mat_mul(x, x, name="m")
+    p = place(g)
+    assert p["m"] == CPU0
+    assert p.decision("m").reason == f"requested {request_!r} by node 'm'"
+
+
+def test_an_impossible_request_is_an_error_or_soft_placed(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2], name="x")
+    with kl.device(FAKE_ACCEL):
+        kl.ops.tanh(x, name="t")
+    with pytest.raises(kl.InvalidArgumentError) as info:
+        place(g)
+    message = str(info.value)
+    assert (
+        "node 't' (op Tanh) requests device 'FAKE_ACCEL', but cannot run on FAKE_ACCEL" in message
+    )
+    assert "no Tanh kernel for FAKE_ACCEL" in message and "allow_soft_placement" in message
+    p = place(g, allow_soft_placement=True)
+    assert p["t"] == CPU0
+    assert p.decision("t").reason.startswith("soft placement: node 't' (op Tanh) requests device")
+
+
+def test_a_request_for_a_missing_device_lists_the_devices(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2], name="x")
+    with kl.device("GPU:1"):
+        kl.ops.relu(x, name="r")
+    with pytest.raises(
+        kl.InvalidArgumentError,
+        match=r"requests device 'GPU:1', but no device matches it; "
+        r"the devices are: .*FAKE_ACCEL:0, .*CPU:0",
+    ):
+        place(g)
+    assert place(g, allow_soft_placement=True)["r"] == ACCEL0
+
+
+def test_a_colocation_group_goes_where_every_member_can_run(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2, 2], name="x")
+    m = kl.ops.mat_mul(x, x, name="m")  # could run on FAKE_ACCEL alone
+    with kl.colocate_with(m):
+        kl.ops.tanh(m, name="t")  # CPU only
+    p = place(g)
+    assert p["m"] == p["t"] == CPU0
+    assert p.decision("m").reason == (
+        "highest-priority device type with a kernel for every member of its colocation group"
+    )
+
+
+def test_a_request_inside_a_group_applies_to_the_group(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2, 2], name="x")
+    m = kl.ops.mat_mul(x, x, name="m")
+    with kl.colocate_with(m), kl.device("CPU:0"):
+        kl.ops.relu(m, name="r")
+    p = place(g)
+    assert p["m"] == p["r"] == CPU0
+
+
+def test_conflicting_requests_in_a_group_are_an_error(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2, 2], name="x")
+    with kl.device("CPU:0"):
+        m = kl.ops.mat_mul(x, x, name="m")
+    with kl.colocate_with(m), kl.device(FAKE_ACCEL):
+        kl.ops.relu(m, name="r")
+    with pytest.raises(
+        kl.InvalidArgumentError,
+        match="nodes 'm' and 'r' must be colocated but request different devices: "
+        "'CPU:0' and 'FAKE_ACCEL'",
+    ):
+        place(g)
+
+
+def test_colocation_with_a_missing_node_is_an_error(registry: kl.Registry) -> None:
+    graph_def = json.loads(kl.Graph(registry).to_json())
+    graph_def["nodes"] = [
+        {
+            "name": "x",
+            "op": "Placeholder",
+            "attrs": {"dtype": {"type": "float32"}, "_class": {"list": {"s": ["loc:@ghost"]}}},
+        }
+    ]
+    g = kl.Graph.from_json(json.dumps(graph_def), registry=registry)
+    with pytest.raises(
+        kl.InvalidArgumentError,
+        match=r"node 'x' .* must be colocated with 'ghost', which is not in the graph",
+    ):
+        place(g)
+
+
+def test_generators_follow_their_only_consumer(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2, 2], name="x")
+    kl.ops.tanh(x + kl.constant(np.ones((2, 2), np.float32), name="c_cpu"), name="t")
+    kl.ops.mat_mul(x, kl.constant(np.ones((2, 2), np.float32), name="c_accel"), name="m")
+    shared = kl.constant(np.ones((2, 2), np.float32), name="shared")
+    kl.ops.tanh(shared, name="t2")
+    kl.ops.relu(shared, name="r2")
+    p = place(g)
+    assert p["add"] == ACCEL0 and p["c_cpu"] == ACCEL0  # the Add it feeds runs on FAKE_ACCEL
+    assert p["c_accel"] == p["m"] == ACCEL0
+    assert p.decision("c_accel").reason == "generator: follows its only consumer 'm'"
+    assert p["shared"] == ACCEL0  # two consumers: not a generator, the priority rule applies
+    assert p.decision("shared").reason == "highest-priority device type with a kernel for it"
+
+
+def test_metadata_ops_follow_their_source(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2, 3], name="x")
+    t = kl.ops.tanh(x, name="t")  # CPU
+    r = kl.ops.reshape(t, [3, 2], name="r")  # FAKE_ACCEL has Reshape, but r follows t
+    kl.ops.shape(t, name="s")
+    m = kl.ops.mat_mul(x, kl.constant(np.ones((3, 2), np.float32)), name="m")  # FAKE_ACCEL
+    kl.ops.reshape(m, [-1], name="r_accel")
+    p = place(g)
+    assert p["r"] == p["s"] == CPU0 and p["r_accel"] == ACCEL0
+    assert p.decision("r").reason == "metadata op: follows its input 't'"
+    assert r.node.op == "Reshape"
+
+
+def test_no_type_at_all_is_an_error_listing_every_reason(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2, 2], name="x")
+    with kl.kernel_label({"MatMul": "nonexistent"}):
+        kl.ops.mat_mul(x, x, name="m")
+    with pytest.raises(kl.InvalidArgumentError) as info:
+        place(g, allow_soft_placement=True)
+    message = str(info.value)
+    assert "no device type can run node 'm' (op MatMul)" in message
+    assert "FAKE_ACCEL: unlabelled; the node asks for label 'nonexistent'" in message
+    assert "CPU: unlabelled; the node asks for label 'nonexistent'" in message
+
+
+def test_log_device_placement_prints_each_decision(
+    g: kl.Graph, capsys: pytest.CaptureFixture[str]
+) -> None:
+    x = kl.placeholder(kl.float32, [2], name="x")
+    kl.ops.relu(x, name="r")
+    place(g, log_device_placement=True)
+    err = capsys.readouterr().err
+    assert f"x (Placeholder): {CPU0} [highest-priority device type with a kernel for it]" in err
+    assert f"r (Relu): {ACCEL0}" in err
+
+
+def test_the_fake_accelerator_catches_a_missing_copy(registry: kl.Registry) -> None:
+    devices = registry.create_devices()
+    accel = devices.lookup(FAKE_ACCEL)
+    assert isinstance(accel, FakeAccelDevice)
+    value = accel.copy_from_host(np.arange(3.0))
+    assert isinstance(value, AccelArray) and not isinstance(value, np.ndarray)
+    assert (accel.copies_to_device, accel.bytes_to_device) == (1, 24)
+    np.testing.assert_array_equal(accel.copy_to_host(value), [0.0, 1.0, 2.0])
+    assert accel.copies_to_host == 1
+    with pytest.raises(TypeError, match="copy_to_host takes an AccelArray"):
+        accel.copy_to_host(np.zeros(2))
+    node = kl.NodeDef(name="r", op="Relu", attrs={"T": kl.float64})
+    for device, value_in, message in (
+        (accel, np.zeros(2), "not accelerator memory: it was not copied to"),
+        (devices.lookup("CPU"), value, "failed"),
+    ):
+        kernel = registry.create_kernel(node, device)
+        ctx = kl.OpKernelContext(kernel, [value_in], device)
+        with pytest.raises(kl.KernelError, match=message):
+            run_compute(kernel, ctx)
