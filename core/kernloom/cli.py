@@ -246,7 +246,12 @@ def _report_unknown_op(registry: Registry, name: str | None) -> bool:
 def _cmd_ops(registry: Registry, args: argparse.Namespace) -> int:
     if _report_unknown_op(registry, args.name):
         return EXIT_USAGE
-    registrations = [r for r in registry.ops.registrations() if args.name in (None, r.op_def.name)]
+    registrations = [
+        r
+        for r in registry.ops.registrations()
+        if args.name in (None, r.op_def.name)
+        and (args.all or args.name or not r.op_def.name.startswith("_"))
+    ]
     if args.json:
         rows = [
             {
@@ -375,6 +380,7 @@ def _parser() -> argparse.ArgumentParser:
     plugins.set_defaults(handler=_cmd_plugins)
     ops = sub.add_parser("ops", help="registered ops: signatures and attrs")
     ops.add_argument("name", nargs="?", help="show one op")
+    ops.add_argument("--all", action="store_true", help="include runtime-internal ops (_Send, ...)")
     ops.add_argument("--json", action="store_true", help="machine-readable output")
     ops.set_defaults(handler=_cmd_ops)
     kernels = sub.add_parser("kernels", help="registered kernels and what selects them")

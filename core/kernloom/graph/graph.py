@@ -243,6 +243,12 @@ class Graph:
             self._names_in_use.setdefault(candidate.lower(), 0)
         return candidate
 
+    def reserve_names(self, names: Iterator[str] | list[str]) -> None:
+        """Keep ``names`` from being handed out by ``unique_name`` (for nodes added later
+        under exactly those names, as when partitioning)."""
+        for name in names:
+            self._names_in_use.setdefault(name.lower(), 0)
+
     @contextlib.contextmanager
     def name_scope(self, name: str) -> Iterator[str]:
         scope = self.unique_name(name).rsplit("/", 1)[-1]
