@@ -152,6 +152,8 @@ def test_ops_lists_signatures_and_attrs(run: Run) -> None:
     assert len(ops) == 41 and ops["ConcatV2"]["attrs"][0] == "N: int >= 2"
     code, _, err = run("ops", "Matmul", eps=[])
     assert code == 2 and "Did you mean 'MatMul'" in err
+    code, out, _ = run("ops", "--json", "--all", eps=[])
+    assert {"_Send", "_Recv"} <= {o["name"] for o in json.loads(out)}
 
 
 KERNELS_PLUGIN = """

@@ -201,6 +201,15 @@ def test_no_type_at_all_is_an_error_listing_every_reason(g: kl.Graph) -> None:
     assert "CPU: unlabelled; the node asks for label 'nonexistent'" in message
 
 
+def test_placer_explain_covers_every_node_and_type(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2], name="x")
+    kl.ops.tanh(kl.ops.relu(x, name="r"), name="t")
+    text = Placer(g, g.registry.create_devices()).explain()
+    assert f"r (Relu) -> {ACCEL0}: highest-priority device type with a kernel for it" in text
+    assert "t (Tanh) -> " in text and "    FAKE_ACCEL: no: no Tanh kernel for FAKE_ACCEL" in text
+    assert text.count("    CPU: has a kernel") == 3
+
+
 def test_log_device_placement_prints_each_decision(
     g: kl.Graph, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -124,6 +124,14 @@ class Placer:
         self._first: dict[str, Device] = {}
         for device in devices:
             self._first.setdefault(device.device_type, device)
+        self._placement: Placement | None = None
+
+    def explain(self) -> str:
+        """Per node: the device, the rule that chose it, and every type's kernel status."""
+        if self._placement is None:
+            self.run()
+        assert self._placement is not None
+        return self._placement.explain()
 
     # -- per node -----------------------------------------------------------------------------
 
@@ -199,7 +207,8 @@ class Placer:
                     f"{decision.node} ({decision.op}): {decision.device} [{decision.reason}]",
                     file=sys.stderr,
                 )
-        return Placement(ordered)
+        self._placement = Placement(ordered)
+        return self._placement
 
     def _follow(
         self,
