@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from plugin_helpers import PLUGIN_HEADER, Install
 
+import kernloom
+
 
 @pytest.fixture
 def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
@@ -36,3 +38,15 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install
     yield make
     for module in created:
         sys.modules.pop(module, None)
+
+
+@pytest.fixture(scope="module")
+def accel_registry() -> kernloom.Registry:
+    """An isolated registry with the numpy CPU plugin and the FAKE_ACCEL fake accelerator."""
+    from kernloom.testing import fake_accelerator_plugin
+    from kernloom_cpu_numpy import plugin as cpu_plugin
+
+    registry = kernloom.Registry()
+    registry.register_plugin(cpu_plugin, name="cpu_numpy")
+    registry.register_plugin(fake_accelerator_plugin(), name="fake_accel")
+    return registry

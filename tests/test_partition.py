@@ -11,19 +11,15 @@ import pytest
 import kernloom as kl
 from kernloom.runtime.partition import PartitionResult, partition
 from kernloom.runtime.placer import Placer
-from kernloom.testing import FAKE_ACCEL, fake_accelerator_plugin
-from kernloom_cpu_numpy import plugin as cpu_plugin
+from kernloom.testing import FAKE_ACCEL
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 ACCEL0 = "/job:localhost/replica:0/task:0/device:FAKE_ACCEL:0"
 
 
 @pytest.fixture(scope="module")
-def registry() -> kl.Registry:
-    registry = kl.Registry()
-    registry.register_plugin(cpu_plugin, name="cpu_numpy")
-    registry.register_plugin(fake_accelerator_plugin(), name="fake_accel")
-    return registry
+def registry(accel_registry: kl.Registry) -> kl.Registry:
+    return accel_registry
 
 
 @pytest.fixture(scope="module")
