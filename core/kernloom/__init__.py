@@ -28,6 +28,7 @@ from kernloom.dtypes import (
 from kernloom.errors import (
     AlreadyExistsError,
     CancelledError,
+    DeadlineExceededError,
     InvalidArgumentError,
     KernelError,
     KernloomError,
@@ -112,6 +113,7 @@ __all__ = [
     "CancellationManager",
     "CancelledError",
     "DType",
+    "DeadlineExceededError",
     "Device",
     "DeviceAttributes",
     "DeviceFactory",

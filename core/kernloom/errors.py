@@ -17,6 +17,7 @@ from collections.abc import Iterable
 __all__ = [
     "AlreadyExistsError",
     "CancelledError",
+    "DeadlineExceededError",
     "InvalidArgumentError",
     "KernelError",
     "KernloomError",
@@ -59,6 +60,10 @@ class RegistrationError(KernloomError, ValueError):
 
 class CancelledError(KernloomError):
     """A step was cancelled (by the caller, a deadline or another failing executor)."""
+
+
+class DeadlineExceededError(KernloomError, TimeoutError):
+    """A run, or a wait inside it, passed its deadline."""
 
 
 class KernelError(KernloomError):

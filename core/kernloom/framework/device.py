@@ -99,6 +99,10 @@ class DeviceOptions(BaseModel):
 class Device(abc.ABC):
     """One device: where kernels run and where their buffers live."""
 
+    memory_is_host: bool = False
+    """True when the device's buffers *are* host (numpy) memory, as on the numpy CPU device:
+    moving a value between it and host memory then copies nothing, and is not counted."""
+
     def __init__(self, attributes: DeviceAttributes) -> None:
         spec = parse_device_name(attributes.name)
         if not spec.is_full or spec.device_type != attributes.device_type:

@@ -23,6 +23,8 @@ def _physical_memory() -> int:
 class NumpyCPUDevice(kernloom.Device):
     """The process's CPU, with an intra-op thread pool kernels can split work over."""
 
+    memory_is_host = True
+
     def __init__(self, attributes: kernloom.DeviceAttributes, intra_op_threads: int | None) -> None:
         super().__init__(attributes)
         self.intra_op_pool = IntraOpPool(
