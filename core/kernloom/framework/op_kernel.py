@@ -151,15 +151,26 @@ class OpKernel(abc.ABC):
 
 
 class AsyncOpKernel(OpKernel):
-    """A kernel that finishes later: ``compute_async`` calls ``done`` exactly once."""
+    """A kernel that finishes later: ``compute_async`` calls ``done`` exactly once, after
+    setting its outputs or ``ctx.set_error``."""
 
     @abc.abstractmethod
     def compute_async(self, ctx: OpKernelContext, done: Callable[[], None]) -> None: ...
 
     def compute(self, ctx: OpKernelContext) -> None:
+        """Run synchronously (the harness, or a caller without an executor): wait for ``done``,
+        honouring the step's cancellation, and raise the kernel's error if it set one."""
         finished = threading.Event()
-        self.compute_async(ctx, finished.set)
-        finished.wait()
+        token = ctx.cancellation.register(finished.set)
+        try:
+            self.compute_async(ctx, finished.set)
+            finished.wait()
+        finally:
+            if token is not None:
+                ctx.cancellation.deregister(token)
+        if ctx.error is not None:
+            raise ctx.error
+        ctx.check_cancelled()
 
 
 class FunctionKernel(OpKernel):
@@ -232,6 +243,10 @@ class OpKernelContext:
         self._inputs = inputs
         self._forwardable = frozenset(forwardable)
         self._outputs: list[Any] = [_UNSET] * len(self.signature.output_dtypes)
+        self.error: BaseException | None = None
+        """Set by an asynchronous kernel that failed (``set_error``)."""
+        self.frame_iter: tuple[int, int] = (0, 0)
+        """The loop frame and iteration this run belongs to (rendezvous keys carry it)."""
         self.forwarded: list[tuple[int, int]] = []
         """(input, output) pairs whose buffer was reused, for step stats and tests."""
 
@@ -354,6 +369,11 @@ class OpKernelContext:
         return list(self._outputs)
 
     # -- step state -------------------------------------------------------------------------
+
+    def set_error(self, error: BaseException) -> None:
+        """Record the failure of an asynchronous kernel (before it calls ``done``)."""
+        if self.error is None:
+            self.error = error
 
     def check_cancelled(self) -> None:
         """Raise ``CancelledError`` if the step was cancelled; long kernels call this."""

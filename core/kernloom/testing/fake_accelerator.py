@@ -34,6 +34,7 @@ from kernloom.framework.device import (
 from kernloom.framework.device_name import LOCAL_PREFIX
 from kernloom.framework.kernel_registry import KernelLibrary
 from kernloom.framework.op_kernel import OpKernel, OpKernelConstruction, OpKernelContext
+from kernloom.framework.sendrecv_kernels import register_sendrecv_kernels
 from kernloom.ops import types as t
 from kernloom.plugins import KERNLOOM_API_VERSION, hookimpl
 from kernloom.registrar import Registrar
@@ -204,6 +205,7 @@ def build_library() -> KernelLibrary:
     accel("Relu", type_constraints=floats)(_elementwise(lambda x: np.maximum(x, 0)))
     accel("Softmax", type_constraints=floats)(_elementwise(_softmax))
     accel("Reshape", host_memory=["shape"])(_reshape)
+    register_sendrecv_kernels(lib, FAKE_ACCEL, backend=BACKEND)
     return lib
 
 

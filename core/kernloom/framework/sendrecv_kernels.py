@@ -1,0 +1,104 @@
+"""Kernels for ``_Send`` and ``_Recv``, the same for every device: they only talk to the
+step's rendezvous. A device plugin registers them for its type with
+``register_sendrecv_kernels(lib, "GPU", backend="cupy")``; the core itself ships no kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kernloom.framework.kernel_registry import KernelLibrary
+from kernloom.framework.op_kernel import (
+    AsyncOpKernel,
+    OpKernel,
+    OpKernelConstruction,
+    OpKernelContext,
+)
+
+__all__ = ["RecvKernel", "SendKernel", "register_sendrecv_kernels"]
+
+
+def _key_prefix(ctx: OpKernelConstruction) -> str:
+    incarnation = int(ctx.attr("send_device_incarnation"))
+    return (
+        f"{ctx.attr('send_device')};{incarnation:016x};{ctx.attr('recv_device')};"
+        f"{ctx.attr('tensor_name')};"
+    )
+
+
+class _Rendezvous(Protocol):
+    """What the kernels need of ``kernloom.runtime.rendezvous.Rendezvous`` (the framework
+    layer does not import the runtime)."""
+
+    def send(
+        self, key: str, value: Any, is_dead: bool = ..., *, host_memory: bool = ...
+    ) -> None: ...
+
+    def recv_async(
+        self,
+        key: str,
+        callback: Callable[[BaseException | None, Any, bool], None],
+        *,
+        dst_device: Any = ...,
+        to_host: bool = ...,
+    ) -> None: ...
+
+
+def _rendezvous(ctx: OpKernelContext) -> _Rendezvous:
+    if ctx.rendezvous is None:
+        raise ctx.fail("there is no rendezvous: _Send and _Recv run only inside a step")
+    rendezvous: _Rendezvous = ctx.rendezvous
+    return rendezvous
+
+
+class SendKernel(OpKernel):
+    is_expensive = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._prefix = _key_prefix(ctx)
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        rendezvous = _rendezvous(ctx)
+        frame, iteration = ctx.frame_iter
+        rendezvous.send(f"{self._prefix}{frame}:{iteration}", ctx.input(0))
+
+
+class RecvKernel(AsyncOpKernel):
+    is_expensive = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._prefix = _key_prefix(ctx)
+        self._to_host = bool(ctx.attr("recv_into_host_memory"))
+
+    def compute_async(self, ctx: OpKernelContext, done: Callable[[], None]) -> None:
+        try:
+            rendezvous = _rendezvous(ctx)
+        except Exception as exc:
+            ctx.set_error(exc)
+            done()
+            return
+        frame, iteration = ctx.frame_iter
+
+        def received(error: BaseException | None, value: object, is_dead: bool) -> None:
+            if error is not None:
+                ctx.set_error(error)
+            else:
+                ctx.set_output(0, value)
+            done()
+
+        rendezvous.recv_async(
+            f"{self._prefix}{frame}:{iteration}",
+            received,
+            dst_device=ctx.device,
+            to_host=self._to_host,
+        )
+
+
+def register_sendrecv_kernels(
+    lib: KernelLibrary, device_type: str, *, backend: str | None = None
+) -> None:
+    lib.kernel("_Send", device=device_type, backend=backend)(SendKernel)
+    lib.kernel("_Recv", device=device_type, backend=backend)(RecvKernel)
