@@ -26,7 +26,6 @@ __all__ = [
     "normalize_axis",
     "reduction_shape",
     "unchanged_shape",
-    "unknown_shape",
 ]
 
 
@@ -109,18 +108,9 @@ def infer_shapes(ctx: InferenceContext) -> list[TensorShape]:
 # -- common shape functions ------------------------------------------------------------------
 
 
-def unknown_shape(ctx: InferenceContext) -> None:
-    for i in range(ctx.num_outputs):
-        ctx.set_output(i, None)
-
-
 def unchanged_shape(ctx: InferenceContext) -> None:
     """Output 0 has input 0's shape (elementwise unary ops)."""
     ctx.set_output(0, ctx.input_shape(0))
-
-
-def scalar_shape(ctx: InferenceContext) -> None:
-    ctx.set_output(0, [])
 
 
 def broadcast_shapes(shapes: Sequence[TensorShape], ctx: InferenceContext) -> TensorShape:

@@ -31,10 +31,10 @@ from kernloom.framework.device import (
     device_count_for,
     full_device_name,
 )
+from kernloom.framework.device_independent_kernels import register_device_independent_kernels
 from kernloom.framework.device_name import LOCAL_PREFIX
 from kernloom.framework.kernel_registry import KernelLibrary
-from kernloom.framework.op_kernel import OpKernel, OpKernelConstruction, OpKernelContext
-from kernloom.framework.sendrecv_kernels import register_sendrecv_kernels
+from kernloom.framework.op_kernel import OpKernelContext
 from kernloom.ops import types as t
 from kernloom.plugins import KERNLOOM_API_VERSION, hookimpl
 from kernloom.registrar import Registrar
@@ -157,21 +157,6 @@ def _elementwise(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     return compute
 
 
-class AccelConst(OpKernel):
-    is_expensive = False
-
-    def __init__(self, ctx: OpKernelConstruction) -> None:
-        super().__init__(ctx)
-        self.value = ctx.device.copy_from_host(ctx.attr("value"))
-
-    def compute(self, ctx: OpKernelContext) -> None:
-        ctx.set_output(0, self.value)
-
-
-def _identity(ctx: OpKernelContext) -> None:
-    ctx.forward_input_to_output(0, 0)
-
-
 def _matmul(ctx: OpKernelContext) -> Any:
     a, b = _data(ctx.input(0), ctx, 0), _data(ctx.input(1), ctx, 1)
     a = a.T if ctx.attr("transpose_a") else a
@@ -196,8 +181,6 @@ def build_library() -> KernelLibrary:
     def accel(op: str, **kw: Any) -> Any:
         return lib.kernel(op, device=FAKE_ACCEL, backend=BACKEND, **kw)
 
-    accel("Const")(AccelConst)
-    accel("Identity", expensive=False)(_identity)
     accel("MatMul", type_constraints=floats)(_matmul)
     accel("MatMul", type_constraints=floats, label="systolic")(_matmul)
     for op, fn in (("Add", np.add), ("Mul", np.multiply), ("Sub", np.subtract)):
@@ -205,7 +188,7 @@ def build_library() -> KernelLibrary:
     accel("Relu", type_constraints=floats)(_elementwise(lambda x: np.maximum(x, 0)))
     accel("Softmax", type_constraints=floats)(_elementwise(_softmax))
     accel("Reshape", host_memory=["shape"])(_reshape)
-    register_sendrecv_kernels(lib, FAKE_ACCEL, backend=BACKEND)
+    register_device_independent_kernels(lib, FAKE_ACCEL, backend=BACKEND)
     return lib
 
 

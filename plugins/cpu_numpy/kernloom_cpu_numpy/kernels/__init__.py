@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernloom import KernelLibrary
-from kernloom.framework.sendrecv_kernels import register_sendrecv_kernels
+from kernloom.framework.device_independent_kernels import register_device_independent_kernels
 from kernloom_cpu_numpy.kernels import array, elementwise, labelled, math, nn
 
 __all__ = ["build_library"]
@@ -13,5 +13,5 @@ def build_library() -> KernelLibrary:
     lib = KernelLibrary()
     for family in (array, elementwise, math, nn, labelled):
         family.register(lib)
-    register_sendrecv_kernels(lib, "CPU", backend="numpy")
+    register_device_independent_kernels(lib, "CPU", backend="numpy")
     return lib

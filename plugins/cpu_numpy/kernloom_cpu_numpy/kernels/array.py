@@ -6,26 +6,13 @@ from typing import Any
 
 import numpy as np
 
-from kernloom import KernelLibrary, OpKernel, OpKernelConstruction, OpKernelContext
+from kernloom import KernelLibrary, OpKernel, OpKernelContext
 from kernloom.ops import types as t
 from kernloom_cpu_numpy.kernels._util import axes_of
 
 __all__ = ["register"]
 
 CPU = "CPU"
-
-
-class ConstKernel(OpKernel):
-    """Converts the constant to a device value once, when the kernel is built."""
-
-    is_expensive = False
-
-    def __init__(self, ctx: OpKernelConstruction) -> None:
-        super().__init__(ctx)
-        self._value = ctx.device.copy_from_host(ctx.attr("value"))
-
-    def compute(self, ctx: OpKernelContext) -> None:
-        ctx.set_output(0, self._value)
 
 
 class PlaceholderKernel(OpKernel):
@@ -36,10 +23,6 @@ class PlaceholderKernel(OpKernel):
             f"placeholder must be fed: pass a {ctx.attr('dtype')} value of shape "
             f"{ctx.attr('shape')} for it in feed_dict"
         )
-
-
-def identity(ctx: OpKernelContext) -> None:
-    ctx.forward_input_to_output(0, 0)
 
 
 def no_op(ctx: OpKernelContext) -> None:
@@ -120,9 +103,7 @@ def register(lib: KernelLibrary) -> None:
     def cpu(op: str, **kw: Any) -> Any:
         return lib.kernel(op, device=CPU, backend="numpy", **kw)
 
-    cpu("Const")(ConstKernel)
     cpu("Placeholder")(PlaceholderKernel)
-    cpu("Identity", expensive=False)(identity)
     cpu("NoOp", expensive=False)(no_op)
     cpu("Reshape", host_memory=["shape"], expensive=False)(reshape)
     cpu("Transpose", host_memory=["perm"])(transpose)

@@ -1,6 +1,9 @@
-"""Kernels for ``_Send`` and ``_Recv``, the same for every device: they only talk to the
-step's rendezvous. A device plugin registers them for its type with
-``register_sendrecv_kernels(lib, "GPU", backend="cupy")``; the core itself ships no kernel.
+"""Kernels that are the same on every device: ``Const`` and ``Identity`` (they only use the
+``Device`` contract) and ``_Send``/``_Recv`` (they only talk to the step's rendezvous).
+
+A device plugin registers them for its type with
+``register_device_independent_kernels(lib, "GPU", backend="cupy")``; the core itself
+registers no kernel anywhere.
 """
 
 from __future__ import annotations
@@ -16,7 +19,31 @@ from kernloom.framework.op_kernel import (
     OpKernelContext,
 )
 
-__all__ = ["RecvKernel", "SendKernel", "register_sendrecv_kernels"]
+__all__ = [
+    "ConstKernel",
+    "RecvKernel",
+    "SendKernel",
+    "identity",
+    "register_device_independent_kernels",
+    "register_sendrecv_kernels",
+]
+
+
+class ConstKernel(OpKernel):
+    """Converts the constant to a device value once, when the kernel is built."""
+
+    is_expensive = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._value = ctx.device.copy_from_host(ctx.attr("value"))
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        ctx.set_output(0, self._value)
+
+
+def identity(ctx: OpKernelContext) -> None:
+    ctx.forward_input_to_output(0, 0)
 
 
 def _key_prefix(ctx: OpKernelConstruction) -> str:
@@ -102,3 +129,12 @@ def register_sendrecv_kernels(
 ) -> None:
     lib.kernel("_Send", device=device_type, backend=backend)(SendKernel)
     lib.kernel("_Recv", device=device_type, backend=backend)(RecvKernel)
+
+
+def register_device_independent_kernels(
+    lib: KernelLibrary, device_type: str, *, backend: str | None = None
+) -> None:
+    """Const, Identity, _Send and _Recv for ``device_type``."""
+    lib.kernel("Const", device=device_type, backend=backend)(ConstKernel)
+    lib.kernel("Identity", device=device_type, backend=backend, expensive=False)(identity)
+    register_sendrecv_kernels(lib, device_type, backend=backend)
