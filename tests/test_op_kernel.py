@@ -120,12 +120,12 @@ def test_forwarding_refuses_views_read_only_and_mismatched_buffers() -> None:
     ):
         ctx = make_context("Relu", [value], {"T": kl.float64}, try_forward, forwardable=(0,))
         run_compute(ctx.kernel, ctx)
-        assert ctx.forwarded == [], why
+        assert ctx.forwarded == (), why
     read_only = np.zeros(3)
     read_only.flags.writeable = False
     ctx = make_context("Relu", [read_only], {"T": kl.float64}, try_forward, forwardable=(0,))
     run_compute(ctx.kernel, ctx)
-    assert ctx.forwarded == []
+    assert ctx.forwarded == ()
     np.testing.assert_array_equal(base, np.arange(6.0))
 
 

@@ -97,6 +97,9 @@ from kernloom.plugins import (
 )
 from kernloom.registrar import Registrar
 from kernloom.registry import Registry, default_registry
+from kernloom.runtime.session import Session
+from kernloom.runtime.session_options import RunMetadata, RunOptions, SessionConfig
+from kernloom.runtime.step_stats import StepStats, chrome_trace
 from kernloom.shapes import TensorShape, as_shape
 from kernloom.version import __version__
 
@@ -157,6 +160,11 @@ __all__ = [
     "ResolvedFactory",
     "ResourceExhaustedError",
     "ResourceMgr",
+    "RunMetadata",
+    "RunOptions",
+    "Session",
+    "SessionConfig",
+    "StepStats",
     "Tensor",
     "TensorShape",
     "TrackingAllocator",
@@ -165,6 +173,7 @@ __all__ = [
     "as_dtype",
     "as_shape",
     "bool_",
+    "chrome_trace",
     "colocate_with",
     "complex64",
     "complex128",

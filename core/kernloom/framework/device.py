@@ -15,6 +15,7 @@ Thread-safety: the executor calls ``compute`` from several threads at once, and
 from __future__ import annotations
 
 import abc
+import contextlib
 import math
 import random
 from collections.abc import Callable
@@ -150,6 +151,14 @@ class Device(abc.ABC):
     def compute_async(self, kernel: _AsyncKernel, ctx: Any, done: Callable[[], None]) -> None:
         """Start an asynchronous kernel; ``done`` is called exactly once when it finishes."""
         kernel.compute_async(ctx, done)
+
+    def compute_scope(self) -> contextlib.AbstractContextManager[object]:
+        """Entered once around each run of many kernels on a thread (not per kernel).
+
+        Per-thread state kernels rely on goes here: the numpy CPU device silences numpy's
+        floating-point warnings (1/0 is inf, as in TensorFlow) once instead of per kernel.
+        """
+        return contextlib.nullcontext()
 
     def sync(self) -> None:  # noqa: B027 - optional hook; most devices have nothing to wait for
         """Wait until all work queued on this device has finished; called at step end."""

@@ -1,5 +1,6 @@
 """Kernels that are the same on every device: ``Const`` and ``Identity`` (they only use the
-``Device`` contract) and ``_Send``/``_Recv`` (they only talk to the step's rendezvous).
+``Device`` contract), ``_Send``/``_Recv`` (they only talk to the step's rendezvous) and
+``_Arg``/``_Retval`` (they only talk to the step's call frame).
 
 A device plugin registers them for its type with
 ``register_device_independent_kernels(lib, "GPU", backend="cupy")``; the core itself
@@ -20,8 +21,10 @@ from kernloom.framework.op_kernel import (
 )
 
 __all__ = [
+    "ArgKernel",
     "ConstKernel",
     "RecvKernel",
+    "RetvalKernel",
     "SendKernel",
     "identity",
     "register_device_independent_kernels",
@@ -44,6 +47,36 @@ class ConstKernel(OpKernel):
 
 def identity(ctx: OpKernelContext) -> None:
     ctx.forward_input_to_output(0, 0)
+
+
+class ArgKernel(OpKernel):
+    """Outputs the fed value; the session already moved it to this device."""
+
+    is_expensive = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._index = int(ctx.attr("index"))
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        if ctx.call_frame is None:
+            raise ctx.fail("there is no call frame: _Arg runs only inside a session step")
+        ctx.set_output(0, ctx.call_frame.args[self._index])
+
+
+class RetvalKernel(OpKernel):
+    """Stores the fetched value; the session copies it to the host after the step."""
+
+    is_expensive = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._index = int(ctx.attr("index"))
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        if ctx.call_frame is None:
+            raise ctx.fail("there is no call frame: _Retval runs only inside a session step")
+        ctx.call_frame.retvals[self._index] = ctx.input(0)
 
 
 def _key_prefix(ctx: OpKernelConstruction) -> str:
@@ -134,7 +167,9 @@ def register_sendrecv_kernels(
 def register_device_independent_kernels(
     lib: KernelLibrary, device_type: str, *, backend: str | None = None
 ) -> None:
-    """Const, Identity, _Send and _Recv for ``device_type``."""
+    """Const, Identity, _Send, _Recv, _Arg and _Retval for ``device_type``."""
     lib.kernel("Const", device=device_type, backend=backend)(ConstKernel)
+    lib.kernel("_Arg", device=device_type, backend=backend)(ArgKernel)
+    lib.kernel("_Retval", device=device_type, backend=backend)(RetvalKernel)
     lib.kernel("Identity", device=device_type, backend=backend, expensive=False)(identity)
     register_sendrecv_kernels(lib, device_type, backend=backend)

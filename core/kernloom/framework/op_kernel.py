@@ -18,6 +18,7 @@ Contracts:
 from __future__ import annotations
 
 import abc
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from kernloom.shapes import as_shape
 
 __all__ = [
     "AsyncOpKernel",
+    "CallFrame",
     "FunctionKernel",
     "KernelSignature",
     "OpKernel",
@@ -198,6 +200,16 @@ class FunctionKernel(OpKernel):
 _UNSET = object()
 
 
+class CallFrame:
+    """A step's fed values and the slots its fetched values go to (``_Arg``/``_Retval``)."""
+
+    __slots__ = ("args", "retvals")
+
+    def __init__(self, args: Sequence[Any], num_retvals: int) -> None:
+        self.args = list(args)
+        self.retvals: list[Any] = [None] * num_retvals
+
+
 def _is_reusable_numpy_buffer(value: object) -> bool:
     """Whether an array's memory can be written as a fresh output: it owns its memory (it is
     no view of a buffer someone else may see), is writeable (not a caller's read-only feed)
@@ -213,13 +225,33 @@ def _is_reusable_numpy_buffer(value: object) -> bool:
 class OpKernelContext:
     """One run of one kernel: its inputs, outputs, device and step state.
 
-    ``forwardable`` lists the input indices whose buffers the caller hands over: this node
-    is the last consumer of that value *and of every other live value sharing its memory*
-    (views made by Reshape or Identity share their source's buffer). Only the caller can
-    know that -- the executor tracks live uses per buffer, as TensorFlow's RefCountIsOne
-    does -- so the context trusts it, and checks what it can see itself: the value owns its
-    memory, is writeable and contiguous, and matches the output's dtype and size.
+    ``forwardable`` lists the input indices whose buffers the caller hands over: nothing
+    but this node holds that value or any view of its memory (the executor checks the
+    buffer's reference count, as TensorFlow's ``RefCountIsOne`` does, so a fed, fetched,
+    constant or still-needed value is never handed over). The context trusts it and checks
+    what it can see itself: the value owns its memory, is writeable and contiguous, and
+    matches the output's dtype and size.
+
+    The executor reuses one context for many nodes of a step (``_reset``) so that running
+    a node allocates no bookkeeping objects; kernels must not keep the context.
     """
+
+    __slots__ = (
+        "_forwardable",
+        "_inputs",
+        "_outputs",
+        "call_frame",
+        "cancellation",
+        "device",
+        "error",
+        "forwarded",
+        "frame_iter",
+        "kernel",
+        "rendezvous",
+        "resource_mgr",
+        "signature",
+        "step_id",
+    )
 
     def __init__(
         self,
@@ -232,22 +264,31 @@ class OpKernelContext:
         cancellation: CancellationManager | None = None,
         step_id: int = 0,
         rendezvous: Any = None,
+        call_frame: CallFrame | None = None,
     ) -> None:
-        self.kernel = kernel
-        self.signature = kernel.signature
         self.device = device
         self.resource_mgr = resource_mgr if resource_mgr is not None else ResourceMgr()
         self.cancellation = cancellation if cancellation is not None else CancellationManager()
         self.step_id = step_id
         self.rendezvous = rendezvous
-        self._inputs = inputs
-        self._forwardable = frozenset(forwardable)
-        self._outputs: list[Any] = [_UNSET] * len(self.signature.output_dtypes)
-        self.error: BaseException | None = None
-        """Set by an asynchronous kernel that failed (``set_error``)."""
+        self.call_frame = call_frame
         self.frame_iter: tuple[int, int] = (0, 0)
         """The loop frame and iteration this run belongs to (rendezvous keys carry it)."""
-        self.forwarded: list[tuple[int, int]] = []
+        mask = 0
+        for index in forwardable:
+            mask |= 1 << index
+        self._reset(kernel, inputs, mask)
+
+    def _reset(self, kernel: OpKernel, inputs: list[Any], forwardable: int) -> None:
+        """Point the context at another node of the same step (the executor's hot path)."""
+        self.kernel = kernel
+        self.signature = kernel.signature
+        self._inputs = inputs
+        self._forwardable = forwardable
+        self._outputs: list[Any] = [_UNSET] * len(kernel.signature.output_dtypes)
+        self.error: BaseException | None = None
+        """Set by an asynchronous kernel that failed (``set_error``)."""
+        self.forwarded: tuple[tuple[int, int], ...] = ()
         """(input, output) pairs whose buffer was reused, for step stats and tests."""
 
     # -- inputs ---------------------------------------------------------------------------
@@ -272,6 +313,8 @@ class OpKernelContext:
         return start
 
     def input(self, key: int | str) -> Any:
+        if type(key) is int:
+            return self._inputs[key]
         return self._inputs[self._index(key, False)]
 
     def input_list(self, name: str) -> list[Any]:
@@ -331,20 +374,22 @@ class OpKernelContext:
         The kernel may still read that input: elementwise kernels write in place.
         """
         index = self._index(output_key, True)
-        dtype = self.signature.output_dtypes[index]
-        dims = tuple(int(d) for d in shape)  # type: ignore[attr-defined]
-        for candidate in candidates:
-            if candidate not in self._forwardable or index in self.signature.host_memory_outputs:
-                continue
-            if not _is_reusable_numpy_buffer(self._inputs[candidate]):
-                continue
-            value: np.ndarray[Any, Any] = self._inputs[candidate]
-            if value.dtype != dtype.numpy_dtype or value.size != int(np.prod(dims)):
-                continue
-            out = value if value.shape == dims else value.reshape(dims)
-            self.set_output(index, out)
-            self.forwarded.append((candidate, index))
-            return out
+        dims = shape if type(shape) is tuple else tuple(int(d) for d in shape)  # type: ignore[attr-defined]
+        forwardable = self._forwardable
+        if forwardable and index not in self.signature.host_memory_outputs:
+            np_dtype = self.signature.output_dtypes[index].numpy_dtype
+            for candidate in candidates:
+                if not (forwardable >> candidate) & 1:
+                    continue
+                value = self._inputs[candidate]
+                if not _is_reusable_numpy_buffer(value) or value.dtype != np_dtype:
+                    continue
+                if value.shape != dims and value.size != math.prod(dims):
+                    continue
+                out = value if value.shape == dims else value.reshape(dims)
+                self.set_output(index, out)
+                self.forwarded = (*self.forwarded, (candidate, index))
+                return out
         return self.allocate_output(index, dims)
 
     def outputs(self) -> list[Any]:
@@ -366,7 +411,7 @@ class OpKernelContext:
                 f"kernel {type(self.kernel).__qualname__} produced output {index} with "
                 f"dtype {actual}, but the op declares {expected.name}"
             )
-        return list(self._outputs)
+        return self._outputs
 
     # -- step state -------------------------------------------------------------------------
 

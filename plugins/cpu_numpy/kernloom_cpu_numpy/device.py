@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -43,6 +44,11 @@ class NumpyCPUDevice(kernloom.Device):
 
     def copy_to_host(self, value: Any) -> np.ndarray[Any, Any]:
         return np.asarray(value)
+
+    def compute_scope(self) -> contextlib.AbstractContextManager[object]:
+        # Like TensorFlow, 1/0 is inf and log(-1) nan: no numpy warnings, set once per run
+        # of many kernels rather than per kernel (np.errstate costs ~1 us).
+        return np.errstate(all="ignore")
 
     def close(self) -> None:
         self.intra_op_pool.close()

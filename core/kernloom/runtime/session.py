@@ -1,0 +1,389 @@
+"""``Session``: TensorFlow's ``DirectSession`` -- runs a graph on this process's devices.
+
+The first run of each (feeds, fetches, targets) signature rewrites the graph for it
+(``subgraph``), places and partitions it, and compiles one executor per device; later
+runs of the signature reuse all of that. Kernels are cached per session in the
+``OpSegment``, so signatures that share nodes share their kernels (and constants).
+
+A run: the feeds are checked and moved to their ``_Arg``'s device, every executor starts
+on a fresh ``Step`` (the caller's thread plus the inter-op pool), an ``ExecutorBarrier``
+joins them, and the ``_Retval`` values are copied to host numpy arrays in the structure of
+the fetches. ``run`` is safe to call from many threads at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import numpy as np
+
+from kernloom.errors import InvalidArgumentError, KernloomError, NotFoundError, did_you_mean
+from kernloom.framework.cancellation import CancellationManager
+from kernloom.framework.device import Device
+from kernloom.framework.device_mgr import DeviceMgr
+from kernloom.framework.device_name import parse_device_name
+from kernloom.framework.op_kernel import CallFrame, OpKernel
+from kernloom.framework.op_segment import OpSegment
+from kernloom.framework.resource_mgr import ResourceMgr
+from kernloom.graph.graph import Graph, Node, get_default_graph
+from kernloom.graph.tensor import Tensor
+from kernloom.registry import Registry
+from kernloom.runtime.executor import Executor, ExecutorBarrier, RunArgs
+from kernloom.runtime.fetches import plan_fetches, resolve_tensor
+from kernloom.runtime.partition import PartitionResult, partition
+from kernloom.runtime.placer import Placement, Placer
+from kernloom.runtime.rendezvous import CopyStats, Rendezvous
+from kernloom.runtime.session_options import RunMetadata, RunOptions, SessionConfig
+from kernloom.runtime.step import InterOpPool, Step
+from kernloom.runtime.step_stats import StepStatsCollector
+from kernloom.runtime.subgraph import StepGraph, build_step_graph
+
+__all__ = ["CLIENT", "Session"]
+
+CLIENT: Final = "client"
+"""The caller's side of feed and fetch copies in ``RunMetadata.copies``."""
+
+_log = logging.getLogger("kernloom.session")
+_handles = itertools.count()
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """Everything one signature needs, built once."""
+
+    step_graph: StepGraph
+    placement: Placement
+    partitions: PartitionResult
+    executors: tuple[Executor, ...]
+    arg_devices: tuple[Device, ...]
+    retval_devices: tuple[Device, ...]
+
+
+def _filter_devices(devices: DeviceMgr, filters: tuple[str, ...]) -> DeviceMgr:
+    if not filters:
+        return devices
+    kept: list[Device] = []
+    for text in filters:
+        try:
+            spec = parse_device_name(text)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"SessionConfig.device_filters: {exc}") from None
+        matched = [d for d in devices if spec.matches(d.spec)]
+        if not matched:
+            names = [d.name for d in devices]
+            raise NotFoundError(
+                f"SessionConfig.device_filters: {text!r} matches no device; devices: "
+                f"{', '.join(names)}." + did_you_mean(text, [*names, *devices.device_types()])
+            )
+        kept.extend(d for d in matched if d not in kept)
+    order = {d.name: i for i, d in enumerate(devices)}
+    kept.sort(key=lambda d: order[d.name])
+    for device in devices:
+        if device not in kept:
+            device.close()
+    return DeviceMgr(kept)
+
+
+@final
+class Session:
+    """Runs ``graph`` (the default graph if None); close it, or use it in a ``with``."""
+
+    def __init__(
+        self,
+        graph: Graph | None = None,
+        config: SessionConfig | None = None,
+        *,
+        registry: Registry | None = None,
+    ) -> None:
+        self.graph = graph if graph is not None else get_default_graph()
+        self.config = config if config is not None else SessionConfig()
+        self.registry = registry if registry is not None else self.graph.registry
+        self._check_labels()
+        devices = self.registry.create_devices(self.config.device_options())
+        self.devices = _filter_devices(devices, self.config.device_filters)
+        self.handle = f"session-{next(_handles)}"
+        self.resource_mgr = ResourceMgr()
+        self._segment = OpSegment()
+        self._segment.add_hold(self.handle)
+        self._pool = InterOpPool(self.config.resolved_inter_op_threads() - 1)
+        self._lock = threading.Lock()
+        self._compiled: dict[tuple[Any, ...], _Compiled] = {}
+        self._step_ids = itertools.count(1)
+        self._closed = False
+
+    # -- configuration checks ---------------------------------------------------------------------
+
+    def _check_labels(self) -> None:
+        for op, label in self.config.kernel_labels.items():
+            self.registry.op_def(op)  # raises with did-you-mean for an unknown op
+            labels = {
+                r.kernel_def.label for r in self.registry.kernels.kernels(op) if r.kernel_def.label
+            }
+            if label not in labels:
+                raise InvalidArgumentError(
+                    f"SessionConfig.kernel_labels: op {op} has no kernel labelled {label!r}; "
+                    f"its labels: {', '.join(sorted(labels)) or '(none)'}."
+                    + did_you_mean(label, labels)
+                )
+
+    # -- compiling a signature --------------------------------------------------------------------
+
+    def _kernel_factory(self, device: Device, original: frozenset[str]) -> Any:
+        def create(node: Node) -> OpKernel:
+            def build() -> OpKernel:
+                return self.registry.create_kernel(node.to_node_def(), device)
+
+            if node.name in original:
+                return self._segment.find_or_create(
+                    self.handle, f"{device.name}|{node.name}", build
+                )
+            return build()
+
+        return create
+
+    def _compile(
+        self, feeds: tuple[str, ...], fetches: tuple[str, ...], targets: tuple[str, ...]
+    ) -> _Compiled:
+        key = (len(self.graph), feeds, fetches, targets)
+        with self._lock:
+            found = self._compiled.get(key)
+            if found is not None:
+                return found
+            step_graph = build_step_graph(
+                self.graph, feeds, fetches, targets, self.config.kernel_labels
+            )
+            placement = Placer(
+                step_graph.graph,
+                self.devices,
+                self.registry,
+                allow_soft_placement=self.config.allow_soft_placement,
+                log_device_placement=self.config.log_device_placement,
+            ).run()
+            parts = partition(
+                step_graph.graph, placement, devices=self.devices, registry=self.registry
+            )
+            executors = tuple(
+                Executor.build(
+                    part,
+                    self.devices.lookup(name),
+                    self._kernel_factory(self.devices.lookup(name), step_graph.original_nodes),
+                )
+                for name, part in parts.graphs.items()
+            )
+            compiled = _Compiled(
+                step_graph,
+                placement,
+                parts,
+                executors,
+                tuple(self.devices.lookup(placement[n]) for n in step_graph.arg_nodes),
+                tuple(self.devices.lookup(placement[n]) for n in step_graph.retval_nodes),
+            )
+            self._compiled[key] = compiled
+            return compiled
+
+    # -- feeds ------------------------------------------------------------------------------------
+
+    def _feed_value(self, tensor: Tensor, value: object) -> np.ndarray[Any, Any]:
+        where = f"feed for {tensor.name!r} ({tensor.dtype.name}, shape {tensor.shape})"
+        target = tensor.dtype.numpy_dtype
+        if isinstance(value, Tensor):
+            raise InvalidArgumentError(
+                f"{where} is a kl.Tensor; feed a value (numpy array, number or list)"
+            )
+        if isinstance(value, np.ndarray | np.generic):
+            array = np.asarray(value)
+            if array.dtype != target and not np.can_cast(array.dtype, target, "same_kind"):
+                raise InvalidArgumentError(
+                    f"{where} has dtype {array.dtype}, which does not convert safely to "
+                    f"{tensor.dtype.name}; cast it with .astype(np.{target})"
+                )
+            if array.dtype != target:
+                array = array.astype(target)
+        else:
+            try:
+                array = np.asarray(value, dtype=target)
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgumentError(
+                    f"{where}: cannot convert {type(value).__name__} to {tensor.dtype.name}: {exc}"
+                ) from None
+        if not tensor.shape.is_compatible_with(array.shape):
+            raise InvalidArgumentError(
+                f"{where} has shape {list(array.shape)}, which does not fit {tensor.shape}"
+            )
+        return array
+
+    def _feeds(self, feed_dict: Mapping[object, object] | None) -> dict[str, np.ndarray[Any, Any]]:
+        if feed_dict is None:
+            return {}
+        if not isinstance(feed_dict, Mapping):
+            raise InvalidArgumentError(
+                f"feed_dict must be a mapping from tensors (or names) to values, got "
+                f"{type(feed_dict).__name__}"
+            )
+        feeds: dict[str, np.ndarray[Any, Any]] = {}
+        for key, value in feed_dict.items():
+            tensor = resolve_tensor(self.graph, key, "feed")
+            if tensor.name in feeds:
+                raise InvalidArgumentError(f"tensor {tensor.name!r} is fed twice")
+            feeds[tensor.name] = self._feed_value(tensor, value)
+        return feeds
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def run(
+        self,
+        fetches: object,
+        feed_dict: Mapping[object, object] | None = None,
+        options: RunOptions | None = None,
+        run_metadata: RunMetadata | None = None,
+        *,
+        targets: list[Node | str] | None = None,
+        cancellation: CancellationManager | None = None,
+    ) -> Any:
+        """Run what ``fetches`` needs and return their values as host numpy arrays, in the
+        same structure. ``targets`` are nodes to run for their effect only;
+        ``cancellation.cancel()`` from another thread stops the run."""
+        if self._closed:
+            raise KernloomError("this session is closed; create a new kl.Session")
+        options = options or RunOptions()
+        started = time.perf_counter()
+        plan = plan_fetches(self.graph, fetches)
+        target_names = [*plan.targets]
+        for target in targets or []:
+            name = target.name if isinstance(target, Node) else target
+            if not isinstance(name, str) or name not in self.graph:
+                raise NotFoundError(
+                    f"target {name!r} is not a node of the graph."
+                    + did_you_mean(str(name), [n.name for n in self.graph.nodes])
+                )
+            target_names.append(name)
+        feeds = self._feeds(feed_dict)
+        compiled = self._compile(
+            tuple(sorted(feeds)), plan.tensors, tuple(sorted(set(target_names)))
+        )
+        values = self._execute(compiled, feeds, options, run_metadata, cancellation)
+        if run_metadata is not None:
+            run_metadata.wall_s = time.perf_counter() - started
+        return plan.rebuild(dict(zip(plan.tensors, values, strict=True)))
+
+    def _execute(
+        self,
+        compiled: _Compiled,
+        feeds: Mapping[str, np.ndarray[Any, Any]],
+        options: RunOptions,
+        run_metadata: RunMetadata | None,
+        cancellation: CancellationManager | None,
+    ) -> list[np.ndarray[Any, Any]]:
+        step_id = next(self._step_ids)
+        copies = CopyStats()
+        args = []
+        for name, device in zip(compiled.step_graph.feeds, compiled.arg_devices, strict=True):
+            value = feeds[name]
+            if not device.memory_is_host:
+                copies.record(CLIENT, device.name, value.nbytes)
+            args.append(device.copy_from_host(value))
+        frame = CallFrame(args, len(compiled.step_graph.fetches))
+        step = Step(
+            self._pool, step_id=step_id, timeout_s=options.timeout_s, cancellation=cancellation
+        )
+        rendezvous = Rendezvous(self.devices, copies)
+        step.cancellation.register(
+            lambda: rendezvous.abort(step.error or KernloomError("the step was cancelled"))
+        )
+        stats = StepStatsCollector(step_id) if options.trace else None
+        if run_metadata is not None:
+            for device in self.devices:
+                device.reset_peak_memory()
+        run_args = RunArgs(step, rendezvous, frame, self.resource_mgr, stats)
+        barrier = ExecutorBarrier(len(compiled.executors), step, lambda error: step.finish())
+        try:
+            for executor in compiled.executors:
+                executor.run_async(run_args, barrier.executor_done)
+            step.wait()
+        finally:
+            step.close()
+        results = []
+        for index, device in enumerate(compiled.retval_devices):
+            value = frame.retvals[index]
+            if device.memory_is_host:
+                results.append(np.asarray(value))
+            else:
+                host = device.copy_to_host(value)
+                copies.record(device.name, CLIENT, int(host.nbytes))
+                results.append(host)
+        if run_metadata is not None:
+            run_metadata.step_id = step_id
+            run_metadata.placement = compiled.placement
+            run_metadata.partition_graphs = dict(compiled.partitions.graphs)
+            run_metadata.copies = copies.copies()
+            run_metadata.bytes_copied = copies.bytes()
+            run_metadata.memory = {d.name: d.memory_stats() for d in self.devices}
+            run_metadata.step_stats = stats.finalize() if stats is not None else None
+        return results
+
+    # -- explaining -------------------------------------------------------------------------------
+
+    def explain(
+        self, fetches: object = None, feed_dict: Mapping[object, object] | None = None
+    ) -> str:
+        """Why each node goes where it goes, and how the graph splits across devices.
+
+        With ``fetches``, for the graph that a run of them executes (feeds as ``_Arg``s,
+        fetches as ``_Retval``s); without, for the whole graph.
+        """
+        if fetches is None:
+            placement = Placer(
+                self.graph,
+                self.devices,
+                self.registry,
+                allow_soft_placement=self.config.allow_soft_placement,
+            ).run()
+            parts = partition(self.graph, placement, devices=self.devices, registry=self.registry)
+        else:
+            plan = plan_fetches(self.graph, fetches)
+            feeds = tuple(sorted(self._feeds(feed_dict))) if feed_dict else ()
+            compiled = self._compile(feeds, plan.tensors, tuple(sorted(plan.targets)))
+            placement, parts = compiled.placement, compiled.partitions
+        lines = ["Devices:"]
+        lines += [f"  {d.name} (backend {d.backend})" for d in self.devices]
+        lines.append("Placement:")
+        lines += ["  " + line for line in placement.explain().splitlines()]
+        lines.append("Partitions:")
+        for device, graph in parts.graphs.items():
+            ops = sorted({n.op for n in graph.nodes})
+            lines.append(f"  {device}: {len(graph)} nodes ({', '.join(ops)})")
+        lines.append(f"Send/Recv pairs: {parts.num_pairs()}")
+        return "\n".join(lines)
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop the inter-op threads, drop cached kernels and close the devices."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.close()
+        with self._lock:
+            self._compiled.clear()
+        self._segment.remove_hold(self.handle)
+        self.devices.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self.devices)} device(s)"
+        return f"<kl.Session {self.handle} {state}>"

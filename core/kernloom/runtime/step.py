@@ -1,0 +1,220 @@
+"""Who runs a step's work: the caller's thread and the session's inter-op pool.
+
+``inter_op_threads = N`` means at most N threads run one step's kernels: the thread that
+called ``Session.run`` (it drains the step's queue instead of sleeping) and the pool's
+``N - 1`` workers. With ``N = 1`` every kernel runs on the caller's thread, which makes
+one-thread timings honest and a step debuggable with a plain debugger.
+
+Work is queued per step, so one step never runs another's kernels on its caller's thread;
+each queued task also gives the pool one ticket to take a task from that step.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import final
+
+from kernloom.errors import CancelledError, KernloomError
+from kernloom.framework.cancellation import CancellationManager
+
+__all__ = ["InterOpPool", "Step"]
+
+Task = Callable[[], None]
+
+
+@final
+class InterOpPool:
+    """``num_workers`` daemon threads taking tasks from the steps that hand them tickets."""
+
+    def __init__(self, num_workers: int, *, name: str = "kernloom-inter-op") -> None:
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self._tickets: queue.SimpleQueue[Step | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+            for i in range(num_workers)
+        ]
+        self._closed = False
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._threads)
+
+    @property
+    def threads(self) -> tuple[threading.Thread, ...]:
+        return tuple(self._threads)
+
+    def ticket(self, step: Step) -> None:
+        self._tickets.put(step)
+
+    def _work(self) -> None:
+        while True:
+            step = self._tickets.get()
+            if step is None:
+                return
+            step.run_one()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the workers after the tasks queued before; wait for them up to ``timeout_s``."""
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._tickets.put(None)
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+@final
+class Step:
+    """One step's work queue, stop flag and completion.
+
+    ``stop(error)`` is how everything ends early -- a kernel's failure, a cancellation, the
+    deadline: the first error is kept, the step's ``CancellationManager`` fires (which
+    aborts the rendezvous and wakes blocked kernels) and executors skip what is left.
+    """
+
+    __slots__ = (
+        "_cond",
+        "_done",
+        "_queue",
+        "_token",
+        "cancellation",
+        "deadline",
+        "error",
+        "pool",
+        "step_id",
+        "stopped",
+        "timeout_s",
+    )
+
+    def __init__(
+        self,
+        pool: InterOpPool | None = None,
+        *,
+        step_id: int = 0,
+        timeout_s: float | None = None,
+        cancellation: CancellationManager | None = None,
+    ) -> None:
+        self.pool = pool if pool is not None and pool.num_workers else None
+        self.step_id = step_id
+        self.timeout_s = timeout_s
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.cancellation = cancellation if cancellation is not None else CancellationManager()
+        self.error: BaseException | None = None
+        self.stopped = False
+        self._queue: deque[Task] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._done = False
+        self._token = self.cancellation.register(self._cancelled_from_outside)
+        if self._token is None:
+            self.stop(CancelledError(f"step {step_id} was cancelled before it started"))
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def schedule(self, task: Task) -> None:
+        self._queue.append(task)
+        if self.pool is not None:
+            self.pool.ticket(self)
+        with self._cond:
+            self._cond.notify()
+
+    def run_one(self) -> None:
+        """Run one queued task, if any is left (a pool ticket)."""
+        try:
+            task = self._queue.popleft()
+        except IndexError:
+            return
+        task()
+
+    # -- ending -------------------------------------------------------------------------------
+
+    def stop(self, error: BaseException) -> None:
+        """End the step with ``error`` (the first one wins) and wake everything waiting."""
+        with self._cond:
+            if self.stopped:
+                return
+            self.stopped = True
+            self.error = error
+            self._cond.notify_all()
+        self.cancellation.cancel(str(error))
+
+    def _cancelled_from_outside(self) -> None:
+        if not self.stopped:
+            self.stop(CancelledError(f"step {self.step_id} was cancelled"))
+
+    def check_deadline(self) -> None:
+        """Stop the step if its deadline has passed (the executor calls this between nodes)."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.stop(self._deadline_error())
+
+    def _deadline_error(self) -> KernloomError:
+        from kernloom.errors import DeadlineExceededError
+
+        return DeadlineExceededError(
+            f"step {self.step_id} did not finish within its timeout of {self.timeout_s:.3g} s "
+            f"(RunOptions.timeout_s); a kernel is slow, or an asynchronous kernel never "
+            f"finished. RunOptions(trace=True) shows which nodes ran."
+        )
+
+    def finish(self) -> None:
+        """Every executor of the step is done (ExecutorBarrier calls this once)."""
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def wait(self, *, grace_s: float = 1.0) -> None:
+        """Work on the step's queue until it is done; raise its error if it failed.
+
+        After a stop, wait at most ``grace_s`` for in-flight kernels to wind down: a kernel
+        that never returns (or never calls back) must not hang the caller.
+        """
+        stop_deadline: float | None = None
+        while True:
+            try:
+                task = self._queue.popleft()
+            except IndexError:
+                task = None
+            if task is not None:
+                task()
+                continue
+            with self._cond:
+                if self._done:
+                    break
+                if self._queue:
+                    continue
+                now = time.monotonic()
+                if self.stopped:
+                    if stop_deadline is None:
+                        stop_deadline = now + grace_s
+                    if now >= stop_deadline:
+                        break
+                    self._cond.wait(stop_deadline - now)
+                    continue
+                if self.deadline is None:
+                    self._cond.wait()
+                    continue
+                if now < self.deadline:
+                    self._cond.wait(self.deadline - now)
+                    continue
+            self.stop(self._deadline_error())  # only reached when the deadline has passed
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        """Drop queued work and the cancellation hook (after ``wait``)."""
+        self._queue.clear()
+        if self._token is not None:
+            self.cancellation.deregister(self._token)
+            self._token = None

@@ -1,0 +1,132 @@
+"""The graph one step runs (TensorFlow's ``RewriteGraphForExecution``).
+
+For a (feeds, fetches, targets) signature: keep only the nodes the fetches and targets
+need -- walking inputs backwards and stopping at fed tensors, so a fed tensor's producer
+does not run -- replace each fed tensor by an ``_Arg`` and consume each fetched tensor
+with a ``_Retval`` colocated with its producer. Session kernel labels are applied to the
+copies of nodes that do not ask for a label themselves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kernloom.errors import InvalidArgumentError
+from kernloom.framework.node_def import KERNEL_LABEL_ATTR
+from kernloom.graph.graph import COLOCATION_ATTR, Graph, Node
+from kernloom.graph.tensor import Tensor
+
+__all__ = ["StepGraph", "build_step_graph"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
+
+
+@dataclass(frozen=True)
+class StepGraph:
+    graph: Graph
+    feeds: tuple[str, ...]
+    """Fed tensor names; feed i is ``_Arg`` index i, named ``arg_nodes[i]``."""
+    arg_nodes: tuple[str, ...]
+    fetches: tuple[str, ...]
+    """Fetched tensor names; fetch i is ``_Retval`` index i, named ``retval_nodes[i]``."""
+    retval_nodes: tuple[str, ...]
+    original_nodes: frozenset[str]
+    """Nodes copied from the user's graph (their kernels can be cached across steps)."""
+
+
+def _needed(
+    graph: Graph, fed: set[str], fetches: Sequence[str], targets: Sequence[str]
+) -> set[str]:
+    needed: set[str] = set()
+    stack = [graph.tensor(name).node for name in fetches if name not in fed]
+    stack.extend(graph.node(name) for name in targets)
+    while stack:
+        node = stack.pop()
+        if node.name in needed:
+            continue
+        needed.add(node.name)
+        stack.extend(t.node for t in node.inputs if t.name not in fed)
+        stack.extend(node.control_inputs)
+    return needed
+
+
+def _unfed_placeholder_error(node: Node, fetches: Sequence[str], targets: Sequence[str]) -> str:
+    wanted = ", ".join(repr(n) for n in [*fetches, *targets])
+    shape = node.outputs[0].shape
+    return (
+        f"placeholder {node.name!r} ({node.outputs[0].dtype.name}, shape {shape}) must be "
+        f"fed: {wanted} need(s) it. Pass feed_dict={{{node.name!r}: value}}."
+    )
+
+
+def build_step_graph(
+    graph: Graph,
+    feeds: Sequence[str],
+    fetches: Sequence[str],
+    targets: Sequence[str],
+    kernel_labels: Mapping[str, str] | None = None,
+) -> StepGraph:
+    fed = set(feeds)
+    needed = _needed(graph, fed, fetches, targets)
+    step = Graph(graph.registry)
+    step.reserve_names([n.name for n in graph.nodes])
+    labels = dict(kernel_labels or {})
+    args: dict[str, Tensor] = {}
+    arg_nodes: list[str] = []
+    for index, name in enumerate(feeds):
+        tensor = graph.tensor(name)
+        base = _UNSAFE.sub("_", name.replace(":", "_"))
+        requested = tensor.node.requested_device if tensor.node.op == "Placeholder" else ""
+        arg = step.add_node(
+            "_Arg",
+            [],
+            {"T": tensor.dtype, "index": index, "shape": tensor.shape},
+            name=f"feed/{base}",
+            device=requested,
+        )
+        args[name] = arg.outputs[0]
+        arg_nodes.append(arg.name)
+    for node in graph.nodes:
+        if node.name not in needed:
+            continue
+        if node.op == "Placeholder":
+            raise InvalidArgumentError(_unfed_placeholder_error(node, fetches, targets))
+        mapped = [args[t.name] if t.name in fed else step.tensor(t.name) for t in node.inputs]
+        ranges = node.op_def.arg_ranges(False, node.attrs)
+        grouped: list[Tensor | list[Tensor]] = [
+            mapped[a:b] if arg.is_list else mapped[a]
+            for arg, (a, b) in ((arg, ranges[arg.name]) for arg in node.op_def.inputs)
+        ]
+        attrs = dict(node.attrs)
+        if node.op in labels and not attrs.get(KERNEL_LABEL_ATTR):
+            attrs[KERNEL_LABEL_ATTR] = labels[node.op]
+        step.add_node(
+            node.op,
+            grouped,
+            attrs,
+            name=node.name,
+            device=node.requested_device,
+            control_inputs=[step.node(c.name) for c in node.control_inputs],
+            exact_name=True,
+        )
+    retval_nodes: list[str] = []
+    for index, name in enumerate(fetches):
+        source = args[name] if name in fed else step.tensor(name)
+        base = _UNSAFE.sub("_", name.replace(":", "_"))
+        retval = step.add_node(
+            "_Retval",
+            [source],
+            {"T": source.dtype, "index": index, COLOCATION_ATTR: [f"loc:@{source.node.name}"]},
+            name=f"fetch/{base}",
+        )
+        retval_nodes.append(retval.name)
+    return StepGraph(
+        step,
+        tuple(feeds),
+        tuple(arg_nodes),
+        tuple(fetches),
+        tuple(retval_nodes),
+        frozenset(needed),
+    )
