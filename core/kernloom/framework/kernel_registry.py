@@ -359,9 +359,11 @@ class KernelRegistry:
 
 
 def run_compute(kernel: OpKernel, ctx: OpKernelContext) -> None:
-    """Run a kernel through its device, turning a crash into an error naming the node."""
+    """Run a kernel through its device (inside its ``compute_scope``), turning a crash into
+    an error naming the node."""
     try:
-        ctx.device.compute(kernel, ctx)
+        with ctx.device.compute_scope():
+            ctx.device.compute(kernel, ctx)
     except KernloomError:
         raise
     except Exception as exc:

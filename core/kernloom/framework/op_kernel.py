@@ -60,6 +60,8 @@ class KernelSignature:
     output_ranges: Mapping[str, tuple[int, int]]
     host_memory_inputs: frozenset[int]
     host_memory_outputs: frozenset[int]
+    output_numpy_dtypes: tuple[Any, ...] = ()
+    """The outputs' numpy dtypes, for the checks on the hot path."""
 
     @classmethod
     def make(
@@ -87,6 +89,7 @@ class KernelSignature:
             output_ranges=outputs,
             host_memory_inputs=host(inputs),
             host_memory_outputs=host(outputs),
+            output_numpy_dtypes=tuple(d.numpy_dtype for d in op_def.output_dtypes(attrs)),
         )
 
     @property
@@ -373,11 +376,12 @@ class OpKernelContext:
         of its memory is alive, and its dtype and element count match the output's.
         The kernel may still read that input: elementwise kernels write in place.
         """
-        index = self._index(output_key, True)
+        index = output_key if type(output_key) is int else self._index(output_key, True)
         dims = shape if type(shape) is tuple else tuple(int(d) for d in shape)  # type: ignore[attr-defined]
         forwardable = self._forwardable
-        if forwardable and index not in self.signature.host_memory_outputs:
-            np_dtype = self.signature.output_dtypes[index].numpy_dtype
+        signature = self.signature
+        if forwardable and index not in signature.host_memory_outputs:
+            np_dtype = signature.output_numpy_dtypes[index]
             for candidate in candidates:
                 if not (forwardable >> candidate) & 1:
                     continue
@@ -387,13 +391,22 @@ class OpKernelContext:
                 if value.shape != dims and value.size != math.prod(dims):
                     continue
                 out = value if value.shape == dims else value.reshape(dims)
-                self.set_output(index, out)
+                if self._outputs[index] is not _UNSET:
+                    raise self.fail(f"output {index} was set twice")
+                self._outputs[index] = out
                 self.forwarded = (*self.forwarded, (candidate, index))
                 return out
         return self.allocate_output(index, dims)
 
     def outputs(self) -> list[Any]:
         """Every output, after checking the kernel set each one with the declared dtype."""
+        outputs = self._outputs
+        for value, expected in zip(outputs, self.signature.output_numpy_dtypes, strict=True):
+            if getattr(value, "dtype", None) is not expected:
+                return self._checked_outputs()  # the general check (and its errors)
+        return outputs
+
+    def _checked_outputs(self) -> list[Any]:
         for index, value in enumerate(self._outputs):
             if value is _UNSET:
                 names = [n for n, (s, e) in self.signature.output_ranges.items() if s <= index < e]

@@ -36,6 +36,7 @@ from kernloom.errors import KernelError, KernloomError
 from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import Device
 from kernloom.framework.op_kernel import (
+    _UNSET,
     AsyncOpKernel,
     CallFrame,
     FunctionKernel,
@@ -141,6 +142,23 @@ class GraphView:
         self.items = items
         self.num_slots = total
         self.pending = [item.pending for item in items]
+        # What the hot loop unpacks per node, in one tuple (cheaper than attribute loads).
+        self.hot = [
+            (
+                item.kernel,
+                item.kernel.signature,
+                item.run,
+                item.input_start,
+                item.input_start + item.num_inputs,
+                item.empty_slots,
+                [_UNSET] * len(item.node.outputs),
+                item.out_edges,
+                item.control_out,
+                item.is_expensive,
+                item.is_async,
+            )
+            for item in items
+        ]
         self.roots = [item.id for item in items if item.pending == 0]
 
     def __len__(self) -> int:
@@ -289,6 +307,7 @@ class _ExecutorState:
 
     def _process(self, ready: list[int]) -> None:
         items = self.items
+        hot = self.view.hot
         slots = self.slots
         pending = self.pending
         lock = self.lock
@@ -297,25 +316,40 @@ class _ExecutorState:
         node_outputs = self.args.node_outputs
         check_deadline = step.deadline is not None
         ctx = self.new_context()
-        reset = ctx._reset
         getrefcount = _getrefcount
         sole = _SOLE_OWNER_REFS
         newly: list[int] = []
         expensive_here = sum(1 for i in ready if items[i].is_expensive)
         while ready:
-            item = items[ready.pop()]
-            if item.is_expensive:
+            node = ready.pop()
+            (
+                kernel,
+                signature,
+                run,
+                start,
+                end,
+                empty,
+                unset,
+                edges,
+                controls,
+                expensive,
+                is_async,
+            ) = hot[node]
+            if expensive:
                 expensive_here -= 1
             if check_deadline:
                 step.check_deadline()
             if step.stopped:
                 self._finish_node()
                 continue
-            start = item.input_start
-            end = start + item.num_inputs
+            # Take the inputs out of their slots: from here on only this node holds them.
             inputs = slots[start:end]
-            slots[start:end] = item.empty_slots
-            reset(item.kernel, inputs, 0)
+            slots[start:end] = empty
+            ctx.kernel = kernel
+            ctx.signature = signature
+            ctx._inputs = inputs
+            ctx._outputs = unset.copy()
+            ctx.forwarded = ()
             mask = 0
             bit = 1
             for value in inputs:
@@ -323,32 +357,31 @@ class _ExecutorState:
                     mask |= bit
                 bit <<= 1
             ctx._forwardable = mask
-            if item.is_async:
-                self._start_async(item, ctx, stats)
+            if is_async:
+                self._start_async(items[node], ctx, stats)
                 ctx = self.new_context()
-                reset = ctx._reset
                 continue
-            record = stats.start(item, self.device) if stats is not None else None
+            record = stats.start(items[node], self.device) if stats is not None else None
             try:
-                item.run(ctx)
+                run(ctx)
                 outputs = ctx.outputs()
             except BaseException as exc:
                 del inputs
-                self._fail(item, exc)
+                self._fail(items[node], exc)
                 continue
             del inputs
             if record is not None:
                 record.finish(outputs, ctx.forwarded)
             if node_outputs is not None:
-                node_outputs(item.node.name, outputs)
+                node_outputs(items[node].node.name, outputs)
             with lock:
-                for output, consumer, slot in item.out_edges:
+                for output, consumer, slot in edges:
                     slots[slot] = outputs[output]
                     count = pending[consumer] - 1
                     pending[consumer] = count
                     if count == 0:
                         newly.append(consumer)
-                for consumer in item.control_out:
+                for consumer in controls:
                     count = pending[consumer] - 1
                     pending[consumer] = count
                     if count == 0:

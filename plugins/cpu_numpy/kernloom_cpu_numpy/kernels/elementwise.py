@@ -2,8 +2,8 @@
 
 Each writes into a buffer from ``forward_input_or_allocate_output``, so an input this
 node is the last user of is overwritten in place instead of allocating a new one.
-numpy's floating-point warnings are silenced: like TensorFlow, 1/0 is inf and log(-1)
-is nan, not an error.
+numpy's floating-point warnings are silenced by the device's ``compute_scope`` (entered
+once per run of many kernels): like TensorFlow, 1/0 is inf and log(-1) is nan.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from kernloom_cpu_numpy.kernels._util import Array, broadcast_shape
 __all__ = ["register"]
 
 CPU = "CPU"
+_FIRST = (0,)
+_BOTH = (0, 1)
 
 
 def _unary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     def compute(ctx: OpKernelContext) -> None:
         x = ctx.input(0)
-        out = ctx.forward_input_or_allocate_output([0], 0, x.shape)
-        with np.errstate(all="ignore"):
-            fn(x, out=out)
+        fn(x, out=ctx.forward_input_or_allocate_output(_FIRST, 0, x.shape))
 
     return compute
 
@@ -35,13 +35,12 @@ def _unary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
 def _binary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     def compute(ctx: OpKernelContext) -> None:
         x, y = ctx.input(0), ctx.input(1)
-        shape = broadcast_shape(ctx, x.shape, y.shape)
-        out = ctx.forward_input_or_allocate_output([0, 1], 0, shape)
-        with np.errstate(all="ignore"):
-            try:
-                fn(x, y, out=out)
-            except ValueError as exc:  # e.g. integers to negative integer powers
-                raise ctx.fail(str(exc)) from None
+        shape = x.shape if x.shape == y.shape else broadcast_shape(ctx, x.shape, y.shape)
+        out = ctx.forward_input_or_allocate_output(_BOTH, 0, shape)
+        try:
+            fn(x, y, out=out)
+        except ValueError as exc:  # e.g. integers to negative integer powers
+            raise ctx.fail(str(exc)) from None
 
     return compute
 

@@ -1,0 +1,81 @@
+"""Test ops for the executor and session: kernels that fail, hang or finish late."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import kernloom as kl
+import kernloom.testing
+
+
+class NeverFinishes(kl.AsyncOpKernel):
+    """Starts and never calls ``done``: only a deadline or a cancellation ends the step."""
+
+    is_expensive = False
+
+    def compute_async(self, ctx: kl.OpKernelContext, done: Callable[[], None]) -> None:
+        return
+
+
+class FinishesLater(kl.AsyncOpKernel):
+    """Calls ``done`` from another thread after ``delay_s`` (a device completing work)."""
+
+    is_expensive = False
+
+    def compute_async(self, ctx: kl.OpKernelContext, done: Callable[[], None]) -> None:
+        x = ctx.input(0)
+        delay = float(ctx.attr("delay_s"))
+
+        def later() -> None:
+            time.sleep(delay)
+            out = ctx.allocate_output(0, x.shape)
+            np.multiply(x, 2, out=out)
+            done()
+
+        threading.Thread(target=later, daemon=True).start()
+
+
+def fail_if_negative(ctx: kl.OpKernelContext) -> None:
+    x = ctx.input(0)
+    if (x < 0).any():
+        raise ValueError("negative input")
+    out = ctx.allocate_output(0, x.shape)
+    out[...] = x
+
+
+def faults_plugin() -> object:
+    class Plugin:
+        @kl.hookimpl
+        def kernloom_register(self, registry: kl.Registrar) -> None:
+            registry.register_op("FailIfNegative").input("x: float32").output("y: float32")
+            registry.register_op("NeverFinishes").input("x: float32").output("y: float32")
+            (
+                registry.register_op("FinishesLater")
+                .input("x: float32")
+                .output("y: float32")
+                .attr("delay_s: float = 0.05")
+            )
+            lib = kl.KernelLibrary()
+            lib.kernel("FailIfNegative", device="CPU")(fail_if_negative)
+            lib.kernel("NeverFinishes", device="CPU")(NeverFinishes)
+            lib.kernel("FinishesLater", device="CPU")(FinishesLater)
+            registry.register_kernels(lib)
+
+    return Plugin()
+
+
+def make_registry(*, accel: bool = False, faults: bool = False) -> kl.Registry:
+    """An isolated registry: the numpy CPU plugin, optionally FAKE_ACCEL and the test ops."""
+    from kernloom_cpu_numpy import plugin as cpu_plugin
+
+    registry = kl.Registry()
+    registry.register_plugin(cpu_plugin, name="cpu_numpy")
+    if accel:
+        registry.register_plugin(kl.testing.fake_accelerator_plugin(), name="fake_accel")
+    if faults:
+        registry.register_plugin(faults_plugin(), name="faults")
+    return registry
