@@ -31,7 +31,7 @@ def cpu(registry: kl.Registry) -> kl.Device:
     return registry.create_devices().lookup("CPU:0")
 
 
-# -- the compiled view -----------------------------------------------------------------------
+# -- the compiled view ----------------------------------------------------------------------------
 
 
 def test_graph_view_flattens_slots_edges_and_pending_counts(registry: kl.Registry) -> None:
@@ -61,7 +61,7 @@ def test_graph_view_flattens_slots_edges_and_pending_counts(registry: kl.Registr
     assert d.name == "d:0"
 
 
-# -- forwarding and memory ---------------------------------------------------------------------
+# -- forwarding and memory ------------------------------------------------------------------------
 
 
 def elementwise_chain(registry: kl.Registry, n: int) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
@@ -152,7 +152,7 @@ def test_constants_are_never_overwritten(registry: kl.Registry) -> None:
         np.testing.assert_array_equal(sess.run(k), np.arange(4))
 
 
-# -- threads -------------------------------------------------------------------------------------
+# -- threads --------------------------------------------------------------------------------------
 
 
 def two_chains(registry: kl.Registry, n: int = 256) -> tuple[kl.Graph, kl.Tensor, np.ndarray]:
@@ -210,7 +210,7 @@ def test_closing_the_session_stops_its_threads(registry: kl.Registry) -> None:
     assert threading.active_count() <= before
 
 
-# -- asynchronous kernels ---------------------------------------------------------------------------
+# -- asynchronous kernels -------------------------------------------------------------------------
 
 
 def test_an_async_kernel_completing_on_another_thread(registry: kl.Registry) -> None:
@@ -251,7 +251,7 @@ def test_cancelling_a_run_from_another_thread(registry: kl.Registry) -> None:
         sess.run(y, {x: [1, 2, 3]}, cancellation=cancellation)
 
 
-# -- failures -------------------------------------------------------------------------------------------
+# -- failures -------------------------------------------------------------------------------------
 
 
 def test_a_failing_kernel_names_its_node_and_keeps_the_original_error(
