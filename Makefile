@@ -25,8 +25,8 @@ $(VENV)/.test-installed: $(VENV)/.demo-installed
 	touch $@
 
 demo: $(VENV)/.demo-installed
-	$(BIN)/kernloom devices
 	$(BIN)/kernloom plugins
+	$(BIN)/kernloom demo
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check --output-format concise $(LINT_PATHS)

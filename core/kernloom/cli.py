@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kernloom.cli_run import add_run_parser
+from kernloom.demo import add_demo_parser
 from kernloom.errors import InvalidArgumentError, KernloomError, PluginError
 from kernloom.framework.attr import format_attr_value
 from kernloom.framework.device import DeviceOptions
@@ -363,7 +365,8 @@ def _cmd_kernels(registry: Registry, args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kernloom", description="Inspect kernloom's installed devices and plugins."
+        prog="kernloom",
+        description="Inspect kernloom's installed devices and plugins, run saved graphs.",
     )
     parser.add_argument(
         "--version",
@@ -388,6 +391,8 @@ def _parser() -> argparse.ArgumentParser:
     kernels.add_argument("--device", help="only kernels for this device type (CPU, GPU, ...)")
     kernels.add_argument("--json", action="store_true", help="machine-readable output")
     kernels.set_defaults(handler=_cmd_kernels)
+    add_run_parser(sub)
+    add_demo_parser(sub)
     return parser
 
 

@@ -218,7 +218,7 @@ class Session:
             )
         return array
 
-    def _feeds(self, feed_dict: Mapping[object, object] | None) -> dict[str, np.ndarray[Any, Any]]:
+    def _feeds(self, feed_dict: Mapping[Any, Any] | None) -> dict[str, np.ndarray[Any, Any]]:
         if feed_dict is None:
             return {}
         if not isinstance(feed_dict, Mapping):
@@ -239,7 +239,7 @@ class Session:
     def run(
         self,
         fetches: object,
-        feed_dict: Mapping[object, object] | None = None,
+        feed_dict: Mapping[Any, Any] | None = None,
         options: RunOptions | None = None,
         run_metadata: RunMetadata | None = None,
         *,
@@ -329,9 +329,7 @@ class Session:
 
     # -- explaining -------------------------------------------------------------------------------
 
-    def explain(
-        self, fetches: object = None, feed_dict: Mapping[object, object] | None = None
-    ) -> str:
+    def explain(self, fetches: object = None, feed_dict: Mapping[Any, Any] | None = None) -> str:
         """Why each node goes where it goes, and how the graph splits across devices.
 
         With ``fetches``, for the graph that a run of them executes (feeds as ``_Arg``s,

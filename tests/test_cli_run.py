@@ -1,0 +1,196 @@
+"""``kernloom run`` and ``kernloom demo`` with the installed numpy CPU plugin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kernloom as kl
+from kernloom.cli import main
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[Path, Path, np.ndarray, np.ndarray]:
+    """A saved graph y = relu(x @ w), with x in a .npy file."""
+    w = np.arange(6, dtype=np.float32).reshape(3, 2) - 2
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None, 3], name="x")
+        kl.ops.relu(kl.ops.mat_mul(x, kl.constant(w, name="w"), name="xw"), name="y")
+    graph = tmp_path / "graph.json"
+    g.save(graph)
+    xv = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    feed = tmp_path / "x.npy"
+    np.save(feed, xv)
+    return graph, feed, xv, np.maximum(xv @ w, 0)
+
+
+def invoke(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_writes_each_fetch_to_its_npy(
+    saved: tuple[Path, Path, np.ndarray, np.ndarray],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    graph, feed, xv, expected = saved
+    y, xw = tmp_path / "y.npy", tmp_path / "xw.npy"
+    code, out, err = invoke(
+        capsys,
+        "run",
+        str(graph),
+        "--feed",
+        f"x={feed}",
+        "--fetch",
+        "y",
+        "--fetch",
+        "xw:0",
+        "--out",
+        str(y),
+        "--out",
+        str(xw),
+        "--label",
+        "MatMul=einsum",
+        "--device-filter",
+        "CPU",
+    )
+    assert (code, err) == (0, "")
+    np.testing.assert_allclose(np.load(y), expected, rtol=1e-6)
+    np.testing.assert_allclose(np.load(xw), xv @ (np.arange(6).reshape(3, 2) - 2), rtol=1e-6)
+    assert f"y (float32, shape [4, 2]) written to {y}" in out
+
+
+def test_run_prints_values_explains_and_traces(
+    saved: tuple[Path, Path, np.ndarray, np.ndarray],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    graph, feed, _, expected = saved
+    trace = tmp_path / "trace.json"
+    code, out, _ = invoke(
+        capsys,
+        "run",
+        str(graph),
+        "--feed",
+        f"x={feed}",
+        "--fetch",
+        "y",
+        "--explain",
+        "--trace",
+        str(trace),
+    )
+    assert code == 0
+    assert "xw (MatMul) -> /job:localhost/replica:0/task:0/device:CPU:0" in out
+    assert "y (float32, shape [4, 2]):" in out
+    assert np.array2string(expected, threshold=50).splitlines()[0] in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {"xw", "y", "w"} <= {e["name"] for e in events if e["ph"] == "X"}
+
+
+def test_run_writes_all_fetches_to_one_npz(
+    saved: tuple[Path, Path, np.ndarray, np.ndarray],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    graph, feed, _, expected = saved
+    out = tmp_path / "all.npz"
+    code, _, _ = invoke(
+        capsys,
+        "run",
+        str(graph),
+        "--feed",
+        f"x={feed}",
+        "--fetch",
+        "y",
+        "--fetch",
+        "w",
+        "--out",
+        str(out),
+    )
+    assert code == 0
+    with np.load(out) as archive:
+        np.testing.assert_allclose(archive["y"], expected, rtol=1e-6)
+        assert archive["w"].shape == (3, 2)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--feed", "x"], "--feed 'x': expected NAME=VALUE"),
+        (["--feed", "x=missing.npy"], "--feed x=missing.npy: no such file"),
+        (["--feed", "x=BAD"], "not a .npy file"),
+        (
+            ["--feed", "x=X", "--fetch", "yy"],
+            "fetch 'yy' is not a node of the graph. Did you mean 'y'?",
+        ),
+        (["--feed", "z=X"], "feed 'z' is not a node"),
+        (["--feed", "x=X", "--label", "MatMul=fast"], "op MatMul has no kernel labelled 'fast'"),
+        (["--feed", "x=X", "--device-filter", "GPU"], "'GPU' matches no device"),
+        (["--feed", "x=X", "--out", "a.npy", "--out", "b.npy"], "1 --fetch but 2 --out"),
+        (["--fetch", "y"], "placeholder 'x' (float32, shape (?, 3)) must be fed"),
+    ],
+)
+def test_run_explains_every_bad_argument(
+    saved: tuple[Path, Path, np.ndarray, np.ndarray],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
+    graph, feed, _, _ = saved
+    bad = tmp_path / "BAD"
+    bad.write_text("not numpy")
+    argv = [a.replace("=X", f"={feed}").replace("=BAD", f"={bad}") for a in extra]
+    if "--fetch" not in argv:
+        argv += ["--fetch", "y"]
+    code, _, err = invoke(capsys, "run", str(graph), *argv)
+    assert code == 2
+    assert message in err.replace("\n", " ")
+
+
+def test_run_rejects_missing_and_broken_graph_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = invoke(capsys, "run", str(tmp_path / "none.json"), "--fetch", "y")
+    assert code == 2 and "cannot read the graph file" in err
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    code, _, err = invoke(capsys, "run", str(broken), "--fetch", "y")
+    assert code == 2 and "broken.json" in err
+
+
+def test_run_reports_a_failing_kernel_with_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None], name="x")  # the size is known only at run time
+        kl.ops.reshape(x, kl.constant(np.array([3], np.int32)), name="y")
+    graph = tmp_path / "g.json"
+    g.save(graph)
+    feed = tmp_path / "x.npy"
+    np.save(feed, np.ones(2, np.float32))
+    code, _, err = invoke(capsys, "run", str(graph), "--feed", f"x={feed}", "--fetch", "y")
+    assert code == 1
+    assert "the run failed" in err and "node 'y' (op Reshape)" in err
+
+
+def test_demo_runs_checks_and_writes_a_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "demo.json"
+    code, out, err = invoke(
+        capsys, "demo", "--batch", "16", "--repeats", "2", "--trace", str(trace)
+    )
+    assert (code, err) == (0, "")
+    assert "matches numpy" in out
+    assert "label 'einsum'" in out
+    assert "layer0/matmul (MatMul)" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert "probs" in {e["name"] for e in events}
