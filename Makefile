@@ -46,3 +46,4 @@ clean:
 bench: $(VENV)/.demo-installed
 	$(BIN)/python benchmarks/bench_foundation.py
 	$(BIN)/python benchmarks/bench_kernels.py
+	$(BIN)/python benchmarks/bench_runtime.py

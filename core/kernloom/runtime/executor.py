@@ -211,8 +211,8 @@ class Executor:
     def run_async(self, args: RunArgs, done: Done) -> None:
         """Start the partition for ``args.step``; ``done(error)`` is called once at the end.
 
-        The roots are queued on the step, so the thread that waits on the step (or a pool
-        worker) runs them; nothing runs on this call's own stack.
+        The roots are queued for the thread that waits on the step (``Step.wait``, which
+        the caller must drive); nothing runs on this call's own stack.
         """
         state = _ExecutorState(self.view, args, done)
         state.start()
@@ -282,7 +282,7 @@ class _ExecutorState:
             self.done(None)
             return
         roots = list(self.view.roots)
-        self.step.schedule(lambda: self.process(roots))
+        self.step.schedule(lambda: self.process(roots), ticket=False)
 
     def new_context(self) -> OpKernelContext:
         args = self.args

@@ -119,9 +119,11 @@ class Step:
 
     # -- scheduling ---------------------------------------------------------------------------
 
-    def schedule(self, task: Task) -> None:
+    def schedule(self, task: Task, *, ticket: bool = True) -> None:
+        """Queue ``task``; ``ticket=False`` leaves it to the thread waiting on the step
+        (a step's first tasks: handing them to a worker would only add a thread switch)."""
         self._queue.append(task)
-        if self.pool is not None:
+        if ticket and self.pool is not None:
             self.pool.ticket(self)
         with self._cond:
             self._cond.notify()

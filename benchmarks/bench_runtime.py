@@ -1,0 +1,196 @@
+"""The runtime benchmarks of the executor-and-session issue, each a ratio to a reference
+measured in the same run (this machine is shared and noisy: compare ratios, not times).
+
+    .venv/bin/python benchmarks/bench_runtime.py            # all four, ~1 minute
+    .venv/bin/python benchmarks/bench_runtime.py dispatch   # one of them
+
+BLAS thread counts are fixed per measurement in a child process (OpenBLAS reads its
+thread count when numpy is imported), so every number comes from a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def best_of(fn: Callable[[], Any], repeats: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def child(kind: str, threads: int) -> dict[str, float]:
+    import numpy as np
+
+    import kernloom as kl
+
+    if kind == "dispatch":
+        n = 1000
+        g = kl.Graph()
+        with g.as_default():
+            x = kl.placeholder(kl.float32, [16], name="x")
+            y = x
+            for _ in range(n):
+                y = kl.ops.add(y, x)
+        xv = np.ones(16, np.float32)
+        with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+            ours = best_of(lambda: sess.run(y, {x: xv}), 30)
+
+        def loop() -> None:
+            v = xv
+            for _ in range(n):
+                v = np.add(v, xv)
+
+        numpy_s = best_of(loop, 30)
+        return {"us_per_node": ours / n * 1e6, "numpy_us_per_node": numpy_s / n * 1e6}
+
+    if kind == "mlp":
+        rng = np.random.default_rng(0)
+        sizes = (784, 1024, 1024, 10)
+        ws = [
+            (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32)
+            for a, b in zip(sizes, sizes[1:])
+        ]
+        xv = rng.standard_normal((256, 784)).astype(np.float32)
+        g = kl.Graph()
+        with g.as_default():
+            x = kl.placeholder(kl.float32, [None, 784], name="x")
+            h = x
+            for i, w in enumerate(ws):
+                h = kl.ops.mat_mul(h, kl.constant(w))
+                if i < len(ws) - 1:
+                    h = kl.ops.relu(h)
+            probs = kl.ops.softmax(h)
+
+        def direct() -> Any:
+            h = xv
+            for i, w in enumerate(ws):
+                h = h @ w
+                if i < len(ws) - 1:
+                    h = np.maximum(h, 0)
+            e = np.exp(h - h.max(axis=1, keepdims=True))
+            return e / e.sum(axis=1, keepdims=True)
+
+        config = kl.SessionConfig(inter_op_threads=threads, intra_op_threads=threads)
+        with kl.Session(g, config) as sess:
+            np.testing.assert_allclose(sess.run(probs, {x: xv}), direct(), rtol=1e-4, atol=1e-6)
+            # Interleave the two so drift on a shared machine hits both alike.
+            ours, numpy_s = [], []
+            for _ in range(5):
+                ours.append(best_of(lambda: sess.run(probs, {x: xv}), 10, 1))
+                numpy_s.append(best_of(direct, 10, 1))
+        return {"ms": min(ours) * 1e3, "numpy_ms": min(numpy_s) * 1e3}
+
+    if kind == "interop":
+        rng = np.random.default_rng(0)
+        w = (rng.standard_normal((768, 768)) / np.sqrt(768)).astype(np.float32)
+        g = kl.Graph()
+        with g.as_default():
+            a = kl.constant(w)
+            chains = []
+            for _ in range(2):
+                y = a
+                for _ in range(4):
+                    y = kl.ops.tanh(kl.ops.mat_mul(y, a))
+                chains.append(y)
+            out = kl.ops.add(*chains)
+        times = {}
+        for n in (1, 2):
+            with kl.Session(g, kl.SessionConfig(inter_op_threads=n, intra_op_threads=1)) as sess:
+                times[n] = best_of(lambda: sess.run(out), 15)
+        return {"one_thread_ms": times[1] * 1e3, "two_threads_ms": times[2] * 1e3}
+
+    if kind == "memory":
+        count = 128 * 2**20 // 4
+        g = kl.Graph()
+        with g.as_default():
+            x = kl.placeholder(kl.float32, [count], name="x")
+            y = x
+            for op in (
+                kl.ops.neg,
+                kl.ops.exp,
+                kl.ops.tanh,
+                kl.ops.relu,
+                kl.ops.sigmoid,
+                kl.ops.square,
+                kl.ops.sqrt,
+                kl.ops.neg,
+            ):
+                y = op(y)
+        xv = np.random.default_rng(0).standard_normal(count).astype(np.float32)
+        md = kl.RunMetadata()
+        with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+            sess.run(y, {x: xv}, run_metadata=md)
+        peak = max(s.peak_bytes_in_use for s in md.memory.values())
+        return {"peak_mib": peak / 2**20, "tensor_mib": xv.nbytes / 2**20}
+    raise SystemExit(f"unknown benchmark {kind!r}")
+
+
+def measure(kind: str, threads: int) -> dict[str, float]:
+    env = dict(os.environ)
+    env.update({var: str(threads) for var in BLAS_VARS})
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", kind, str(threads)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark {kind} failed:\n{done.stderr}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(selected: list[str]) -> None:
+    kinds = selected or ["dispatch", "mlp", "interop", "memory"]
+    print(f"kernloom runtime benchmarks (python {sys.version.split()[0]}, {os.cpu_count()} cores)")
+    if "dispatch" in kinds:
+        r = measure("dispatch", 1)
+        print(
+            f"dispatch  1000-Add chain, [16] float32, 1 inter-op thread: "
+            f"{r['us_per_node']:.2f} us/node; numpy loop {r['numpy_us_per_node']:.2f} us/node "
+            f"-> {r['us_per_node'] / r['numpy_us_per_node']:.2f}x numpy (target: <= 1.0 us/node)"
+        )
+    if "mlp" in kinds:
+        for threads in (1, 2):
+            r = measure("mlp", threads)
+            print(
+                f"mlp       batch 256, 784-1024-1024-10, {threads} thread(s): {r['ms']:.2f} ms; "
+                f"numpy {r['numpy_ms']:.2f} ms -> {r['ms'] / r['numpy_ms']:.3f}x numpy "
+                f"(target: <= 1.03x)"
+            )
+    if "interop" in kinds:
+        r = measure("interop", 1)
+        print(
+            f"interop   2 chains of 4 768x768 matmul+tanh, BLAS 1 thread: 1 thread "
+            f"{r['one_thread_ms']:.1f} ms, 2 threads {r['two_threads_ms']:.1f} ms -> "
+            f"{r['one_thread_ms'] / r['two_threads_ms']:.2f}x speed-up (target: >= 1.85x)"
+        )
+    if "memory" in kinds:
+        r = measure("memory", 1)
+        print(
+            f"memory    8 elementwise ops on a {r['tensor_mib']:.0f} MiB tensor: allocator peak "
+            f"{r['peak_mib']:.0f} MiB beyond the feed -> {r['peak_mib'] / r['tensor_mib']:.2f}x "
+            f"the tensor (target: <= 1.1x)"
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        print(json.dumps(child(sys.argv[2], int(sys.argv[3]))))
+    else:
+        main(sys.argv[1:])
