@@ -10,6 +10,7 @@ thread count when numpy is imported), so every number comes from a fresh interpr
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -62,7 +63,7 @@ def child(kind: str, threads: int) -> dict[str, float]:
         sizes = (784, 1024, 1024, 10)
         ws = [
             (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32)
-            for a, b in zip(sizes, sizes[1:])
+            for a, b in itertools.pairwise(sizes)
         ]
         xv = rng.standard_normal((256, 784)).astype(np.float32)
         g = kl.Graph()
