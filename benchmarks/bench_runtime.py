@@ -76,14 +76,10 @@ def child(kind: str, threads: int) -> dict[str, float]:
                     h = kl.ops.relu(h)
             probs = kl.ops.softmax(h)
 
+        from kernloom.demo import numpy_mlp  # plain numpy: the reference
+
         def direct() -> Any:
-            h = xv
-            for i, w in enumerate(ws):
-                h = h @ w
-                if i < len(ws) - 1:
-                    h = np.maximum(h, 0)
-            e = np.exp(h - h.max(axis=1, keepdims=True))
-            return e / e.sum(axis=1, keepdims=True)
+            return numpy_mlp(xv, ws)
 
         config = kl.SessionConfig(inter_op_threads=threads, intra_op_threads=threads)
         with kl.Session(g, config) as sess:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from kernloom.framework.kernel_registry import KernelLibrary
 from kernloom.framework.op_kernel import (
     AsyncOpKernel,
+    CallFrame,
     OpKernel,
     OpKernelConstruction,
     OpKernelContext,
@@ -49,34 +50,36 @@ def identity(ctx: OpKernelContext) -> None:
     ctx.forward_input_to_output(0, 0)
 
 
-class ArgKernel(OpKernel):
+class _CallFrameKernel(OpKernel):
+    """Reads or writes slot ``index`` of the step's call frame."""
+
+    is_expensive = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._index = int(ctx.attr("index"))
+
+    def frame(self, ctx: OpKernelContext) -> CallFrame:
+        if ctx.call_frame is None:
+            raise ctx.fail(
+                f"there is no call frame: {ctx.signature.op_def.name} runs only "
+                f"inside a session step"
+            )
+        return ctx.call_frame
+
+
+class ArgKernel(_CallFrameKernel):
     """Outputs the fed value; the session already moved it to this device."""
 
-    is_expensive = False
-
-    def __init__(self, ctx: OpKernelConstruction) -> None:
-        super().__init__(ctx)
-        self._index = int(ctx.attr("index"))
-
     def compute(self, ctx: OpKernelContext) -> None:
-        if ctx.call_frame is None:
-            raise ctx.fail("there is no call frame: _Arg runs only inside a session step")
-        ctx.set_output(0, ctx.call_frame.args[self._index])
+        ctx.set_output(0, self.frame(ctx).args[self._index])
 
 
-class RetvalKernel(OpKernel):
+class RetvalKernel(_CallFrameKernel):
     """Stores the fetched value; the session copies it to the host after the step."""
 
-    is_expensive = False
-
-    def __init__(self, ctx: OpKernelConstruction) -> None:
-        super().__init__(ctx)
-        self._index = int(ctx.attr("index"))
-
     def compute(self, ctx: OpKernelContext) -> None:
-        if ctx.call_frame is None:
-            raise ctx.fail("there is no call frame: _Retval runs only inside a session step")
-        ctx.call_frame.retvals[self._index] = ctx.input(0)
+        self.frame(ctx).retvals[self._index] = ctx.input(0)
 
 
 def _key_prefix(ctx: OpKernelConstruction) -> str:

@@ -98,6 +98,15 @@ class Node:
         """Inputs as GraphDef writes them: ``node:slot`` for data, ``^node`` for control."""
         return [t.name for t in self.inputs] + [f"^{n.name}" for n in self.control_inputs]
 
+    def group_inputs(self, tensors: Sequence[Tensor]) -> list[Tensor | list[Tensor]]:
+        """``tensors`` (one per flat input of this node) grouped as ``add_node`` takes them:
+        a list per list argument. For copying the node into another graph."""
+        ranges = self.op_def.arg_ranges(False, self.attrs)
+        return [
+            list(tensors[a:b]) if arg.is_list else tensors[a]
+            for arg, (a, b) in ((arg, ranges[arg.name]) for arg in self.op_def.inputs)
+        ]
+
     def to_node_def(self) -> NodeDef:
         return NodeDef(
             name=self.name,

@@ -175,14 +175,9 @@ class _Partitioner:
                         dummy.outputs[0], src, dst, host=False, what=f"^{control.name}"
                     )
                 controls.append(self.recvs[key].node)
-            ranges = node.op_def.arg_ranges(False, node.attrs)
-            grouped: list[Tensor | list[Tensor]] = [
-                inputs[a:b] if arg.is_list else inputs[a]
-                for arg, (a, b) in ((arg, ranges[arg.name]) for arg in node.op_def.inputs)
-            ]
             part.add_node(
                 node.op,
-                grouped,
+                node.group_inputs(inputs),
                 node.attrs,
                 name=node.name,
                 device=dst,

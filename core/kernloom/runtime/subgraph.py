@@ -94,17 +94,12 @@ def build_step_graph(
         if node.op == "Placeholder":
             raise InvalidArgumentError(_unfed_placeholder_error(node, fetches, targets))
         mapped = [args[t.name] if t.name in fed else step.tensor(t.name) for t in node.inputs]
-        ranges = node.op_def.arg_ranges(False, node.attrs)
-        grouped: list[Tensor | list[Tensor]] = [
-            mapped[a:b] if arg.is_list else mapped[a]
-            for arg, (a, b) in ((arg, ranges[arg.name]) for arg in node.op_def.inputs)
-        ]
         attrs = dict(node.attrs)
         if node.op in labels and not attrs.get(KERNEL_LABEL_ATTR):
             attrs[KERNEL_LABEL_ATTR] = labels[node.op]
         step.add_node(
             node.op,
-            grouped,
+            node.group_inputs(mapped),
             attrs,
             name=node.name,
             device=node.requested_device,
