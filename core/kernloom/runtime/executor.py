@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final, final
 
 from kernloom.errors import KernelError, KernloomError
-from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import Device
 from kernloom.framework.op_kernel import (
     _UNSET,
@@ -184,10 +183,6 @@ class RunArgs:
     resource_mgr: ResourceMgr = field(default_factory=ResourceMgr)
     stats: StepStatsCollector | None = None
     node_outputs: NodeOutputsCallback | None = None
-
-    @property
-    def cancellation(self) -> CancellationManager:
-        return self.step.cancellation
 
 
 Done = Callable[[BaseException | None], None]

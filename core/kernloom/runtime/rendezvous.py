@@ -30,7 +30,7 @@ from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import Device
 from kernloom.framework.device_mgr import DeviceMgr
 
-__all__ = ["CopyStats", "ParsedKey", "RecvCallback", "Rendezvous", "parse_key"]
+__all__ = ["CopyStats", "ParsedKey", "RecvCallback", "Rendezvous", "parse_key", "value_nbytes"]
 
 RecvCallback = Callable[[BaseException | None, Any, bool], None]
 """``callback(error, value, is_dead)``: error is None on success."""
@@ -105,7 +105,7 @@ class _Waiter:
     to_host: bool
 
 
-def _nbytes(value: Any) -> int:
+def value_nbytes(value: Any) -> int:
     """Bytes of an array of any backend (numpy, CuPy, torch) or a wrapped device buffer."""
     size = getattr(value, "nbytes", None)
     if size is None:
@@ -277,5 +277,5 @@ class Rendezvous:
         else:
             direct = dst.copy_from_device(src, value)
             out = direct if direct is not None else dst.copy_from_host(src.copy_to_host(value))
-        self.stats.record(src.name, dst.name, _nbytes(value))
+        self.stats.record(src.name, dst.name, value_nbytes(value))
         return out

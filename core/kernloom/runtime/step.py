@@ -172,10 +172,6 @@ class Step:
             self._done = True
             self._cond.notify_all()
 
-    @property
-    def done(self) -> bool:
-        return self._done
-
     def wait(self, *, grace_s: float = 1.0) -> None:
         """Work on the step's queue until it is done; raise its error if it failed.
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
 
 from kernloom.framework.node_def import KERNEL_LABEL_ATTR
+from kernloom.runtime.rendezvous import value_nbytes
 
 if TYPE_CHECKING:
     from kernloom.framework.device import Device
@@ -70,11 +71,6 @@ def _shape(value: Any) -> tuple[int, ...] | None:
     return None if shape is None else tuple(int(d) for d in shape)
 
 
-def _nbytes(value: Any) -> int:
-    size = getattr(value, "nbytes", None)
-    return int(size) if isinstance(size, int) else 0
-
-
 @final
 class _Record:
     __slots__ = ("collector", "device", "item", "start_ns", "thread")
@@ -102,7 +98,7 @@ class _Record:
                 start_ns=self.start_ns,
                 end_ns=end,
                 output_shapes=tuple(_shape(v) for v in outputs),
-                output_bytes=sum(_nbytes(v) for v in outputs),
+                output_bytes=sum(value_nbytes(v) for v in outputs),
                 forwarded=forwarded,
             )
         )
