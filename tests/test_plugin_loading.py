@@ -303,7 +303,7 @@ def test_the_installed_cpu_plugin_loads_through_the_entry_point() -> None:
     assert record.distribution == "kernloom-cpu-numpy"
     assert record.registered[0] == "device factory CPU (priority 60)"
     assert record.registered[1].endswith(
-        "kernel(s) for 45 op(s)"
+        "kernel(s) for 57 op(s)"
     )  # every standard op, incl. _Send/_Recv/_Arg/_Retval
     assert kl.default_registry() is kl.default_registry()
 

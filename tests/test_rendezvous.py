@@ -30,14 +30,14 @@ def key(src: str = CPU0, dst: str = ACCEL0, tensor: str = "x:0") -> str:
 
 
 def test_keys_parse_back() -> None:
-    parsed = parse_key(rendezvous_key(CPU0, 0xABC, ACCEL0, "a/b:1", (2, 7)))
+    parsed = parse_key(rendezvous_key(CPU0, 0xABC, ACCEL0, "a/b:1", ("0/3/while", 7)))
     assert (
         parsed.send_device,
         parsed.incarnation,
         parsed.recv_device,
         parsed.tensor,
         parsed.frame_iter,
-    ) == (CPU0, 0xABC, ACCEL0, "a/b:1", (2, 7))
+    ) == (CPU0, 0xABC, ACCEL0, "a/b:1", ("0/3/while", 7))
     with pytest.raises(kl.InvalidArgumentError, match="malformed rendezvous key 'nope'"):
         parse_key("nope")
 

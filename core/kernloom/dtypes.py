@@ -34,6 +34,7 @@ __all__ = [
     "int16",
     "int32",
     "int64",
+    "resource",
     "uint8",
     "uint16",
     "uint32",
@@ -138,9 +139,15 @@ _ALIASES: Final[dict[str, DType]] = {
 }
 
 
+resource: Final = DType("resource", np.dtype(object))
+"""A handle to state owned by the session (a variable): a 0-d object array holding a
+``ResourceHandle``. Not a data type: no numpy dtype maps to it and no arithmetic takes it."""
+
+
 def all_dtypes() -> tuple[DType, ...]:
-    """Every dtype, in declaration order."""
-    return tuple(_BY_NAME.values())
+    """Every data type (element types of tensors holding numbers or bools), in declaration
+    order; ``resource`` is not one."""
+    return tuple(d for d in _BY_NAME.values() if d is not resource)
 
 
 def as_dtype(value: object) -> DType:

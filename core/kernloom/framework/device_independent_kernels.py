@@ -1,6 +1,7 @@
 """Kernels that are the same on every device: ``Const`` and ``Identity`` (they only use the
-``Device`` contract), ``_Send``/``_Recv`` (they only talk to the step's rendezvous) and
-``_Arg``/``_Retval`` (they only talk to the step's call frame).
+``Device`` contract), ``_Send``/``_Recv`` (they only talk to the step's rendezvous),
+``_Arg``/``_Retval`` (they only talk to the step's call frame) and the control-flow ops
+(they only forward values; the executor gives them their meaning).
 
 A device plugin registers them for its type with
 ``register_device_independent_kernels(lib, "GPU", backend="cupy")``; the core itself
@@ -12,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import numpy as np
+
 from kernloom.framework.kernel_registry import KernelLibrary
 from kernloom.framework.op_kernel import (
+    DEAD,
     AsyncOpKernel,
     CallFrame,
     OpKernel,
@@ -27,7 +31,10 @@ __all__ = [
     "RecvKernel",
     "RetvalKernel",
     "SendKernel",
+    "switch",
     "identity",
+    "merge",
+    "register_control_flow_kernels",
     "register_device_independent_kernels",
     "register_sendrecv_kernels",
 ]
@@ -48,6 +55,36 @@ class ConstKernel(OpKernel):
 
 def identity(ctx: OpKernelContext) -> None:
     ctx.forward_input_to_output(0, 0)
+
+
+def host_bool(ctx: OpKernelContext, value: Any) -> bool:
+    """A scalar predicate as a Python bool, wherever the device keeps it."""
+    if not isinstance(value, np.ndarray | np.generic | bool):
+        value = ctx.device.copy_to_host(value)
+    array = np.asarray(value)
+    if array.size != 1:
+        raise ctx.fail(f"the predicate must be a scalar, got shape {array.shape}")
+    return bool(array.reshape(()))
+
+
+def switch(ctx: OpKernelContext) -> None:
+    taken = 1 if host_bool(ctx, ctx.input(1)) else 0
+    ctx.forward_input_to_output(0, taken)
+    ctx.set_output_dead(1 - taken)
+
+
+def merge(ctx: OpKernelContext) -> None:
+    for index in range(ctx.num_inputs):
+        if not ctx.is_input_dead(index):
+            ctx.forward_input_to_output(index, 0)
+            ctx.set_output(1, np.array(index, np.int32))
+            return
+    # Unreachable through the executor (a Merge with no live input does not run).
+    raise ctx.fail("every input is dead")
+
+
+def loop_cond(ctx: OpKernelContext) -> None:
+    ctx.set_output(0, np.array(host_bool(ctx, ctx.input(0))))
 
 
 class _CallFrameKernel(OpKernel):
@@ -79,7 +116,9 @@ class RetvalKernel(_CallFrameKernel):
     """Stores the fetched value; the session copies it to the host after the step."""
 
     def compute(self, ctx: OpKernelContext) -> None:
-        self.frame(ctx).retvals[self._index] = ctx.input(0)
+        value = ctx.input(0)
+        if value is not DEAD:  # a dead fetch leaves its slot empty; the session says so
+            self.frame(ctx).retvals[self._index] = value
 
 
 def _key_prefix(ctx: OpKernelConstruction) -> str:
@@ -125,7 +164,12 @@ class SendKernel(OpKernel):
     def compute(self, ctx: OpKernelContext) -> None:
         rendezvous = _rendezvous(ctx)
         frame, iteration = ctx.frame_iter
-        rendezvous.send(f"{self._prefix}{frame}:{iteration}", ctx.input(0))
+        value = ctx.input(0)
+        key = f"{self._prefix}{frame}:{iteration}"
+        if value is DEAD:
+            rendezvous.send(key, None, is_dead=True)
+        else:
+            rendezvous.send(key, value)
 
 
 class RecvKernel(AsyncOpKernel):
@@ -148,6 +192,8 @@ class RecvKernel(AsyncOpKernel):
         def received(error: BaseException | None, value: object, is_dead: bool) -> None:
             if error is not None:
                 ctx.set_error(error)
+            elif is_dead:
+                ctx.set_output_dead(0)
             else:
                 ctx.set_output(0, value)
             done()
@@ -167,12 +213,27 @@ def register_sendrecv_kernels(
     lib.kernel("_Recv", device=device_type, backend=backend)(RecvKernel)
 
 
+def register_control_flow_kernels(
+    lib: KernelLibrary, device_type: str, *, backend: str | None = None
+) -> None:
+    """Switch, Merge, Enter, Exit, NextIteration and LoopCond; predicates and Merge's
+    value_index live in host memory, as in TensorFlow's GPU kernels."""
+    cheap = {"device": device_type, "backend": backend, "expensive": False}
+    lib.kernel("Switch", host_memory=("pred",), **cheap)(switch)
+    lib.kernel("Merge", host_memory=("value_index",), **cheap)(merge)
+    for op in ("Enter", "Exit", "NextIteration"):
+        lib.kernel(op, **cheap)(identity)
+    lib.kernel("LoopCond", host_memory=("input", "output"), **cheap)(loop_cond)
+
+
 def register_device_independent_kernels(
     lib: KernelLibrary, device_type: str, *, backend: str | None = None
 ) -> None:
-    """Const, Identity, _Send, _Recv, _Arg and _Retval for ``device_type``."""
+    """Const, Identity, _Send, _Recv, _Arg, _Retval and the control-flow kernels for
+    ``device_type``."""
     lib.kernel("Const", device=device_type, backend=backend)(ConstKernel)
     lib.kernel("_Arg", device=device_type, backend=backend)(ArgKernel)
     lib.kernel("_Retval", device=device_type, backend=backend)(RetvalKernel)
     lib.kernel("Identity", device=device_type, backend=backend, expensive=False)(identity)
     register_sendrecv_kernels(lib, device_type, backend=backend)
+    register_control_flow_kernels(lib, device_type, backend=backend)

@@ -46,7 +46,7 @@ _ARG_SPEC: Final = re.compile(r"\s*(\w+)\s*:\s*(?:([A-Za-z]\w*)\s*\*\s*)?(\w+)\s
 _ATTR_SPEC: Final = re.compile(
     r"\s*(\w+)\s*:\s*(\{[^}]*\}|[\w()]+)\s*(>=\s*-?\d+)?\s*(?:=\s*(.+?))?\s*"
 )
-_DTYPE_NAMES: Final = frozenset(d.name for d in all_dtypes())
+_DTYPE_NAMES: Final = frozenset({*(d.name for d in all_dtypes()), "resource"})
 
 INTERNAL_ATTR_PREFIX: Final = "_"
 """Attrs starting with ``_`` (``_kernel``, ``_class``) belong to the runtime, not the op."""

@@ -22,7 +22,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from kernloom.framework.resource_mgr import ResourceMgr
 from kernloom.shapes import as_shape
 
 __all__ = [
+    "DEAD",
     "AsyncOpKernel",
     "CallFrame",
     "FunctionKernel",
@@ -203,6 +204,23 @@ class FunctionKernel(OpKernel):
 _UNSET = object()
 
 
+class _Dead:
+    """The value of a dead tensor: the untaken output of a ``Switch`` and everything computed
+    from it. Kernels never see it, except ``Merge`` (which skips dead inputs) and the
+    transfer kernels (which carry deadness across devices)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<dead>"
+
+    def __reduce__(self) -> str:
+        return "DEAD"
+
+
+DEAD: Final = _Dead()
+
+
 class CallFrame:
     """A step's fed values and the slots its fetched values go to (``_Arg``/``_Retval``)."""
 
@@ -275,8 +293,9 @@ class OpKernelContext:
         self.step_id = step_id
         self.rendezvous = rendezvous
         self.call_frame = call_frame
-        self.frame_iter: tuple[int, int] = (0, 0)
-        """The loop frame and iteration this run belongs to (rendezvous keys carry it)."""
+        self.frame_iter: tuple[str, int] = ("0", 0)
+        """The loop frame instance and iteration this run belongs to (rendezvous keys carry
+        them, so a loop spanning devices pairs each iteration's sends and receives)."""
         mask = 0
         for index in forwardable:
             mask |= 1 << index
@@ -320,6 +339,10 @@ class OpKernelContext:
             return self._inputs[key]
         return self._inputs[self._index(key, False)]
 
+    def is_input_dead(self, index: int) -> bool:
+        """Whether input ``index`` is dead (only ``Merge`` and ``_Send`` ever see one)."""
+        return self._inputs[index] is DEAD
+
     def input_list(self, name: str) -> list[Any]:
         if name not in self.signature.input_ranges:
             self.signature.op_def.arg(name)
@@ -362,6 +385,10 @@ class OpKernelContext:
         if self._outputs[index] is not _UNSET:
             raise self.fail(f"output {index} was set twice")
         self._outputs[index] = value
+
+    def set_output_dead(self, key: int | str) -> None:
+        """Mark an output dead (``Switch``'s untaken branch, a dead ``_Recv``)."""
+        self.set_output(key, DEAD)
 
     def forward_input_to_output(self, input_key: int | str, output_key: int | str) -> None:
         """Output ``output_key`` *is* input ``input_key`` (shared, not copied: Identity)."""

@@ -29,10 +29,14 @@ from kernloom.framework.shape_inference import InferenceContext, infer_shapes
 from kernloom.graph.tensor import Tensor
 from kernloom.registry import Registry, default_registry
 
-__all__ = ["COLOCATION_ATTR", "Graph", "Node", "get_default_graph"]
+__all__ = ["BACK_EDGE_OPS", "COLOCATION_ATTR", "Graph", "Node", "get_default_graph"]
 
 COLOCATION_ATTR: Final = "_class"
 """TensorFlow's colocation attr: ``["loc:@node_name", ...]``."""
+BACK_EDGE_OPS: Final = frozenset({"NextIteration"})
+"""Ops whose out-edges go back to an earlier node (a loop's Merge): the only cycles a graph
+may have. Copying a graph adds their consumers first with a stand-in input, then
+``Graph.update_input`` closes the loop."""
 _NAME: Final = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
 
 
@@ -330,6 +334,30 @@ class Graph:
             yield
         finally:
             self._scopes.control = saved
+
+    def update_input(self, node: Node, index: int, tensor: Tensor) -> None:
+        """Make ``tensor`` data input ``index`` of ``node``: how a loop's ``Merge`` gets its
+        ``NextIteration`` input, which can only exist after the Merge. The dtype must stay
+        the same; the node's output shapes are not inferred again."""
+        with self._lock:
+            if node.graph is not self or tensor.graph is not self:
+                raise InvalidArgumentError(
+                    f"update_input: node {node.name!r} and tensor {tensor.name!r} must both be "
+                    f"in this graph"
+                )
+            if not 0 <= index < len(node.inputs):
+                raise InvalidArgumentError(
+                    f"node {node.name!r} (op {node.op}) has {len(node.inputs)} input(s); "
+                    f"there is no input {index}"
+                )
+            old = node.inputs[index]
+            if old.dtype is not tensor.dtype:
+                raise InvalidArgumentError(
+                    f"node {node.name!r} (op {node.op}) input {index} is "
+                    f"{old.dtype.name}; cannot replace it with {tensor.name!r} "
+                    f"({tensor.dtype.name})"
+                )
+            node.inputs[index] = tensor
 
     def _scoped_label(self, op: str) -> str | None:
         for label in reversed(self._scopes.label):

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kernloom.dtypes import DType, as_dtype
 from kernloom.errors import InvalidArgumentError, KernloomError, did_you_mean
 from kernloom.framework.attr import AttrKind, AttrType
-from kernloom.graph.graph import Graph, Node
+from kernloom.graph.graph import BACK_EDGE_OPS, Graph, Node
 from kernloom.graph.tensor import Tensor
 from kernloom.registry import Registry
 from kernloom.shapes import TensorShape
@@ -269,18 +269,30 @@ class _Loader:
                     )
                 parsed.append((name, None if control else int(slot or 0)))
             edges[node.name] = parsed
-        order = self.topological_order(graph_def, edges)
+        back = {n.name for n in graph_def.nodes if n.op in BACK_EDGE_OPS}
+        order = self.topological_order(graph_def, edges, back)
+        later: list[tuple[str, int, str, int]] = []
         for name in order:
-            self.add(graph, by_name[name], edges[name])
+            self.add(graph, by_name[name], edges[name], later)
+        for consumer, index, src, slot in later:
+            graph.update_input(graph.node(consumer), index, graph.node(src).output(slot))
         return graph
 
     def topological_order(
-        self, graph_def: GraphDef, edges: dict[str, list[tuple[str, int | None]]]
+        self,
+        graph_def: GraphDef,
+        edges: dict[str, list[tuple[str, int | None]]],
+        back: set[str],
     ) -> list[str]:
-        pending = {n.name: len({src for src, _ in edges[n.name]}) for n in graph_def.nodes}
+        """Kahn's order, not counting the edges out of ``back`` nodes (a loop's
+        NextIteration): those are the only cycles allowed."""
+        forward = {
+            name: {src for src, _ in inputs if src not in back} for name, inputs in edges.items()
+        }
+        pending = {n.name: len(forward[n.name]) for n in graph_def.nodes}
         users: dict[str, list[str]] = {}
-        for name, inputs in edges.items():
-            for src in {src for src, _ in inputs}:
+        for name, sources in forward.items():
+            for src in sources:
                 users.setdefault(src, []).append(name)
         # Kahn's algorithm, taking the earliest ready node in file order, so a file that is
         # already in topological order (every file we write) loads in exactly that order.
@@ -299,7 +311,7 @@ class _Loader:
             stuck = next(n.name for n in graph_def.nodes if pending[n.name])
             cycle = [stuck]
             while True:  # walk back along unfinished inputs until a node repeats
-                nxt = next(src for src, _ in edges[cycle[-1]] if pending[src])
+                nxt = next(src for src in forward[cycle[-1]] if pending[src])
                 if nxt in cycle:
                     cycle = [*cycle[cycle.index(nxt) :], nxt]
                     break
@@ -307,12 +319,29 @@ class _Loader:
             raise self.fail("the graph has a cycle: " + " <- ".join(repr(c) for c in cycle))
         return order
 
-    def add(self, graph: Graph, node: NodeJSON, inputs: list[tuple[str, int | None]]) -> None:
+    def add(
+        self,
+        graph: Graph,
+        node: NodeJSON,
+        inputs: list[tuple[str, int | None]],
+        later: list[tuple[str, int, str, int]],
+    ) -> None:
+        """Add ``node``; a back edge from a node not added yet gets a stand-in (another data
+        input of the same node) and goes on ``later`` for ``Graph.update_input``."""
         attrs = {key: self.decode_attr(raw, node.name, key) for key, raw in node.attrs.items()}
         data: list[Tensor] = []
-        for src, slot in inputs:
-            if slot is None:
-                continue
+        data_inputs = [(src, slot) for src, slot in inputs if slot is not None]
+        for src, slot in data_inputs:
+            if src not in graph:
+                stand_in = next(((s, k) for s, k in data_inputs if s in graph), None)
+                if stand_in is None:
+                    raise self.fail(
+                        f"every data input comes back from a loop ({src!r} first); a Merge "
+                        f"needs an input from outside the loop too",
+                        node.name,
+                    )
+                later.append((node.name, len(data), src, slot))
+                src, slot = stand_in
             producer = graph.node(src)
             if slot >= len(producer.outputs):
                 raise self.fail(

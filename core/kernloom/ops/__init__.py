@@ -16,7 +16,15 @@ from typing import Any
 
 from kernloom.framework.op_def import OpDef, OpLibrary, OpRegistry
 from kernloom.framework.origin import Origin
-from kernloom.ops import array_ops, function_ops, math_ops, nn_ops, sendrecv_ops
+from kernloom.ops import (
+    array_ops,
+    control_flow_ops,
+    function_ops,
+    math_ops,
+    nn_ops,
+    resource_variable_ops,
+    sendrecv_ops,
+)
 
 __all__ = ["STANDARD_ORIGIN", "standard_ops", "wrapper"]
 
@@ -32,7 +40,15 @@ def standard_ops() -> OpRegistry:
     with _lock:
         if _standard is None:
             lib = OpLibrary()
-            for family in (array_ops, math_ops, nn_ops, sendrecv_ops, function_ops):
+            for family in (
+                array_ops,
+                math_ops,
+                nn_ops,
+                sendrecv_ops,
+                function_ops,
+                control_flow_ops,
+                resource_variable_ops,
+            ):
                 family.define(lib)
             registry = OpRegistry()
             for op_def in lib.finalize():

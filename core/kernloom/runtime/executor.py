@@ -20,8 +20,9 @@ pending counts) and a ready stack; running a node allocates no bookkeeping objec
 - The first failure stops the step (``Step.stop``); the executor then skips what is left
   and reports once, through ``done``.
 
-Control flow (frames, dead tensors) comes with the control-flow ops; a ``NodeItem``
-keeps room for it in ``is_async``/``kernel`` only, the rest of the design is frame-free.
+Partitions with control flow (frames, iterations, dead tensors) run on
+``frame_executor.FrameExecutorState`` over the same ``NodeItem``s; the hot loop here stays
+frame-free, so graphs without loops or conds pay nothing for them.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ from kernloom.framework.op_kernel import (
 )
 from kernloom.framework.resource_mgr import ResourceMgr
 from kernloom.graph.graph import Graph, Node
+from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.step import Step
 from kernloom.runtime.step_stats import StepStatsCollector
 
-__all__ = ["Executor", "ExecutorBarrier", "GraphView", "NodeItem", "RunArgs"]
+__all__ = ["Executor", "ExecutorBarrier", "GraphView", "NodeItem", "RunArgs", "node_error"]
 
 KernelFactory = Callable[[Node], OpKernel]
 NodeOutputsCallback = Callable[[str, Sequence[Any]], None]
@@ -90,7 +92,14 @@ class NodeItem:
 class GraphView:
     """A partition compiled for execution on one device; immutable, shared by all steps."""
 
-    def __init__(self, graph: Graph, device: Device, kernels: KernelFactory) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        device: Device,
+        kernels: KernelFactory,
+        *,
+        control_flow: bool | None = None,
+    ) -> None:
         nodes = graph.nodes
         index = {node.name: i for i, node in enumerate(nodes)}
         starts: list[int] = []
@@ -159,6 +168,11 @@ class GraphView:
             for item in items
         ]
         self.roots = [item.id for item in items if item.pending == 0]
+        if control_flow is None:
+            control_flow = has_control_flow(graph)
+        self.frame_layout: FrameLayout | None = FrameLayout(self) if control_flow else None
+        """Frames and local slots, for a partition that has (or may receive) dead values:
+        it runs on ``FrameExecutorState`` instead of the frame-free hot loop."""
 
     def __len__(self) -> int:
         return len(self.items)
@@ -196,8 +210,18 @@ class Executor:
         self.view = view
 
     @classmethod
-    def build(cls, graph: Graph, device: Device, kernels: KernelFactory) -> Executor:
-        return cls(GraphView(graph, device, kernels))
+    def build(
+        cls,
+        graph: Graph,
+        device: Device,
+        kernels: KernelFactory,
+        *,
+        control_flow: bool | None = None,
+    ) -> Executor:
+        """``control_flow``: whether values may be dead or frames exist (the session says
+        so for every partition of a graph with control flow, as a partition without
+        control-flow ops can still receive dead values); None works it out from ``graph``."""
+        return cls(GraphView(graph, device, kernels, control_flow=control_flow))
 
     @property
     def device(self) -> Device:
@@ -209,6 +233,9 @@ class Executor:
         The roots are queued for the thread that waits on the step (``Step.wait``, which
         the caller must drive); nothing runs on this call's own stack.
         """
+        if self.view.frame_layout is not None:
+            FrameExecutorState(self.view, args, done).start()
+            return
         state = _ExecutorState(self.view, args, done)
         state.start()
 
@@ -226,14 +253,17 @@ class Executor:
             raise errors[0]
 
 
-def node_error(item: NodeItem, device: Device, exc: BaseException) -> BaseException:
-    """The error a failed node reports: the original when it already names the node, else
-    a ``KernelError`` naming node, op, device and kernel, chained to the original."""
-    if isinstance(exc, KernloomError) and repr(item.node.name) in str(exc):
+def node_error(
+    item: NodeItem, device: Device, exc: BaseException, *, where: str = ""
+) -> BaseException:
+    """The error a failed node reports: a ``KernelError`` naming node, op, device and kernel
+    (and ``where``: the loop frame and iteration), chained to the original; the original
+    itself when it already says all that."""
+    if isinstance(exc, KernloomError) and repr(item.node.name) in str(exc) and not where:
         return exc
     error = KernelError(
-        f"{item.where} on {device.name} failed in kernel {type(item.kernel).__qualname__}: "
-        f"{type(exc).__name__}: {exc}"
+        f"{item.where}{where} on {device.name} failed in kernel "
+        f"{type(item.kernel).__qualname__}: {type(exc).__name__}: {exc}"
     )
     error.__cause__ = exc
     return error
@@ -516,3 +546,6 @@ class ExecutorBarrier:
             # because the rendezvous was aborted report that same error or a later one.
             first = self._step.error if self._step.error is not None else self._error
             self._done(first)
+
+
+from kernloom.runtime.frame_executor import FrameExecutorState, FrameLayout  # noqa: E402

@@ -24,9 +24,11 @@ import numpy as np
 from kernloom.errors import InvalidArgumentError
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.device_name import parse_device_name
-from kernloom.graph.graph import Graph, Node
+from kernloom.graph.graph import BACK_EDGE_OPS, Graph, Node
 from kernloom.graph.tensor import Tensor
 from kernloom.registry import Registry
+from kernloom.runtime.control_flow import has_control_flow
+from kernloom.runtime.control_loops import ControlLoops
 
 __all__ = ["PartitionResult", "partition", "rendezvous_key"]
 
@@ -40,7 +42,7 @@ def rendezvous_key(
     incarnation: int,
     recv_device: str,
     tensor: str,
-    frame_iter: tuple[int, int] = (0, 0),
+    frame_iter: tuple[str, int] = ("0", 0),
 ) -> str:
     """TensorFlow's key: ``src;incarnation;dst;tensor;frame:iter``."""
     return (
@@ -76,6 +78,7 @@ class _Partitioner:
         self.parts: dict[str, Graph] = {}
         self.recvs: dict[tuple[str, str], Tensor] = {}  # (tensor or control name, dst) -> recv
         self.keys: list[str] = []
+        self.loops = ControlLoops(graph, placement) if has_control_flow(graph) else None
 
     def part(self, device: str) -> Graph:
         if device not in self.parts:
@@ -132,7 +135,23 @@ class _Partitioner:
         )
         return recv.outputs[0]
 
+    def recv_of(self, tensor: Tensor, dst: str, *, host: bool, consumer: Node) -> Tensor:
+        """The ``_Recv`` in ``dst`` of ``tensor`` (one per tensor and device)."""
+        key = (tensor.name, dst)
+        if key not in self.recvs:
+            src = self.placement[tensor.node.name]
+            source = self.part(src).tensor(tensor.name)
+            self.recvs[key] = self.pair(source, src, dst, host=host, what=tensor.name)
+            self.note_recv_frame(self.recvs[key].node, dst, consumer)
+        return self.recvs[key]
+
+    def note_recv_frame(self, recv: Node, dst: str, consumer: Node) -> None:
+        """Remember a ``_Recv`` that runs inside a loop (it runs in its consumer's frame)."""
+        if self.loops is not None:
+            self.loops.note_recv(recv, dst, consumer)
+
     def run(self) -> PartitionResult:
+        later: list[tuple[Node, int, Tensor]] = []
         for node in self.graph.nodes:
             dst = self.placement[node.name]
             part = self.part(dst)
@@ -141,19 +160,17 @@ class _Partitioner:
                 if any(self.placement[t.node.name] != dst for t in node.inputs)
                 else frozenset()
             )
-            inputs: list[Tensor] = []
+            found: list[Tensor | None] = []
             for index, tensor in enumerate(node.inputs):
                 src = self.placement[tensor.node.name]
-                if src == dst:
-                    inputs.append(part.tensor(tensor.name))
-                    continue
-                key = (tensor.name, dst)
-                if key not in self.recvs:
-                    source = self.part(src).tensor(tensor.name)
-                    self.recvs[key] = self.pair(
-                        source, src, dst, host=index in host, what=tensor.name
-                    )
-                inputs.append(self.recvs[key])
+                if tensor.node.op in BACK_EDGE_OPS and tensor.node.name not in self.part(src):
+                    later.append((node, index, tensor))  # a loop's back edge: closed below
+                    found.append(None)
+                elif src == dst:
+                    found.append(part.tensor(tensor.name))
+                else:
+                    found.append(self.recv_of(tensor, dst, host=index in host, consumer=node))
+            inputs = _with_stand_ins(node, found)
             controls: list[Node] = []
             for control in node.control_inputs:
                 src = self.placement[control.name]
@@ -174,6 +191,7 @@ class _Partitioner:
                     self.recvs[key] = self.pair(
                         dummy.outputs[0], src, dst, host=False, what=f"^{control.name}"
                     )
+                    self.note_recv_frame(self.recvs[key].node, dst, node)
                 controls.append(self.recvs[key].node)
             part.add_node(
                 node.op,
@@ -184,7 +202,31 @@ class _Partitioner:
                 control_inputs=controls,
                 exact_name=True,
             )
+        for node, index, tensor in later:
+            dst = self.placement[node.name]
+            part = self.part(dst)
+            if self.placement[tensor.node.name] == dst:
+                source = part.tensor(tensor.name)
+            else:
+                source = self.recv_of(tensor, dst, host=False, consumer=node)
+            part.update_input(part.node(node.name), index, source)
+        if self.loops is not None:
+            self.loops.add_control_loops(self)
         return PartitionResult(self.parts, self.keys)
+
+
+def _with_stand_ins(node: Node, found: list[Tensor | None]) -> list[Tensor]:
+    """``found`` with each missing back-edge input replaced by another input of the node
+    (the real one is set once it exists)."""
+    stand_in = next((t for t in found if t is not None), None)
+    if stand_in is None:
+        if found:
+            raise InvalidArgumentError(
+                f"node {node.name!r} (op {node.op}): every input comes back from a loop; a "
+                f"Merge needs an input from outside the loop too"
+            )
+        return []
+    return [t if t is not None else stand_in for t in found]
 
 
 def partition(

@@ -42,7 +42,8 @@ class ParsedKey:
     incarnation: int
     recv_device: str
     tensor: str
-    frame_iter: tuple[int, int]
+    frame_iter: tuple[str, int]
+    """The loop frame instance (``"0"`` outside loops) and the iteration."""
 
 
 def parse_key(key: str) -> ParsedKey:
@@ -54,7 +55,7 @@ def parse_key(key: str) -> ParsedKey:
     frame, _, iteration = parts[4].partition(":")
     try:
         return ParsedKey(
-            parts[0], int(parts[1], 16), parts[2], parts[3], (int(frame), int(iteration))
+            parts[0], int(parts[1], 16), parts[2], parts[3], (frame, int(iteration))
         )
     except ValueError:
         raise InvalidArgumentError(

@@ -34,6 +34,7 @@ from kernloom.framework.resource_mgr import ResourceMgr
 from kernloom.graph.graph import Graph, Node, get_default_graph
 from kernloom.graph.tensor import Tensor
 from kernloom.registry import Registry
+from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.executor import Executor, ExecutorBarrier, RunArgs
 from kernloom.runtime.fetches import plan_fetches, resolve_tensor
 from kernloom.runtime.partition import PartitionResult, partition
@@ -168,11 +169,13 @@ class Session:
             parts = partition(
                 step_graph.graph, placement, devices=self.devices, registry=self.registry
             )
+            control_flow = has_control_flow(step_graph.graph)
             executors = tuple(
                 Executor.build(
                     part,
                     self.devices.lookup(name),
                     self._kernel_factory(self.devices.lookup(name), step_graph.original_nodes),
+                    control_flow=control_flow,
                 )
                 for name, part in parts.graphs.items()
             )
@@ -311,6 +314,13 @@ class Session:
         results = []
         for index, device in enumerate(compiled.retval_devices):
             value = frame.retvals[index]
+            if value is None:
+                name = compiled.step_graph.fetches[index]
+                raise InvalidArgumentError(
+                    f"fetched tensor {name!r} has no value in this run: it is dead (computed "
+                    f"only on the branch of a kl.cond that was not taken, or inside a loop). "
+                    f"Fetch the cond's or loop's output instead."
+                )
             if device.memory_is_host:
                 results.append(np.asarray(value))
             else:

@@ -75,6 +75,7 @@ def build_step_graph(
     labels = dict(kernel_labels or {})
     args: dict[str, Tensor] = {}
     arg_nodes: list[str] = []
+    later: list[tuple[str, int, str]] = []
     for index, name in enumerate(feeds):
         tensor = graph.tensor(name)
         base = _UNSAFE.sub("_", name.replace(":", "_"))
@@ -93,19 +94,35 @@ def build_step_graph(
             continue
         if node.op == "Placeholder":
             raise InvalidArgumentError(_unfed_placeholder_error(node, fetches, targets))
-        mapped = [args[t.name] if t.name in fed else step.tensor(t.name) for t in node.inputs]
+        found: list[Tensor | None] = []
+        for index, t in enumerate(node.inputs):
+            if t.name in fed:
+                found.append(args[t.name])
+            elif t.node.name in step:
+                found.append(step.tensor(t.name))
+            else:  # a loop's back edge: a stand-in now, the real input once it exists
+                later.append((node.name, index, t.name))
+                found.append(None)
+        stand_in = next((t for t in found if t is not None), None)
+        mapped = [t if t is not None else stand_in for t in found]
+        if stand_in is None and node.inputs:
+            raise InvalidArgumentError(
+                f"node {node.name!r} (op {node.op}): every input comes back from a loop"
+            )
         attrs = dict(node.attrs)
         if node.op in labels and not attrs.get(KERNEL_LABEL_ATTR):
             attrs[KERNEL_LABEL_ATTR] = labels[node.op]
         step.add_node(
             node.op,
-            node.group_inputs(mapped),
+            node.group_inputs(mapped),  # type: ignore[arg-type]
             attrs,
             name=node.name,
             device=node.requested_device,
             control_inputs=[step.node(c.name) for c in node.control_inputs],
             exact_name=True,
         )
+    for consumer, index, name in later:
+        step.update_input(step.node(consumer), index, step.tensor(name))
     retval_nodes: list[str] = []
     for index, name in enumerate(fetches):
         source = args[name] if name in fed else step.tensor(name)
