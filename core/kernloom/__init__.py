@@ -20,6 +20,7 @@ from kernloom.dtypes import (
     int16,
     int32,
     int64,
+    resource,
     uint8,
     uint16,
     uint32,
@@ -86,6 +87,7 @@ from kernloom.graph.builder import (
     name_scope,
     placeholder,
 )
+from kernloom.graph.control_flow import cond, while_loop
 from kernloom.graph.graph import Graph, Node, get_default_graph
 from kernloom.graph.tensor import Tensor
 from kernloom.plugins import (
@@ -175,6 +177,7 @@ __all__ = [
     "bool_",
     "chrome_trace",
     "colocate_with",
+    "cond",
     "complex64",
     "complex128",
     "constant",
@@ -197,8 +200,10 @@ __all__ = [
     "ops",
     "parse_device_name",
     "placeholder",
+    "resource",
     "uint8",
     "uint16",
     "uint32",
     "uint64",
+    "while_loop",
 ]

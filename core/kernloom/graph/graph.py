@@ -16,7 +16,7 @@ import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import numpy as np
 
@@ -124,6 +124,24 @@ class Node:
         return f"<kl.Node '{self.name}' op={self.op}>"
 
 
+class FlowContext(Protocol):
+    """A ``kl.cond`` branch or ``kl.while_loop`` body being built (``graph.control_flow``).
+
+    ``add_node`` hands it each input first (``import_tensor`` routes a tensor from outside
+    through a Switch or an Enter), gives a node without data inputs a control input from
+    ``pivot`` (so a constant in a branch is dead when the branch is not taken, and a
+    constant in a loop body runs in the loop's frame), and adds every node it builds to
+    ``members`` of each open context.
+    """
+
+    members: set[str]
+
+    @property
+    def pivot(self) -> Node: ...
+
+    def import_tensor(self, tensor: Tensor) -> Tensor: ...
+
+
 class _Scopes(threading.local):
     """Builder scopes: per graph and per thread, as the builder is used from one thread."""
 
@@ -133,6 +151,7 @@ class _Scopes(threading.local):
         self.colocate: list[list[Node]] = []
         self.label: list[str | Mapping[str, str]] = []
         self.control: list[list[Node]] = []
+        self.flow: list[FlowContext] = []
 
 
 class _DefaultGraphs(threading.local):
@@ -335,6 +354,27 @@ class Graph:
         finally:
             self._scopes.control = saved
 
+    @contextlib.contextmanager
+    def control_flow(self, context: FlowContext | None) -> Iterator[None]:
+        """Build inside ``context`` (pushed on the open ones); None builds outside every
+        context, as the Switch and Enter nodes that import a tensor must be."""
+        saved = self._scopes.flow
+        if context is None:
+            self._scopes.flow = []
+        elif context in saved:
+            self._scopes.flow = saved[: saved.index(context) + 1]
+        else:
+            self._scopes.flow = [*saved, context]
+        try:
+            yield
+        finally:
+            self._scopes.flow = saved
+
+    @property
+    def flow_context(self) -> FlowContext | None:
+        """The innermost open ``kl.cond``/``kl.while_loop`` context of this thread."""
+        return self._scopes.flow[-1] if self._scopes.flow else None
+
     def update_input(self, node: Node, index: int, tensor: Tensor) -> None:
         """Make ``tensor`` data input ``index`` of ``node``: how a loop's ``Merge`` gets its
         ``NextIteration`` input, which can only exist after the Merge. The dtype must stay
@@ -387,6 +427,19 @@ class Graph:
         """
         with self._lock:
             op_def = self.registry.op_def(op)
+            flow = self._scopes.flow[-1] if self._scopes.flow and not exact_name else None
+            if flow is not None:
+                # Before naming this node: importing may add Switch/Enter nodes.
+                inputs = [
+                    [flow.import_tensor(t) for t in item]
+                    if isinstance(item, list | tuple)
+                    else flow.import_tensor(item)
+                    if isinstance(item, Tensor)
+                    else item
+                    for item in inputs
+                ]
+                if not inputs or all(isinstance(i, list | tuple) and not i for i in inputs):
+                    control_inputs = [*control_inputs, flow.pivot]
             if exact_name:
                 if name is None or name in self._nodes or _NAME.fullmatch(name) is None:
                     raise InvalidArgumentError(f"node name {name!r} is invalid or already taken")
@@ -453,6 +506,8 @@ class Graph:
             else:
                 self.unique_name(name or snake_case(op))  # the node is valid: reserve its name
             self._nodes[node_name] = node
+            for context in self._scopes.flow if flow is not None else ():
+                context.members.add(node_name)
             return node
 
 
