@@ -90,6 +90,7 @@ from kernloom.graph.builder import (
 from kernloom.graph.control_flow import cond, while_loop
 from kernloom.graph.graph import Graph, Node, get_default_graph
 from kernloom.graph.tensor import Tensor
+from kernloom.graph.variables import Variable, global_variables, variables_initializer
 from kernloom.plugins import (
     ENTRY_POINT_GROUP,
     KERNLOOM_API_VERSION,
@@ -170,6 +171,7 @@ __all__ = [
     "Tensor",
     "TensorShape",
     "TrackingAllocator",
+    "Variable",
     "__version__",
     "all_dtypes",
     "as_dtype",
@@ -190,6 +192,7 @@ __all__ = [
     "float64",
     "full_device_name",
     "get_default_graph",
+    "global_variables",
     "hookimpl",
     "int8",
     "int16",
@@ -205,5 +208,6 @@ __all__ = [
     "uint16",
     "uint32",
     "uint64",
+    "variables_initializer",
     "while_loop",
 ]

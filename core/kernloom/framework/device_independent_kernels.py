@@ -169,7 +169,10 @@ class SendKernel(OpKernel):
         if value is DEAD:
             rendezvous.send(key, None, is_dead=True)
         else:
-            rendezvous.send(key, value)
+            # A numpy value on an accelerator is a host-memory output (a predicate, a
+            # shape): the receiving side must not copy it off the device.
+            host = not ctx.device.memory_is_host and isinstance(value, np.ndarray | np.generic)
+            rendezvous.send(key, value, host_memory=host)
 
 
 class RecvKernel(AsyncOpKernel):

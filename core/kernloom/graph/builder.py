@@ -124,6 +124,11 @@ def _convert_inputs(
     def convert(item: object, arg: ArgDef) -> Tensor:
         if isinstance(item, Tensor):
             return item
+        as_tensor = getattr(item, "__kl_tensor__", None)
+        if callable(as_tensor):  # a kl.Variable: its value
+            found = as_tensor()
+            if isinstance(found, Tensor):
+                return found
         if isinstance(item, Node):
             raise InvalidArgumentError(
                 f"op {op_def.name} input '{arg.name}' got node {item.name!r}, which has no "

@@ -1,7 +1,8 @@
 """The placer (seed 004, TensorFlow's ``Placer``): a device for every node, and why.
 
 1. **Colocation groups** by union-find: a node and every node it must be colocated with
-   (``_class = loc:@name``) form one group, placed together.
+   (``_class = loc:@name``) form one group, placed together; so do a node that takes a
+   ``resource`` input (a variable's handle) and the node that produces it.
 2. **Requests**: a member's requested device (full or partial: ``GPU``, ``GPU:1``,
    ``/device:CPU:0``) is honoured. Where it cannot be -- no such device, or no kernel for a
    member there -- it is an error saying why, unless ``allow_soft_placement``, which falls
@@ -25,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, final
 
+from kernloom.dtypes import resource
 from kernloom.errors import InvalidArgumentError, NotFoundError
 from kernloom.framework.device import Device
 from kernloom.framework.device_mgr import DeviceMgr
@@ -161,6 +163,11 @@ class Placer:
                     )
                 groups.union(target, node.name)
                 colocated.update((target, node.name))
+        for node in nodes:
+            for tensor in node.inputs:
+                if tensor.dtype is resource:  # a variable's users live where it lives
+                    groups.union(tensor.node.name, node.name)
+                    colocated.update((tensor.node.name, node.name))
         consumers: dict[str, set[str]] = {}
         for node in nodes:
             for tensor in node.inputs:

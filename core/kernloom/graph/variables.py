@@ -1,0 +1,172 @@
+"""``kl.Variable``: a resource variable in the graph (TensorFlow's ``ResourceVariable``).
+
+A variable is a ``VarHandleOp`` node (its handle) plus the ops that use it. Its value lives
+in the session's ``ResourceMgr``, so it persists across ``Session.run`` calls and goes away
+with the session; ``v.initializer`` assigns the initial value. ``v.value()`` (or using
+``v`` where a tensor is expected) reads it; ``assign``, ``assign_add`` and ``assign_sub``
+update it and return the value read after the update. The placer keeps every node that
+takes the handle on the variable's device.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+
+from kernloom.dtypes import DType, as_dtype
+from kernloom.errors import InvalidArgumentError
+from kernloom.graph.graph import Graph, Node, get_default_graph
+from kernloom.graph.tensor import Tensor
+from kernloom.shapes import TensorShape, as_shape
+
+__all__ = ["Variable", "global_variables", "variables_initializer"]
+
+_by_graph: weakref.WeakKeyDictionary[Graph, list[Variable]] = weakref.WeakKeyDictionary()
+
+
+class Variable:
+    """A variable holding ``initial_value``'s dtype and shape (or ``dtype``/``shape``)."""
+
+    def __init__(
+        self,
+        initial_value: object,
+        dtype: object = None,
+        *,
+        shape: object = None,
+        name: str = "Variable",
+        container: str = "",
+        graph: Graph | None = None,
+    ) -> None:
+        from kernloom.graph.builder import constant
+
+        if isinstance(initial_value, Tensor):
+            graph = graph or initial_value.graph
+            init = initial_value
+            if dtype is not None and as_dtype(dtype) is not init.dtype:
+                raise InvalidArgumentError(
+                    f"kl.Variable {name!r}: initial value {init.name!r} is {init.dtype.name}, "
+                    f"not {as_dtype(dtype).name}; cast it first"
+                )
+        else:
+            graph = graph or get_default_graph()
+            init = constant(initial_value, dtype, graph=graph, name=f"{name}/initial_value")
+        self.graph = graph
+        self.dtype: DType = init.dtype
+        self.shape: TensorShape = as_shape(shape) if shape is not None else init.shape
+        if not self.shape.is_compatible_with(init.shape):
+            raise InvalidArgumentError(
+                f"kl.Variable {name!r}: initial value has shape {init.shape}, not {self.shape}"
+            )
+        unique = graph.unique_name(name, mark_used=False)
+        self.handle: Tensor = graph.add_node(
+            "VarHandleOp",
+            [],
+            {
+                "dtype": self.dtype,
+                "shape": self.shape,
+                "shared_name": unique,
+                "container": container,
+            },
+            name=unique,
+        ).outputs[0]
+        self.name = self.handle.node.name
+        self.initializer: Node = self._update("AssignVariableOp", init, "Assign")
+        _by_graph.setdefault(graph, []).append(self)
+
+    def _update(self, op: str, value: object, what: str) -> Node:
+        from kernloom.graph.builder import apply_op, constant
+
+        if isinstance(value, Variable):
+            value = value.value()
+        if not isinstance(value, Tensor):
+            value = constant(value, self.dtype, graph=self.graph, name=f"{self.name}/{what}_value")
+        if not self.shape.is_compatible_with(value.shape):
+            raise InvalidArgumentError(
+                f"kl.Variable {self.name!r}: cannot {what.lower()} {value.name!r} of shape "
+                f"{value.shape} to a variable of shape {self.shape}"
+            )
+        if value.dtype is not self.dtype:
+            raise InvalidArgumentError(
+                f"kl.Variable {self.name!r}: cannot {what.lower()} {value.name!r} of dtype "
+                f"{value.dtype.name} to a variable of dtype {self.dtype.name}"
+            )
+        node = apply_op(op, [self.handle, value], {"dtype": self.dtype}, name=f"{self.name}/{what}")
+        assert isinstance(node, Node)
+        return node
+
+    def value(self) -> Tensor:
+        """The value (a new ``ReadVariableOp``: it reads when it runs)."""
+        node = self.graph.add_node(
+            "ReadVariableOp", [self.handle], {"dtype": self.dtype}, name=f"{self.name}/Read"
+        )
+        node.outputs[0].shape = self.shape
+        return node.outputs[0]
+
+    read_value = value
+
+    def _read_after(self, update: Node) -> Tensor:
+        with self.graph.control_dependencies([update]):
+            return self.value()
+
+    def assign(self, value: object) -> Tensor:
+        """Replace the value; returns the value read after the assignment."""
+        return self._read_after(self._update("AssignVariableOp", value, "Assign"))
+
+    def assign_add(self, delta: object) -> Tensor:
+        """Add ``delta`` atomically; returns the value read after the update."""
+        return self._read_after(self._update("AssignAddVariableOp", delta, "AssignAdd"))
+
+    def assign_sub(self, delta: object) -> Tensor:
+        """Subtract ``delta`` atomically; returns the value read after the update."""
+        return self._read_after(self._update("AssignSubVariableOp", delta, "AssignSub"))
+
+    def is_initialized(self) -> Tensor:
+        node = self.graph.add_node(
+            "VarIsInitializedOp", [self.handle], {}, name=f"{self.name}/IsInitialized"
+        )
+        return node.outputs[0]
+
+    def __kl_tensor__(self) -> Tensor:
+        """What the builder uses where a tensor is expected: the value."""
+        return self.value()
+
+    def __repr__(self) -> str:
+        return f"<kl.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
+
+
+def _delegate(method: str) -> Any:
+    def operator(self: Variable, *args: Any) -> Tensor:
+        result: Tensor = getattr(self.value(), method)(*args)
+        return result
+
+    operator.__name__ = method
+    return operator
+
+
+for _method in (
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+    "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__lt__", "__gt__",
+    "__neg__",
+):
+    setattr(Variable, _method, _delegate(_method))
+
+
+def global_variables(graph: Graph | None = None) -> list[Variable]:
+    """Every ``kl.Variable`` built in ``graph`` (the default graph if None)."""
+    return list(_by_graph.get(graph or get_default_graph(), []))
+
+
+def variables_initializer(
+    variables: Sequence[Variable] | None = None, *, name: str = "init"
+) -> Node:
+    """A node whose run initialises ``variables`` (every variable of the default graph if
+    None): ``session.run(kl.variables_initializer())``."""
+    found = list(variables) if variables is not None else global_variables()
+    graph = found[0].graph if found else get_default_graph()
+    with graph.control_dependencies([v.initializer for v in found]):
+        node = graph.add_node("NoOp", [], {}, name=name)
+    return node
+
+
