@@ -72,7 +72,12 @@ def every_op_graph() -> kl.Graph:
         cast = kl.ops.cast(i, DstT=kl.float64)
         shape = kl.ops.shape(x, out_type=kl.int64)
         arg = kl.ops.arg_max(i, 1, output_type=kl.int32)
-        with kl.control_dependencies([r, t, c, f, cast, shape, arg, *reduced, *unary, *binary]):
+        v = kl.Variable(np.zeros(2, np.float32), name="v")
+        state = [v.assign_add([1.0, 2.0]), v.assign_sub([0.5, 0.5]), v.is_initialized()]
+        (loop,) = kl.while_loop(lambda k: k < 3, lambda k: k + 1, [0])
+        with kl.control_dependencies(
+            [r, t, c, f, cast, shape, arg, loop, *state, *reduced, *unary, *binary]
+        ):
             kl.ops.no_op(name="done")
     return g
 

@@ -31,12 +31,12 @@ __all__ = [
     "RecvKernel",
     "RetvalKernel",
     "SendKernel",
-    "switch",
     "identity",
     "merge",
     "register_control_flow_kernels",
     "register_device_independent_kernels",
     "register_sendrecv_kernels",
+    "switch",
 ]
 
 
@@ -221,12 +221,17 @@ def register_control_flow_kernels(
 ) -> None:
     """Switch, Merge, Enter, Exit, NextIteration and LoopCond; predicates and Merge's
     value_index live in host memory, as in TensorFlow's GPU kernels."""
-    cheap = {"device": device_type, "backend": backend, "expensive": False}
-    lib.kernel("Switch", host_memory=("pred",), **cheap)(switch)
-    lib.kernel("Merge", host_memory=("value_index",), **cheap)(merge)
-    for op in ("Enter", "Exit", "NextIteration"):
-        lib.kernel(op, **cheap)(identity)
-    lib.kernel("LoopCond", host_memory=("input", "output"), **cheap)(loop_cond)
+    for op, fn, host_memory in (
+        ("Switch", switch, ("pred",)),
+        ("Merge", merge, ("value_index",)),
+        ("Enter", identity, ()),
+        ("Exit", identity, ()),
+        ("NextIteration", identity, ()),
+        ("LoopCond", loop_cond, ("input", "output")),
+    ):
+        lib.kernel(
+            op, device=device_type, backend=backend, host_memory=host_memory, expensive=False
+        )(fn)
 
 
 def register_device_independent_kernels(

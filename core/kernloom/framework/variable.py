@@ -19,7 +19,7 @@ from kernloom.dtypes import DType
 from kernloom.errors import InvalidArgumentError
 from kernloom.shapes import TensorShape
 
-__all__ = ["ResourceHandle", "Var", "handle_tensor", "handle_of"]
+__all__ = ["ResourceHandle", "Var", "handle_of", "handle_tensor"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -287,7 +287,9 @@ def while_loop(
     if not user_leaves:
         raise InvalidArgumentError("kl.while_loop needs at least one loop variable")
     graph = _graph_of(user_leaves)
-    initial = [_to_tensor(v, graph, f"kl.while_loop: loop variable {i}") for i, v in enumerate(user_leaves)]
+    initial = [
+        _to_tensor(v, graph, f"kl.while_loop: loop variable {i}") for i, v in enumerate(user_leaves)
+    ]
     invariants = _invariants(shape_invariants, loop_vars, initial)
     counted = maximum_iterations is not None
     with graph.name_scope(name or "while") as scope:
@@ -311,7 +313,7 @@ def while_loop(
             context.set_pivot(merges[0])
             current = []
             for merge, shape in zip(merges, invariants, strict=True):
-                merge.outputs[0].shape = shape
+                graph.set_output_shape(merge.outputs[0], shape)
                 current.append(merge.outputs[0])
             user_current = current[1:] if counted else current
             keep_going = _check_scalar_bool(
@@ -342,7 +344,9 @@ def while_loop(
                 step = apply_op("Add", [body_tensors[0], 1], {})
                 assert isinstance(step, Tensor)
                 results = [step, *results]
-            for index, (value, merge, shape) in enumerate(zip(results, merges, invariants, strict=True)):
+            for index, (value, merge, shape) in enumerate(
+                zip(results, merges, invariants, strict=True)
+            ):
                 _check_loop_var(index - int(counted), value, merge.outputs[0], shape)
                 following = graph.add_node(
                     "NextIteration",
@@ -353,7 +357,7 @@ def while_loop(
                 graph.update_input(merge, 1, following.outputs[0])
         outputs = []
         for exit_node, shape in zip(exits, invariants, strict=True):
-            exit_node.outputs[0].shape = shape
+            graph.set_output_shape(exit_node.outputs[0], shape)
             outputs.append(exit_node.outputs[0])
     return _pack(loop_vars, outputs[1:] if counted else outputs)
 
@@ -390,13 +394,21 @@ def _invariants(shape_invariants: Any, loop_vars: Any, initial: list[Tensor]) ->
 def _flatten_shapes(shape_invariants: Any, loop_vars: Any) -> list[Any]:
     """Shape invariants in the structure of ``loop_vars`` (a shape is a leaf, not a list)."""
     if isinstance(loop_vars, Mapping):
-        return [s for k in sorted(loop_vars) for s in _flatten_shapes(shape_invariants[k], loop_vars[k])]
+        return [
+            s for k in sorted(loop_vars) for s in _flatten_shapes(shape_invariants[k], loop_vars[k])
+        ]
     if isinstance(loop_vars, list | tuple):
-        if not isinstance(shape_invariants, list | tuple) or len(shape_invariants) != len(loop_vars):
+        if not isinstance(shape_invariants, list | tuple) or len(shape_invariants) != len(
+            loop_vars
+        ):
             raise InvalidArgumentError(
                 "kl.while_loop: shape_invariants must have the structure of loop_vars"
             )
-        return [s for inv, var in zip(shape_invariants, loop_vars, strict=True) for s in _flatten_shapes(inv, var)]
+        return [
+            s
+            for inv, var in zip(shape_invariants, loop_vars, strict=True)
+            for s in _flatten_shapes(inv, var)
+        ]
     return [shape_invariants]
 
 
@@ -425,7 +437,9 @@ def _check_loop_var(index: int, value: Tensor, current: Tensor, invariant: Tenso
             f"kl.while_loop: loop variable {index} enters the loop as {current.dtype.name} but "
             f"body_fn returns {value.dtype.name} ({value.name!r}); cast it"
         )
-    if not invariant.is_compatible_with(value.shape) or relaxed_shape(invariant, value.shape) != invariant:
+    # A result whose shape is only partly known at build time is accepted (TensorFlow would
+    # ask for a looser invariant); one that contradicts the invariant is not.
+    if not invariant.is_compatible_with(value.shape):
         raise InvalidArgumentError(
             f"kl.while_loop: loop variable {index} has shape invariant {invariant} but body_fn "
             f"returns shape {value.shape} ({value.name!r}); pass shape_invariants with None for "

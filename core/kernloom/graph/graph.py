@@ -28,11 +28,15 @@ from kernloom.framework.op_def import OpDef
 from kernloom.framework.shape_inference import InferenceContext, infer_shapes
 from kernloom.graph.tensor import Tensor
 from kernloom.registry import Registry, default_registry
+from kernloom.shapes import TensorShape, as_shape
 
 __all__ = ["BACK_EDGE_OPS", "COLOCATION_ATTR", "Graph", "Node", "get_default_graph"]
 
 COLOCATION_ATTR: Final = "_class"
 """TensorFlow's colocation attr: ``["loc:@node_name", ...]``."""
+OUTPUT_SHAPES_ATTR: Final = "_output_shapes"
+"""Static output shapes a builder set beyond what inference gives (a loop variable's shape
+invariant, a variable's read): kept as an attr so they survive GraphDef and copies."""
 BACK_EDGE_OPS: Final = frozenset({"NextIteration"})
 """Ops whose out-edges go back to an earlier node (a loop's Merge): the only cycles a graph
 may have. Copying a graph adds their consumers first with a stand-in input, then
@@ -375,6 +379,19 @@ class Graph:
         """The innermost open ``kl.cond``/``kl.while_loop`` context of this thread."""
         return self._scopes.flow[-1] if self._scopes.flow else None
 
+    def set_output_shape(self, tensor: Tensor, shape: object) -> None:
+        """Give ``tensor`` a static shape that inference cannot work out (it must be
+        compatible with the inferred one); recorded in the node's ``_output_shapes``."""
+        given = as_shape(shape)
+        if not given.is_compatible_with(tensor.shape):
+            raise InvalidArgumentError(
+                f"cannot set the shape of {tensor.name!r} to {given}: inference gives "
+                f"{tensor.shape}"
+            )
+        tensor.shape = given
+        node = tensor.node
+        node.attrs[OUTPUT_SHAPES_ATTR] = [_encode_shape(t.shape) for t in node.outputs]
+
     def update_input(self, node: Node, index: int, tensor: Tensor) -> None:
         """Make ``tensor`` data input ``index`` of ``node``: how a loop's ``Merge`` gets its
         ``NextIteration`` input, which can only exist after the Merge. The dtype must stay
@@ -495,6 +512,9 @@ class Graph:
                     [constant_value(t) for t in flat],
                 )
             )
+            recorded = full_attrs.get(OUTPUT_SHAPES_ATTR)
+            if recorded is not None:
+                shapes = _recorded_shapes(recorded, shapes, where)
             node.outputs = [
                 Tensor(node, i, dtype, shape)
                 for i, (dtype, shape) in enumerate(
@@ -509,6 +529,42 @@ class Graph:
             for context in self._scopes.flow if flow is not None else ():
                 context.members.add(node_name)
             return node
+
+
+def _encode_shape(shape: TensorShape) -> str:
+    """``?`` for an unknown rank, else the dims joined by ``,`` (``?`` for unknown ones)."""
+    if shape.dims is None:
+        return "?"
+    return ",".join("?" if d is None else str(d) for d in shape.dims)
+
+
+def _decode_shape(text: str, where: str) -> TensorShape:
+    if text == "?":
+        return TensorShape(None)
+    try:
+        return TensorShape([None if d == "?" else int(d) for d in text.split(",")] if text else [])
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{where}: malformed {OUTPUT_SHAPES_ATTR} entry {text!r}"
+        ) from None
+
+
+def _recorded_shapes(
+    recorded: object, inferred: list[TensorShape], where: str
+) -> list[TensorShape]:
+    if not isinstance(recorded, list) or len(recorded) != len(inferred):
+        raise InvalidArgumentError(
+            f"{where}: {OUTPUT_SHAPES_ATTR} must list one shape per output ({len(inferred)})"
+        )
+    shapes = []
+    for text, shape in zip(recorded, inferred, strict=True):
+        given = _decode_shape(str(text), where)
+        if not given.is_compatible_with(shape):
+            raise InvalidArgumentError(
+                f"{where}: {OUTPUT_SHAPES_ATTR} says {given}, but inference gives {shape}"
+            )
+        shapes.append(given)
+    return shapes
 
 
 def constant_value(tensor: Tensor) -> np.ndarray[Any, Any] | None:

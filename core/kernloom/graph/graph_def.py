@@ -112,7 +112,7 @@ def encode_attr(attr_type: AttrType, value: Any) -> dict[str, Any]:
 
 def _node_json(node: Node) -> NodeJSON:
     attrs = {}
-    for key, value in node.attrs.items():
+    for key, value in sorted(node.attrs.items()):  # a stable file, whatever set them last
         attr_type = (
             node.op_def.attr(key).attr_type
             if node.op_def.has_attr(key)
@@ -274,8 +274,8 @@ class _Loader:
         later: list[tuple[str, int, str, int]] = []
         for name in order:
             self.add(graph, by_name[name], edges[name], later)
-        for consumer, index, src, slot in later:
-            graph.update_input(graph.node(consumer), index, graph.node(src).output(slot))
+        for consumer, index, source, source_slot in later:
+            graph.update_input(graph.node(consumer), index, graph.node(source).output(source_slot))
         return graph
 
     def topological_order(

@@ -14,7 +14,6 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-
 from kernloom.dtypes import DType, as_dtype
 from kernloom.errors import InvalidArgumentError
 from kernloom.graph.graph import Graph, Node, get_default_graph
@@ -101,7 +100,7 @@ class Variable:
         node = self.graph.add_node(
             "ReadVariableOp", [self.handle], {"dtype": self.dtype}, name=f"{self.name}/Read"
         )
-        node.outputs[0].shape = self.shape
+        self.graph.set_output_shape(node.outputs[0], self.shape)
         return node.outputs[0]
 
     read_value = value
@@ -146,8 +145,20 @@ def _delegate(method: str) -> Any:
 
 
 for _method in (
-    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-    "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__lt__", "__gt__",
+    "__add__",
+    "__radd__",
+    "__sub__",
+    "__rsub__",
+    "__mul__",
+    "__rmul__",
+    "__truediv__",
+    "__rtruediv__",
+    "__pow__",
+    "__rpow__",
+    "__matmul__",
+    "__rmatmul__",
+    "__lt__",
+    "__gt__",
     "__neg__",
 ):
     setattr(Variable, _method, _delegate(_method))
@@ -166,7 +177,4 @@ def variables_initializer(
     found = list(variables) if variables is not None else global_variables()
     graph = found[0].graph if found else get_default_graph()
     with graph.control_dependencies([v.initializer for v in found]):
-        node = graph.add_node("NoOp", [], {}, name=name)
-    return node
-
-
+        return graph.add_node("NoOp", [], {}, name=name)

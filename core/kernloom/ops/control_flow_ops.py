@@ -76,10 +76,7 @@ def define(lib: OpLibrary) -> None:
         .attr(f"T: {_TYPES}")
         .attr("N: int >= 1")
         .shape_fn(_merge_shape)
-        .doc(
-            "Forwards its first live input and that input's index; dead when every input "
-            "is dead."
-        )
+        .doc("Forwards its first live input and that input's index; dead when every input is dead.")
     )
     (
         lib.register_op("Enter")

@@ -15,8 +15,14 @@ from kernloom.ops.types import ALL, NUMBERS, spec
 __all__ = ["VARIABLE_OPS", "define"]
 
 VARIABLE_OPS = frozenset(
-    {"VarHandleOp", "ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp",
-     "AssignSubVariableOp", "VarIsInitializedOp"}
+    {
+        "VarHandleOp",
+        "ReadVariableOp",
+        "AssignVariableOp",
+        "AssignAddVariableOp",
+        "AssignSubVariableOp",
+        "VarIsInitializedOp",
+    }
 )
 
 

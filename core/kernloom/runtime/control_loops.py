@@ -103,9 +103,9 @@ class ControlLoops:
                 merges[(id(frame), device)] = merge
                 pivots[(id(frame), device)] = pivot
         for recv, device, frame in self.recvs:
-            merge = merges.get((id(frame), device))
-            if merge is not None and merge not in recv.control_inputs:
-                recv.control_inputs.append(merge)
+            control = merges.get((id(frame), device))
+            if control is not None and control not in recv.control_inputs:
+                recv.control_inputs.append(control)
 
     def _control_loop(
         self,

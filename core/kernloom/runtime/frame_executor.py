@@ -94,7 +94,9 @@ class FrameLayout:
                 slot_start[i] = total
                 total += len(node.inputs)
                 controls = len(node.control_inputs)
-                pending.append(2 * controls + 1 if node.op == "Merge" else len(node.inputs) + controls)
+                pending.append(
+                    2 * controls + 1 if node.op == "Merge" else len(node.inputs) + controls
+                )
             self.num_slots[id(frame)] = total
             self.pending[id(frame)] = pending
         index = {node.name: i for i, node in enumerate(nodes)}
@@ -366,12 +368,13 @@ class FrameExecutorState:
             if dead or outputs[0] is DEAD:
                 return  # the loop ends here for this value
             k = iteration.k + 1
-            target = frame.iterations.get(k)
-            if target is not None:
-                self._deliver(node, outputs[0], False, frame, target, ready)
-            elif len(frame.iterations) < frame.info.parallel_iterations and not frame.deferred:
-                target = self._new_iteration(frame, k, ready)
-                self._deliver(node, outputs[0], False, frame, target, ready)
+            following = frame.iterations.get(k)
+            if following is None and (
+                len(frame.iterations) < frame.info.parallel_iterations and not frame.deferred
+            ):
+                following = self._new_iteration(frame, k, ready)
+            if following is not None:
+                self._deliver(node, outputs[0], False, frame, following, ready)
             else:
                 frame.deferred.append((node, outputs[0]))
         else:
@@ -506,12 +509,10 @@ class FrameExecutorState:
             self.end_due = True
 
     def _flush(self) -> None:
-        if not self.end_due:
-            return
         with self.lock:
-            if not self.end_due:
-                return
-            self.end_due = False
+            due, self.end_due = self.end_due, False
+        if not due:
+            return
         error = self.error
         if error is None and self.step.stopped:
             error = self.step.error

@@ -54,9 +54,7 @@ def parse_key(key: str) -> ParsedKey:
         )
     frame, _, iteration = parts[4].partition(":")
     try:
-        return ParsedKey(
-            parts[0], int(parts[1], 16), parts[2], parts[3], (frame, int(iteration))
-        )
+        return ParsedKey(parts[0], int(parts[1], 16), parts[2], parts[3], (frame, int(iteration)))
     except ValueError:
         raise InvalidArgumentError(
             f"malformed rendezvous key {key!r}: bad incarnation or frame"

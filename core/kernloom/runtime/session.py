@@ -376,13 +376,14 @@ class Session:
         return self._closed
 
     def close(self) -> None:
-        """Stop the inter-op threads, drop cached kernels and close the devices."""
+        """Stop the inter-op threads, drop cached kernels and variables, close the devices."""
         if self._closed:
             return
         self._closed = True
         self._pool.close()
         with self._lock:
             self._compiled.clear()
+        self.resource_mgr.clear()
         self._segment.remove_hold(self.handle)
         self.devices.close()
 

@@ -149,9 +149,11 @@ def assign_sub_variable(ctx: OpKernelContext) -> None:
 
 def register(lib: KernelLibrary) -> None:
     lib.kernel("VarHandleOp", device=CPU)(VarHandleKernel)
-    cheap = {"device": CPU, "expensive": False}
-    lib.kernel("ReadVariableOp", **cheap)(read_variable)
-    lib.kernel("VarIsInitializedOp", **cheap)(var_is_initialized)
-    lib.kernel("AssignVariableOp", **cheap)(assign_variable)
-    lib.kernel("AssignAddVariableOp", **cheap)(assign_add_variable)
-    lib.kernel("AssignSubVariableOp", **cheap)(assign_sub_variable)
+    for op, fn in (
+        ("ReadVariableOp", read_variable),
+        ("VarIsInitializedOp", var_is_initialized),
+        ("AssignVariableOp", assign_variable),
+        ("AssignAddVariableOp", assign_add_variable),
+        ("AssignSubVariableOp", assign_sub_variable),
+    ):
+        lib.kernel(op, device=CPU, expensive=False)(fn)

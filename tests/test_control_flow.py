@@ -1,0 +1,443 @@
+"""kl.cond and kl.while_loop end to end, against results computed directly in Python."""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from runtime_helpers import make_registry
+
+import kernloom as kl
+from kernloom import ops
+from kernloom.graph.builder import apply_op
+
+
+@pytest.fixture(scope="module")
+def registry() -> kl.Registry:
+    return make_registry(faults=True)
+
+
+@pytest.fixture(scope="module")
+def accel_registry() -> kl.Registry:
+    return make_registry(accel=True)
+
+
+X = np.array([1.0, -2.0, 3.5], np.float32)
+
+
+def guard(x: kl.Tensor, name: str = "guard") -> kl.Tensor:
+    """FailIfNegative (a test op of the faults plugin)."""
+    out = apply_op("FailIfNegative", [x], {}, name=name)
+    assert isinstance(out, kl.Tensor)
+    return out
+
+
+# -- cond ------------------------------------------------------------------------------------------
+
+
+def test_cond_runs_only_the_taken_branch(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        p = kl.placeholder(kl.bool_, [], name="p")
+        y = kl.cond(p, lambda: x * 2.0 + 1.0, lambda: guard(x))
+    with kl.Session(g) as s:
+        # The false branch fails on negative input: it must not run when p is true.
+        np.testing.assert_array_equal(s.run(y, {x: X, p: True}), X * 2 + 1)
+        np.testing.assert_array_equal(s.run(y, {x: np.abs(X), p: False}), np.abs(X))
+        with pytest.raises(kl.KernelError, match=r"'cond/guard'.*negative input"):
+            s.run(y, {x: X, p: False})
+
+
+def test_cond_branches_of_constants_and_structures(registry: kl.Registry) -> None:
+    Pair = collections.namedtuple("Pair", "a b")
+    g = kl.Graph(registry)
+    with g.as_default():
+        p = kl.placeholder(kl.bool_, [], name="p")
+        n = kl.placeholder(kl.int32, [], name="n")
+        out = kl.cond(
+            p,
+            lambda: {"k": Pair(kl.constant(1), n + 1), "z": [3.0]},
+            lambda: {"k": Pair(2, n * 10), "z": [kl.constant(4.0)]},
+        )
+    assert isinstance(out["k"], Pair)
+    with kl.Session(g) as s:
+        assert s.run(out, {p: True, n: 5}) == {"k": Pair(1, 6), "z": [3.0]}
+        assert s.run(out, {p: False, n: 5}) == {"k": Pair(2, 50), "z": [4.0]}
+
+
+def test_cond_that_returns_an_outside_tensor_unchanged(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        p = kl.placeholder(kl.bool_, [], name="p")
+        y = kl.cond(p, lambda: x, lambda: -x)
+    with kl.Session(g) as s:
+        np.testing.assert_array_equal(s.run(y, {x: X, p: True}), X)
+        np.testing.assert_array_equal(s.run(y, {x: X, p: False}), -X)
+
+
+def test_cond_errors_name_what_is_wrong(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        p = kl.placeholder(kl.bool_, [], name="p")
+        f = kl.placeholder(kl.float32, [], name="f")
+        with pytest.raises(kl.InvalidArgumentError, match="output 0 is int32 in true_fn"):
+            kl.cond(p, lambda: kl.constant(1), lambda: kl.constant(1.0))
+        with pytest.raises(kl.InvalidArgumentError, match="same structure"):
+            kl.cond(p, lambda: [f, f], lambda: [f])
+        with pytest.raises(kl.InvalidArgumentError, match=r"pred must be a bool scalar.*float32"):
+            kl.cond(f, lambda: f, lambda: f)
+        vector = kl.placeholder(kl.bool_, [2], name="v")
+        with pytest.raises(kl.InvalidArgumentError, match="must be a scalar"):
+            kl.cond(vector, lambda: f, lambda: f)
+
+
+def test_fetching_a_tensor_of_the_untaken_branch_is_an_error(registry: kl.Registry) -> None:
+    inside: list[kl.Tensor] = []
+    g = kl.Graph(registry)
+    with g.as_default():
+        p = kl.placeholder(kl.bool_, [], name="p")
+
+        def true_fn() -> kl.Tensor:
+            inside.append(kl.constant(7.0) * 2.0)
+            return inside[0]
+
+        y = kl.cond(p, true_fn, lambda: kl.constant(1.0))
+    with kl.Session(g) as s:
+        assert s.run(inside[0], {p: True}) == 14.0
+        with pytest.raises(kl.InvalidArgumentError, match="dead"):
+            s.run(inside[0], {p: False})
+        assert s.run(y, {p: False}) == 1.0  # and the session goes on
+
+
+# -- while_loop ------------------------------------------------------------------------------------
+
+
+def python_loop(n: int, x: np.ndarray) -> tuple[int, np.ndarray]:
+    acc = np.zeros_like(x)
+    for _ in range(n):
+        acc = acc * np.float32(0.5) + x
+    return n, acc
+
+
+def counting_loop(
+    registry: kl.Registry, parallel_iterations: int = 10
+) -> tuple[kl.Graph, kl.Tensor, kl.Tensor, tuple[kl.Tensor, kl.Tensor]]:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        n = kl.placeholder(kl.int32, [], name="n")
+        out = kl.while_loop(
+            lambda i, a: i < n,
+            lambda i, a: (i + 1, a * 0.5 + x),
+            [0, ops.zeros_like(x)],
+            parallel_iterations=parallel_iterations,
+        )
+    return g, x, n, out
+
+
+@pytest.mark.parametrize("iterations", [0, 1, 2, 1000])
+def test_while_loop_against_python(registry: kl.Registry, iterations: int) -> None:
+    g, x, n, (i, acc) = counting_loop(registry)
+    with kl.Session(g) as s:
+        got_i, got_acc = s.run([i, acc], {x: X, n: iterations})
+    want_i, want_acc = python_loop(iterations, X)
+    assert got_i == want_i
+    np.testing.assert_allclose(got_acc, want_acc, rtol=1e-6)
+
+
+def test_parallel_iterations_1_and_16_give_identical_results(registry: kl.Registry) -> None:
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal((16, 16)).astype(np.float32) / 4
+    results = []
+    for parallel in (1, 16):
+        g = kl.Graph(registry)
+        with g.as_default():
+            w = kl.constant(m)
+
+            def body(
+                i: kl.Tensor, a: kl.Tensor, b: kl.Tensor, w: kl.Tensor = w
+            ) -> tuple[kl.Tensor, ...]:
+                # b does not depend on a: iterations overlap when parallel_iterations allows
+                return i + 1, ops.tanh(ops.mat_mul(a, w)), b + ops.sum(ops.mat_mul(w, w), [0, 1])
+
+            out = kl.while_loop(
+                lambda i, a, b: i < 40,
+                body,
+                [0, kl.constant(np.eye(16, dtype=np.float32)), 0.0],
+                parallel_iterations=parallel,
+            )
+        with kl.Session(g, kl.SessionConfig(inter_op_threads=4)) as s:
+            results.append(s.run(out))
+    a, b = np.eye(16, dtype=np.float32), np.float32(0)
+    for _ in range(40):
+        a, b = np.tanh(a @ m), b + np.sum(m @ m)
+    for got in results:
+        assert got[0] == 40
+        np.testing.assert_allclose(got[1], a, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[2], b, rtol=1e-5)
+    for x, y in zip(results[0], results[1], strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def nested_sum(n: int) -> int:
+    total = 0
+    for i in range(n):
+        for _ in range(i):
+            total += 1
+    return total
+
+
+def test_nested_loops(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        n = kl.placeholder(kl.int32, [], name="n")
+
+        def outer(i: kl.Tensor, total: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+            _, inner = kl.while_loop(lambda j, t: j < i, lambda j, t: (j + 1, t + 1), [0, total])
+            return i + 1, inner
+
+        _, total = kl.while_loop(lambda i, t: i < n, outer, [0, 0])
+    with kl.Session(g) as s:
+        for value in (0, 1, 2, 7, 20):
+            assert s.run(total, {n: value}) == nested_sum(value)
+
+
+def test_cond_inside_a_loop_and_a_loop_inside_a_cond(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        n = kl.placeholder(kl.int32, [], name="n")
+        k = kl.placeholder(kl.int32, [], name="k")
+        p = kl.placeholder(kl.bool_, [], name="p")
+        _, acc = kl.while_loop(
+            lambda i, a: i < n,
+            lambda i, a: (i + 1, kl.cond(i < k, lambda: a + 1, lambda: a + 100)),
+            [0, 0],
+        )
+        chosen = kl.cond(
+            p,
+            lambda: kl.while_loop(lambda v: v < 50, lambda v: v * 2, [n + 1])[0],
+            lambda: kl.while_loop(lambda v: v > 0, lambda v: v - 3, [n])[0],
+        )
+    with kl.Session(g) as s:
+        for nv, kv in ((0, 0), (5, 2), (10, 10), (6, 0)):
+            assert s.run(acc, {n: nv, k: kv}) == sum(1 if i < kv else 100 for i in range(nv))
+        for nv in (0, 3, 10, 70):
+            v = nv + 1
+            while v < 50:
+                v *= 2
+            assert s.run(chosen, {n: nv, p: True}) == v
+            w = nv
+            while w > 0:
+                w -= 3
+            assert s.run(chosen, {n: nv, p: False}) == w
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(0, 6),
+    st.integers(0, 6),
+    st.integers(-3, 3),
+    st.sampled_from([1, 2, 16]),
+)
+def test_random_nested_loops_with_conds(
+    outer_n: int, inner_n: int, threshold: int, parallel: int
+) -> None:
+    registry = _shared_registry()
+    g = kl.Graph(registry)
+    with g.as_default():
+        n = kl.placeholder(kl.int32, [], name="n")
+        m = kl.placeholder(kl.int32, [], name="m")
+        t = kl.placeholder(kl.int32, [], name="t")
+
+        def outer(i: kl.Tensor, acc: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+            def inner(j: kl.Tensor, a: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+                return j + 1, kl.cond(j - i < t, lambda: a + j, lambda: a - i)
+
+            _, acc = kl.while_loop(
+                lambda j, a: j < m, inner, [0, acc], parallel_iterations=parallel
+            )
+            return i + 1, acc * 2
+
+        _, out = kl.while_loop(lambda i, a: i < n, outer, [0, 1], parallel_iterations=parallel)
+    acc = 1
+    for i in range(outer_n):
+        for j in range(inner_n):
+            acc = acc + j if j - i < threshold else acc - i
+        acc *= 2
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=2)) as s:
+        assert s.run(out, {n: outer_n, m: inner_n, t: threshold}) == acc
+
+
+_registry_cache: list[kl.Registry] = []
+
+
+def _shared_registry() -> kl.Registry:
+    if not _registry_cache:
+        _registry_cache.append(make_registry())
+    return _registry_cache[0]
+
+
+def test_maximum_iterations_and_shape_invariants(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        (capped,) = kl.while_loop(lambda i: i < 100, lambda i: i + 1, [0], maximum_iterations=7)
+        grown = kl.while_loop(
+            lambda v: ops.less(ops.sum(v, [0]), 20.0),
+            lambda v: ops.concat_v2([v, v], 0),
+            kl.constant([1.0, 2.0]),
+            shape_invariants=kl.TensorShape([None]),
+        )
+        with pytest.raises(kl.InvalidArgumentError, match="shape invariant"):
+            kl.while_loop(
+                lambda v: ops.less(ops.sum(v, [0]), 20.0),
+                lambda v: ops.concat_v2([v, v], 0),
+                kl.constant([1.0, 2.0]),
+            )
+        with pytest.raises(kl.InvalidArgumentError, match="enters the loop as int32"):
+            kl.while_loop(lambda i: i < 3, lambda i: ops.cast(i, DstT=kl.float32), [0])
+        with pytest.raises(kl.InvalidArgumentError, match="parallel_iterations"):
+            kl.while_loop(lambda i: i < 3, lambda i: i + 1, [0], parallel_iterations=0)
+    assert grown.shape == kl.TensorShape([None])
+    with kl.Session(g) as s:
+        assert s.run(capped) == 7
+        np.testing.assert_array_equal(s.run(grown), np.tile([1.0, 2.0], 8))
+
+
+def test_a_loop_body_across_the_cpu_and_the_fake_accelerator(accel_registry: kl.Registry) -> None:
+    g, x, n, (i, acc) = counting_loop(accel_registry, parallel_iterations=4)
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=2)) as s:
+        for iterations in (0, 1, 30):
+            md = kl.RunMetadata()
+            got_i, got_acc = s.run([i, acc], {x: X, n: iterations}, run_metadata=md)
+            want_i, want_acc = python_loop(iterations, X)
+            assert got_i == want_i
+            np.testing.assert_allclose(got_acc, want_acc, rtol=1e-6)
+            devices = {md.placement[node] for node in md.placement}
+            assert len(devices) == 2  # the float body on FAKE_ACCEL, the int counter on CPU
+            # Per iteration, the predicate crosses to the accelerator's control loop.
+            assert sum(md.copies.values()) >= iterations
+
+
+def test_nested_loops_across_devices(accel_registry: kl.Registry) -> None:
+    g = kl.Graph(accel_registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        n = kl.placeholder(kl.int32, [], name="n")
+
+        def outer(i: kl.Tensor, t: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+            _, inner = kl.while_loop(lambda j, u: j < i, lambda j, u: (j + 1, u + x), [0, t])
+            return i + 1, inner
+
+        _, total = kl.while_loop(lambda i, t: i < n, outer, [0, ops.zeros_like(x)])
+    with kl.Session(g) as s:
+        for value in (0, 1, 6):
+            np.testing.assert_allclose(s.run(total, {x: X, n: value}), X * nested_sum(value))
+
+
+def test_an_error_in_a_loop_body_names_node_frame_and_iteration(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        start = kl.placeholder(kl.float32, [], name="start")
+        _, out = kl.while_loop(
+            lambda i, v: i < 10,
+            lambda i, v: (i + 1, guard(v - 1.0, name="check")),
+            [0, start],
+        )
+    with kl.Session(g) as s:
+        with pytest.raises(kl.KernelError) as info:
+            s.run(out, {start: 3.5})  # v - 1: 2.5, 1.5, 0.5, then -0.5 in iteration 3
+        message = str(info.value)
+        assert "'while/check'" in message and "frame 'while' iteration 3" in message
+        assert s.run(out, {start: 20.0}) == 10.0  # the session is still usable
+        assert threading.active_count() < 50
+
+
+def test_a_loop_that_never_ends_stops_at_the_deadline(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        (forever,) = kl.while_loop(lambda i: i > -1, lambda i: i + 1, [0])
+        (short,) = kl.while_loop(lambda i: i < 3, lambda i: i + 1, [0])
+    with kl.Session(g) as s:
+        with pytest.raises(kl.DeadlineExceededError):
+            s.run(forever, options=kl.RunOptions(timeout_s=0.3))
+        assert s.run(short) == 3
+
+
+def test_loops_survive_a_json_round_trip_and_trace(registry: kl.Registry) -> None:
+    g, _, _, (i, acc) = counting_loop(registry)
+    again = kl.Graph.from_json(g.to_json(), registry=registry)
+    with kl.Session(again) as s:
+        md = kl.RunMetadata()
+        got = s.run([i.name, acc.name], {"x": X, "n": 5}, kl.RunOptions(trace=True), md)
+    np.testing.assert_allclose(got[1], python_loop(5, X)[1], rtol=1e-6)
+    assert md.step_stats is not None
+    merges = [e for e in md.step_stats.nodes if e.node == "while/merge"]
+    assert len(merges) == 6  # iterations 0..5 each pass the Merge once
+
+
+def test_many_threads_run_loops_at_once(registry: kl.Registry) -> None:
+    g, x, n, (_, acc) = counting_loop(registry)
+    errors: list[BaseException] = []
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=3)) as s:
+
+        def worker(seed: int) -> None:
+            try:
+                for k in range(20):
+                    iterations = (seed * 7 + k) % 13
+                    got = s.run(acc, {x: X, n: iterations})
+                    np.testing.assert_allclose(got, python_loop(iterations, X)[1], rtol=1e-6)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not errors
+
+
+# -- malformed loops -------------------------------------------------------------------------------
+
+
+def run_raw(registry: kl.Registry, build: object) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        fetch = build()  # type: ignore[operator]
+    with kl.Session(g) as s:
+        s.run(fetch)
+
+
+def test_a_node_fed_from_two_frames_is_rejected(registry: kl.Registry) -> None:
+    def build() -> kl.Tensor:
+        outside = kl.constant(1, name="outside")
+        e = ops.enter(kl.constant(0), frame_name="f")
+        return ops.add(e, outside, name="mixed")
+
+    with pytest.raises(kl.InvalidArgumentError, match=r"'mixed'.*fed from two frames.*'outside'"):
+        run_raw(registry, build)
+
+
+def test_an_exit_outside_any_frame_is_rejected(registry: kl.Registry) -> None:
+    with pytest.raises(kl.InvalidArgumentError, match=r"'lost'.*outside any loop frame"):
+        run_raw(registry, lambda: ops.exit(kl.constant(1), name="lost"))
+
+
+def test_a_next_iteration_that_feeds_no_merge_is_rejected(registry: kl.Registry) -> None:
+    def build() -> kl.Tensor:
+        e = ops.enter(kl.constant(1), frame_name="f")
+        m, _ = ops.merge([e, e], name="top")
+        following = ops.next_iteration(m, name="again")
+        # The back edge goes into an Add instead of the Merge.
+        add = ops.add(e, e, name="wrong")
+        kl.get_default_graph().update_input(add.node, 1, following)
+        return ops.exit(add)
+
+    with pytest.raises(kl.InvalidArgumentError, match=r"'again' feeds node 'wrong'.*must feed"):
+        run_raw(registry, build)

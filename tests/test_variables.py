@@ -1,0 +1,191 @@
+"""Resource variables: semantics across runs, threads and sessions, errors, placement."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from runtime_helpers import make_registry
+
+import kernloom as kl
+from kernloom.graph.builder import apply_op
+
+
+@pytest.fixture(scope="module")
+def registry() -> kl.Registry:
+    return make_registry()
+
+
+W0 = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+
+
+def test_values_persist_across_runs_and_updates_match_numpy(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        w = kl.Variable(W0, name="w")
+        delta = kl.placeholder(kl.float32, [2, 2], name="delta")
+        added = w.assign_add(delta)
+        subtracted = w.assign_sub(delta * 3.0)
+        replaced = w.assign(kl.constant(np.ones((2, 2), np.float32)) * 5.0)
+        doubled = w * 2.0  # a variable stands for its value in expressions
+        init = kl.variables_initializer()
+    d = np.array([[0.5, -1.0], [2.0, 0.0]], np.float32)
+    with kl.Session(g) as s:
+        s.run(init)
+        np.testing.assert_array_equal(s.run(w.value()), W0)
+        np.testing.assert_array_equal(s.run(added, {delta: d}), W0 + d)
+        np.testing.assert_array_equal(s.run(added, {delta: d}), W0 + 2 * d)
+        np.testing.assert_array_equal(s.run(subtracted, {delta: d}), W0 + 2 * d - 3 * d)
+        np.testing.assert_array_equal(s.run(doubled), 2 * (W0 - d))
+        np.testing.assert_array_equal(s.run(replaced), np.full((2, 2), 5.0, np.float32))
+        s.run(w.initializer)
+        np.testing.assert_array_equal(s.run(w.value()), W0)
+
+
+def test_a_fetched_value_does_not_change_with_later_updates(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        v = kl.Variable(np.zeros(3, np.float32), name="v")
+        bump = v.assign_add(np.ones(3, np.float32))
+    with kl.Session(g) as s:
+        s.run(v.initializer)
+        first = s.run(v.value())
+        s.run(bump)
+        np.testing.assert_array_equal(first, np.zeros(3))
+        np.testing.assert_array_equal(s.run(v.value()), np.ones(3))
+
+
+def test_the_caller_feeding_an_assign_keeps_its_array(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        v = kl.Variable(np.zeros(3, np.float32), name="v")
+        x = kl.placeholder(kl.float32, [3], name="x")
+        assigned = v.assign(x)
+    fed = np.arange(3, dtype=np.float32)
+    with kl.Session(g) as s:
+        s.run(v.initializer)
+        np.testing.assert_array_equal(s.run(assigned, {x: fed}), fed)
+        fed[:] = 100  # the variable copied the value on assignment
+        np.testing.assert_array_equal(s.run(v.value()), [0, 1, 2])
+
+
+def test_reading_an_uninitialised_variable_names_it(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        v = kl.Variable(1.0, name="learning_rate")
+        is_init = v.is_initialized()
+    with kl.Session(g) as s:
+        assert not s.run(is_init)
+        with pytest.raises(kl.KernelError, match="variable 'learning_rate' was never initialised"):
+            s.run(v.value())
+        s.run(v.initializer)
+        assert s.run(is_init)
+        assert s.run(v.value()) == 1.0
+
+
+def test_wrong_dtype_or_shape_is_an_error_naming_both(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        v = kl.Variable(np.zeros((2, 3), np.float32), name="kernel")
+        with pytest.raises(
+            kl.InvalidArgumentError, match=r"'kernel'.*shape \(4,\).*shape \(2, 3\)"
+        ):
+            v.assign(np.zeros(4, np.float32))
+        with pytest.raises(kl.InvalidArgumentError, match=r"'kernel'.*int32.*float32"):
+            v.assign(kl.constant(np.zeros((2, 3), np.int32)))
+        # Shapes only known at run time are checked by the kernel.
+        anything = kl.placeholder(kl.float32, None, name="anything")
+        late = apply_op("AssignVariableOp", [v.handle, anything], {}, name="late")
+    with kl.Session(g) as s:
+        s.run(v.initializer)
+        with pytest.raises(
+            kl.KernelError, match=r"'late'.*shape \[5\] to variable 'kernel' of shape \(2, 3\)"
+        ):
+            s.run(late, {anything: np.zeros(5, np.float32)})
+        s.run(late, {anything: np.ones((2, 3), np.float32)})
+        np.testing.assert_array_equal(s.run(v.value()), np.ones((2, 3)))
+
+
+def test_threads_updating_one_variable_count_every_update(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        counter = kl.Variable(np.int64(0), name="counter")
+        total = kl.Variable(np.zeros(4, np.float64), name="total")
+        bump = counter.assign_add(np.int64(1))
+        add_ones = total.assign_add(np.ones(4))
+        init = kl.variables_initializer([counter, total])
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=4)) as s:
+        s.run(init)
+
+        def worker() -> None:
+            for _ in range(200):
+                s.run([bump, add_ones])
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert s.run(counter.value()) == 8 * 200
+        np.testing.assert_array_equal(s.run(total.value()), np.full(4, 1600.0))
+
+
+def test_variables_belong_to_the_session_and_go_with_it(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        v = kl.Variable(3, name="v")
+        bump = v.assign_add(1)
+    first = kl.Session(g)
+    second = kl.Session(g)
+    try:
+        first.run(v.initializer)
+        second.run(v.initializer)
+        assert first.run(bump) == 4 and first.run(bump) == 5
+        assert second.run(v.value()) == 3  # sessions do not share variables
+        assert first.resource_mgr.names() == ["v"]
+    finally:
+        first.close()
+        second.close()
+    assert first.resource_mgr.names() == []
+    with kl.Session(g) as third, pytest.raises(kl.KernelError, match="never initialised"):
+        third.run(v.value())
+
+
+def test_a_variable_updated_inside_a_while_loop(registry: kl.Registry) -> None:
+    target = np.array([1.0, -2.0, 3.0], np.float32)
+    g = kl.Graph(registry)
+    with g.as_default():
+        w = kl.Variable(np.zeros(3, np.float32), name="w")
+        lr = kl.placeholder(kl.float32, [], name="lr")
+
+        def body(i: kl.Tensor) -> kl.Tensor:
+            with kl.control_dependencies([w.assign_sub((w - target) * lr)]):
+                return i + 1
+
+        (steps,) = kl.while_loop(lambda i: i < 30, body, [0], parallel_iterations=1)
+    with kl.Session(g) as s:
+        s.run(w.initializer)
+        assert s.run(steps, {lr: 0.25}) == 30
+        got = s.run(w.value())
+    want = np.zeros(3, np.float32)
+    for _ in range(30):
+        want = want - (want - target) * np.float32(0.25)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_variables_users_are_placed_with_it() -> None:
+    registry = make_registry(accel=True)
+    g = kl.Graph(registry)
+    with g.as_default():
+        w = kl.Variable(np.ones(3, np.float32), name="w")
+        scaled = w * 2.0  # Mul has a FAKE_ACCEL kernel, ReadVariableOp does not
+        update = w.assign_add(scaled)
+    with kl.Session(g) as s:
+        s.run(w.initializer)
+        md = kl.RunMetadata()
+        np.testing.assert_array_equal(s.run(update, run_metadata=md), np.full(3, 3.0))
+        placement = md.placement
+        cpu = {placement[n] for n in ("w", "w/Read", "w/AssignAdd", "w/Read_1")}
+        assert len(cpu) == 1 and "CPU" in cpu.pop()
+        assert "FAKE_ACCEL" in placement["mul"]
