@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
 PLUGINS := plugins/cpu_numpy
-LINT_PATHS := core plugins tests benchmarks
+LINT_PATHS := core plugins tests benchmarks examples
 MYPY_PATHS := core/kernloom plugins/cpu_numpy/kernloom_cpu_numpy
 
 .PHONY: demo test lint typecheck pytest bench clean
@@ -47,3 +47,4 @@ bench: $(VENV)/.demo-installed
 	$(BIN)/python benchmarks/bench_foundation.py
 	$(BIN)/python benchmarks/bench_kernels.py
 	$(BIN)/python benchmarks/bench_runtime.py
+	$(BIN)/python benchmarks/bench_loop.py
