@@ -189,3 +189,8 @@ def test_a_variables_users_are_placed_with_it() -> None:
         cpu = {placement[n] for n in ("w", "w/Read", "w/AssignAdd", "w/Read_1")}
         assert len(cpu) == 1 and "CPU" in cpu.pop()
         assert "FAKE_ACCEL" in placement["mul"]
+
+
+def test_an_initializer_for_a_graph_without_variables_says_where_to_build_it() -> None:
+    with pytest.raises(kl.InvalidArgumentError, match=r"has no kl\.Variable"):
+        kl.variables_initializer(graph=kl.Graph())

@@ -170,11 +170,23 @@ def global_variables(graph: Graph | None = None) -> list[Variable]:
 
 
 def variables_initializer(
-    variables: Sequence[Variable] | None = None, *, name: str = "init"
+    variables: Sequence[Variable] | None = None,
+    *,
+    graph: Graph | None = None,
+    name: str = "init",
 ) -> Node:
-    """A node whose run initialises ``variables`` (every variable of the default graph if
-    None): ``session.run(kl.variables_initializer())``."""
-    found = list(variables) if variables is not None else global_variables()
-    graph = found[0].graph if found else get_default_graph()
-    with graph.control_dependencies([v.initializer for v in found]):
-        return graph.add_node("NoOp", [], {}, name=name)
+    """A node whose run initialises ``variables`` (by default every variable of ``graph``,
+    or of the default graph): ``session.run(kl.variables_initializer())``."""
+    if variables is None:
+        target = graph or get_default_graph()
+        found = global_variables(target)
+        if not found:
+            raise InvalidArgumentError(
+                "kl.variables_initializer(): the graph has no kl.Variable. Call it inside "
+                "`with graph.as_default():`, or pass graph= or the variables."
+            )
+    else:
+        found = list(variables)
+        target = found[0].graph if found else graph or get_default_graph()
+    with target.control_dependencies([v.initializer for v in found]):
+        return target.add_node("NoOp", [], {}, name=name)
