@@ -16,9 +16,9 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
+
+from bench_runtime import best_of  # the script's own folder is on sys.path
 
 ITERATIONS = 10_000
 
@@ -42,16 +42,6 @@ print(json.dumps({"tf_us": best / n_iter * 1e6, "tf_version": tf.__version__}))
 """
 
 
-def best_of(fn: Callable[[], Any], repeats: int = 5) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def kernloom_us() -> float:
     import kernloom as kl
 
@@ -61,7 +51,7 @@ def kernloom_us() -> float:
         (out,) = kl.while_loop(lambda i: i < n, lambda i: i + 1, [0])
     with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as s:
         assert s.run(out, {n: ITERATIONS}) == ITERATIONS
-        return best_of(lambda: s.run(out, {n: ITERATIONS})) / ITERATIONS * 1e6
+        return best_of(lambda: s.run(out, {n: ITERATIONS}), 5, 1) / ITERATIONS * 1e6
 
 
 def python_us() -> float:
@@ -73,7 +63,7 @@ def python_us() -> float:
         while np.less(i, n):
             i = np.add(i, np.int32(1))
 
-    return best_of(loop) / ITERATIONS * 1e6
+    return best_of(loop, 5, 1) / ITERATIONS * 1e6
 
 
 def tensorflow() -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ namedtuples and dicts); Python numbers and arrays in them become constants.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -95,7 +96,7 @@ def _graph_of(values: Sequence[Any]) -> Graph:
 # -- contexts ------------------------------------------------------------------------------------
 
 
-class _Context:
+class _Context(abc.ABC):
     """What both contexts share: membership, the import cache, the device of imports."""
 
     def __init__(self, graph: Graph) -> None:
@@ -125,8 +126,9 @@ class _Context:
             self.members.add(found.node.name)  # built outside, but its output is in here
         return found
 
+    @abc.abstractmethod
     def _import(self, tensor: Tensor) -> Tensor:
-        raise NotImplementedError
+        """Route ``tensor`` (from the enclosing context) into this one."""
 
 
 class _CondContext(_Context):

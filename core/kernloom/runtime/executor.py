@@ -49,7 +49,15 @@ from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.step import Step
 from kernloom.runtime.step_stats import StepStatsCollector
 
-__all__ = ["Executor", "ExecutorBarrier", "GraphView", "NodeItem", "RunArgs", "node_error"]
+__all__ = [
+    "Executor",
+    "ExecutorBarrier",
+    "GraphView",
+    "NodeItem",
+    "RunArgs",
+    "node_error",
+    "step_context",
+]
 
 KernelFactory = Callable[[Node], OpKernel]
 NodeOutputsCallback = Callable[[str, Sequence[Any]], None]
@@ -253,6 +261,21 @@ class Executor:
             raise errors[0]
 
 
+def step_context(kernel: OpKernel, device: Device, args: RunArgs) -> OpKernelContext:
+    """A context for ``args``'s step on ``device``; the executors reuse it node after node
+    (``OpKernelContext._reset``), ``kernel`` is only where it starts."""
+    return OpKernelContext(
+        kernel,
+        [],
+        device,
+        resource_mgr=args.resource_mgr,
+        cancellation=args.step.cancellation,
+        step_id=args.step.step_id,
+        rendezvous=args.rendezvous,
+        call_frame=args.call_frame,
+    )
+
+
 def node_error(
     item: NodeItem, device: Device, exc: BaseException, *, where: str = ""
 ) -> BaseException:
@@ -310,18 +333,7 @@ class _ExecutorState:
         self.step.schedule(lambda: self.process(roots), ticket=False)
 
     def new_context(self) -> OpKernelContext:
-        args = self.args
-        first = self.items[0].kernel
-        return OpKernelContext(
-            first,
-            [],
-            self.device,
-            resource_mgr=args.resource_mgr,
-            cancellation=args.step.cancellation,
-            step_id=args.step.step_id,
-            rendezvous=args.rendezvous,
-            call_frame=args.call_frame,
-        )
+        return step_context(self.items[0].kernel, self.device, self.args)
 
     # -- the hot loop -----------------------------------------------------------------------
 

@@ -196,9 +196,11 @@ class FrameExecutorState:
     """One step of one control-flow partition."""
 
     def __init__(self, view: Any, args: Any, done: Callable[[BaseException | None], None]) -> None:
-        from kernloom.runtime.executor import node_error
+        # Imported here: executor.py imports this module at its end.
+        from kernloom.runtime.executor import node_error, step_context
 
         self._node_error = node_error
+        self._step_context = step_context
         self.view = view
         self.layout: FrameLayout = view.frame_layout
         self.items = view.items
@@ -249,17 +251,7 @@ class FrameExecutorState:
             self._process(ready)
 
     def _context(self) -> OpKernelContext:
-        args = self.args
-        return OpKernelContext(
-            self.items[0].kernel,
-            [],
-            self.device,
-            resource_mgr=args.resource_mgr,
-            cancellation=args.step.cancellation,
-            step_id=args.step.step_id,
-            rendezvous=args.rendezvous,
-            call_frame=args.call_frame,
-        )
+        return self._step_context(self.items[0].kernel, self.device, self.args)
 
     def _process(self, ready: list[Tagged]) -> None:
         layout_nodes = self.layout.nodes
