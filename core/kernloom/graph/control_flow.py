@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from kernloom import dtypes
 from kernloom.errors import InvalidArgumentError
+from kernloom.graph.builder import apply_op, constant
 from kernloom.graph.graph import COLOCATION_ATTR, FlowContext, Graph, Node, get_default_graph
 from kernloom.graph.tensor import Tensor
 from kernloom.ops.control_flow_ops import relaxed_shape
@@ -77,8 +78,6 @@ def _same_structure(a: Any, b: Any) -> bool:
 
 
 def _to_tensor(value: Any, graph: Graph, what: str) -> Tensor:
-    from kernloom.graph.builder import constant
-
     if isinstance(value, Tensor):
         return value
     if value is None or callable(value) or isinstance(value, Node):
@@ -296,8 +295,6 @@ def while_loop(
     counted = maximum_iterations is not None
     with graph.name_scope(name or "while") as scope:
         if counted:
-            from kernloom.graph.builder import constant
-
             limit = _to_tensor(maximum_iterations, graph, "kl.while_loop: maximum_iterations")
             if limit.dtype is not dtypes.int32 or limit.shape.rank not in (None, 0):
                 raise InvalidArgumentError(
@@ -322,8 +319,6 @@ def while_loop(
                 _call(cond_fn, loop_vars, user_current), "kl.while_loop: cond_fn's result"
             )
             if counted:
-                from kernloom.graph.builder import apply_op
-
                 below = apply_op("Less", [current[0], limit], {})
                 keep_going = apply_op("Select", [below, keep_going, False], {})  # type: ignore[assignment]
             loop_cond = graph.add_node("LoopCond", [keep_going], {}, name="loop_cond")
@@ -341,8 +336,6 @@ def while_loop(
             result = _call(body_fn, loop_vars, user_body)
             results = _body_results(result, loop_vars, graph, context)
             if counted:
-                from kernloom.graph.builder import apply_op
-
                 step = apply_op("Add", [body_tensors[0], 1], {})
                 assert isinstance(step, Tensor)
                 results = [step, *results]

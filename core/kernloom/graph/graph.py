@@ -30,7 +30,14 @@ from kernloom.graph.tensor import Tensor
 from kernloom.registry import Registry, default_registry
 from kernloom.shapes import TensorShape, as_shape
 
-__all__ = ["BACK_EDGE_OPS", "COLOCATION_ATTR", "Graph", "Node", "get_default_graph"]
+__all__ = [
+    "BACK_EDGE_OPS",
+    "COLOCATION_ATTR",
+    "Graph",
+    "Node",
+    "get_default_graph",
+    "with_stand_ins",
+]
 
 COLOCATION_ATTR: Final = "_class"
 """TensorFlow's colocation attr: ``["loc:@node_name", ...]``."""
@@ -529,6 +536,21 @@ class Graph:
             for context in self._scopes.flow if flow is not None else ():
                 context.members.add(node_name)
             return node
+
+
+def with_stand_ins(node: Node, found: Sequence[Tensor | None]) -> list[Tensor]:
+    """``found`` (the copy's inputs of ``node``, None for a loop's back edge whose source
+    is not copied yet) with each gap filled by another input of the node: the stand-in
+    ``update_input`` replaces once the source exists."""
+    stand_in = next((t for t in found if t is not None), None)
+    if stand_in is None:
+        if found:
+            raise InvalidArgumentError(
+                f"node {node.name!r} (op {node.op}): every input comes back from a loop; a "
+                f"Merge needs an input from outside the loop too"
+            )
+        return []
+    return [t if t is not None else stand_in for t in found]
 
 
 def _encode_shape(shape: TensorShape) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from kernloom.dtypes import DType, as_dtype
 from kernloom.errors import InvalidArgumentError
+from kernloom.graph.builder import apply_op, constant
 from kernloom.graph.graph import Graph, Node, get_default_graph
 from kernloom.graph.tensor import Tensor
 from kernloom.shapes import TensorShape, as_shape
@@ -38,8 +39,6 @@ class Variable:
         container: str = "",
         graph: Graph | None = None,
     ) -> None:
-        from kernloom.graph.builder import constant
-
         if isinstance(initial_value, Tensor):
             graph = graph or initial_value.graph
             init = initial_value
@@ -75,8 +74,6 @@ class Variable:
         _by_graph.setdefault(graph, []).append(self)
 
     def _update(self, op: str, value: object, what: str) -> Node:
-        from kernloom.graph.builder import apply_op, constant
-
         if isinstance(value, Variable):
             value = value.value()
         if not isinstance(value, Tensor):

@@ -55,6 +55,7 @@ __all__ = [
     "GraphView",
     "NodeItem",
     "RunArgs",
+    "end_step",
     "node_error",
     "step_context",
 ]
@@ -178,7 +179,7 @@ class GraphView:
         self.roots = [item.id for item in items if item.pending == 0]
         if control_flow is None:
             control_flow = has_control_flow(graph)
-        self.frame_layout: FrameLayout | None = FrameLayout(self) if control_flow else None
+        self.frame_layout: FrameLayout | None = FrameLayout(graph) if control_flow else None
         """Frames and local slots, for a partition that has (or may receive) dead values:
         it runs on ``FrameExecutorState`` instead of the frame-free hot loop."""
 
@@ -274,6 +275,19 @@ def step_context(kernel: OpKernel, device: Device, args: RunArgs) -> OpKernelCon
         rendezvous=args.rendezvous,
         call_frame=args.call_frame,
     )
+
+
+def end_step(device: Device, step: Step, error: BaseException | None, done: Done) -> None:
+    """An executor's end of a step: sync the device, then ``done`` with the executor's own
+    error, else the step's (another executor's failure, the deadline, a cancellation), else
+    a failed sync."""
+    if error is None and step.stopped:
+        error = step.error
+    try:
+        device.sync()
+    except Exception as exc:
+        error = error or KernelError(f"{device.name}: sync at the end of the step: {exc}")
+    done(error)
 
 
 def node_error(
@@ -460,14 +474,7 @@ class _ExecutorState:
         self._finish_node()
 
     def _end(self) -> None:
-        error = self.error
-        if error is None and self.step.stopped:
-            error = self.step.error
-        try:
-            self.device.sync()
-        except Exception as exc:
-            error = error or KernelError(f"{self.device.name}: sync at the end of the step: {exc}")
-        self.done(error)
+        end_step(self.device, self.step, self.error, self.done)
 
     # -- asynchronous kernels -----------------------------------------------------------------
 

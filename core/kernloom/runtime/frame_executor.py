@@ -31,9 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from kernloom.errors import KernelError
 from kernloom.framework.op_kernel import DEAD, AsyncOpKernel, OpKernelContext
-from kernloom.graph.graph import BACK_EDGE_OPS
+from kernloom.graph.graph import BACK_EDGE_OPS, Graph
 from kernloom.runtime.control_flow import ControlFlowInfo, FrameInfo
 
 __all__ = ["FrameExecutorState", "FrameLayout"]
@@ -76,8 +75,7 @@ class FlowNode:
 class FrameLayout:
     """Frames, local slots and pending counts of a partition: built once, shared by steps."""
 
-    def __init__(self, view: Any) -> None:
-        graph = view.graph
+    def __init__(self, graph: Graph) -> None:
         info = ControlFlowInfo(graph)
         nodes = graph.nodes
         self.info = info
@@ -197,8 +195,9 @@ class FrameExecutorState:
 
     def __init__(self, view: Any, args: Any, done: Callable[[BaseException | None], None]) -> None:
         # Imported here: executor.py imports this module at its end.
-        from kernloom.runtime.executor import node_error, step_context
+        from kernloom.runtime.executor import end_step, node_error, step_context
 
+        self._end_step = end_step
         self._node_error = node_error
         self._step_context = step_context
         self.view = view
@@ -259,12 +258,14 @@ class FrameExecutorState:
         step = self.step
         stats = self.args.stats
         ctx = self._context()
-        expensive_here = 0
+        expensive_here = sum(1 for t in ready if items[t[0]].is_expensive)
         while ready:
             tagged = ready.pop()
             node, frame, iteration, dead = tagged
             flow = layout_nodes[node]
             item = items[node]
+            if item.is_expensive:
+                expensive_here -= 1
             if step.deadline is not None:
                 step.check_deadline()
             if step.stopped:
@@ -274,7 +275,7 @@ class FrameExecutorState:
                 continue
             start, end = flow.slot_start, flow.slot_end
             inputs = iteration.slots[start:end]
-            iteration.slots[start:end] = [None] * (end - start)
+            iteration.slots[start:end] = item.empty_slots
             outputs: list[Any]
             if dead and flow.kind != _SEND:
                 outputs = [DEAD] * flow.num_outputs
@@ -313,8 +314,6 @@ class FrameExecutorState:
                         continue
                     expensive_here += 1
                 ready.append(next_tagged)
-            if item.is_expensive and expensive_here:
-                expensive_here -= 1
 
     def _task(self, tagged: Tagged) -> Callable[[], None]:
         return lambda: self.process([tagged])
@@ -503,16 +502,8 @@ class FrameExecutorState:
     def _flush(self) -> None:
         with self.lock:
             due, self.end_due = self.end_due, False
-        if not due:
-            return
-        error = self.error
-        if error is None and self.step.stopped:
-            error = self.step.error
-        try:
-            self.device.sync()
-        except Exception as exc:
-            error = error or KernelError(f"{self.device.name}: sync at the end of the step: {exc}")
-        self.done(error)
+        if due:
+            self._end_step(self.device, self.step, self.error, self.done)
 
     # -- asynchronous kernels --------------------------------------------------------------------
 

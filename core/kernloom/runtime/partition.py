@@ -24,7 +24,7 @@ import numpy as np
 from kernloom.errors import InvalidArgumentError
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.device_name import parse_device_name
-from kernloom.graph.graph import BACK_EDGE_OPS, Graph, Node
+from kernloom.graph.graph import BACK_EDGE_OPS, Graph, Node, with_stand_ins
 from kernloom.graph.tensor import Tensor
 from kernloom.registry import Registry
 from kernloom.runtime.control_flow import has_control_flow
@@ -170,7 +170,7 @@ class _Partitioner:
                     found.append(part.tensor(tensor.name))
                 else:
                     found.append(self.recv_of(tensor, dst, host=index in host, consumer=node))
-            inputs = _with_stand_ins(node, found)
+            inputs = with_stand_ins(node, found)
             controls: list[Node] = []
             for control in node.control_inputs:
                 src = self.placement[control.name]
@@ -213,20 +213,6 @@ class _Partitioner:
         if self.loops is not None:
             self.loops.add_control_loops(self)
         return PartitionResult(self.parts, self.keys)
-
-
-def _with_stand_ins(node: Node, found: list[Tensor | None]) -> list[Tensor]:
-    """``found`` with each missing back-edge input replaced by another input of the node
-    (the real one is set once it exists)."""
-    stand_in = next((t for t in found if t is not None), None)
-    if stand_in is None:
-        if found:
-            raise InvalidArgumentError(
-                f"node {node.name!r} (op {node.op}): every input comes back from a loop; a "
-                f"Merge needs an input from outside the loop too"
-            )
-        return []
-    return [t if t is not None else stand_in for t in found]
 
 
 def partition(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kernloom.errors import InvalidArgumentError
 from kernloom.framework.node_def import KERNEL_LABEL_ATTR
-from kernloom.graph.graph import COLOCATION_ATTR, Graph, Node
+from kernloom.graph.graph import COLOCATION_ATTR, Graph, Node, with_stand_ins
 from kernloom.graph.tensor import Tensor
 
 __all__ = ["StepGraph", "build_step_graph"]
@@ -103,18 +103,13 @@ def build_step_graph(
             else:  # a loop's back edge: a stand-in now, the real input once it exists
                 later.append((node.name, index, t.name))
                 found.append(None)
-        stand_in = next((t for t in found if t is not None), None)
-        mapped = [t if t is not None else stand_in for t in found]
-        if stand_in is None and node.inputs:
-            raise InvalidArgumentError(
-                f"node {node.name!r} (op {node.op}): every input comes back from a loop"
-            )
+        mapped = with_stand_ins(node, found)
         attrs = dict(node.attrs)
         if node.op in labels and not attrs.get(KERNEL_LABEL_ATTR):
             attrs[KERNEL_LABEL_ATTR] = labels[node.op]
         step.add_node(
             node.op,
-            node.group_inputs(mapped),  # type: ignore[arg-type]
+            node.group_inputs(mapped),
             attrs,
             name=node.name,
             device=node.requested_device,
