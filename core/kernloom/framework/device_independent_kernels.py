@@ -28,16 +28,35 @@ from kernloom.framework.op_kernel import (
 __all__ = [
     "ArgKernel",
     "ConstKernel",
+    "PlaceholderKernel",
     "RecvKernel",
     "RetvalKernel",
     "SendKernel",
     "identity",
     "merge",
+    "no_op",
     "register_control_flow_kernels",
     "register_device_independent_kernels",
+    "register_graph_kernels",
     "register_sendrecv_kernels",
     "switch",
 ]
+
+
+class PlaceholderKernel(OpKernel):
+    """Runs only when a placeholder was not fed (the session replaces fed ones by ``_Arg``)."""
+
+    is_expensive = False
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        raise ctx.fail(
+            f"placeholder must be fed: pass a {ctx.attr('dtype')} value of shape "
+            f"{ctx.attr('shape')} for it in feed_dict"
+        )
+
+
+def no_op(ctx: OpKernelContext) -> None:
+    return None
 
 
 class ConstKernel(OpKernel):
@@ -232,6 +251,18 @@ def register_control_flow_kernels(
         lib.kernel(
             op, device=device_type, backend=backend, host_memory=host_memory, expensive=False
         )(fn)
+
+
+def register_graph_kernels(
+    lib: KernelLibrary, device_type: str, *, backend: str | None = None
+) -> None:
+    """Placeholder and NoOp, for a device that runs whole graphs (not only a few ops).
+
+    Kept out of ``register_device_independent_kernels`` so that a device offering only
+    some ops (FAKE_ACCEL) does not draw NoOps and unfed placeholders onto itself.
+    """
+    lib.kernel("Placeholder", device=device_type, backend=backend)(PlaceholderKernel)
+    lib.kernel("NoOp", device=device_type, backend=backend, expensive=False)(no_op)
 
 
 def register_device_independent_kernels(

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from kernloom import KernelLibrary, OpKernelContext
+from kernloom.framework.kernel_checks import add_n_shape, broadcast_shape
 from kernloom.ops import types as t
-from kernloom_cpu_numpy.kernels._util import Array, broadcast_shape
+from kernloom_cpu_numpy.kernels._util import Array
 
 __all__ = ["register"]
 
@@ -77,10 +78,7 @@ def select(ctx: OpKernelContext) -> None:
 
 def add_n(ctx: OpKernelContext) -> None:
     inputs = ctx.input_list("inputs")
-    shape = inputs[0].shape
-    for i, x in enumerate(inputs[1:], 1):
-        if x.shape != shape:
-            raise ctx.fail(f"input {i} has shape {list(x.shape)}, input 0 has {list(shape)}")
+    shape = add_n_shape(ctx, [x.shape for x in inputs])
     out = ctx.forward_input_or_allocate_output(range(len(inputs)), 0, shape)
     reused = ctx.forwarded[0][0] if ctx.forwarded else None
     if reused is None:

@@ -7,8 +7,15 @@ from typing import Any
 import numpy as np
 
 from kernloom import KernelLibrary, OpKernelContext
+from kernloom.framework.kernel_checks import (
+    argmax_axis,
+    axes_of,
+    bias_channel,
+    matmul_shape,
+    reduced_shape,
+)
 from kernloom.ops import types as t
-from kernloom_cpu_numpy.kernels._util import Array, axes_of, highest, lowest
+from kernloom_cpu_numpy.kernels._util import Array, highest, lowest
 
 __all__ = ["register"]
 
@@ -18,8 +25,7 @@ CPU = "CPU"
 def _reduce_into(ctx: OpKernelContext) -> tuple[Array, tuple[int, ...], Array]:
     x = ctx.input(0)
     axes = axes_of(ctx, ctx.input(1), x.ndim, "reduction index")
-    keep = bool(ctx.attr("keep_dims"))
-    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
+    shape = reduced_shape(x.shape, axes, bool(ctx.attr("keep_dims")))
     return x, axes, ctx.allocate_output(0, shape)
 
 
@@ -68,30 +74,14 @@ def matmul(ctx: OpKernelContext) -> None:
 
 def _matmul_operands(ctx: OpKernelContext) -> tuple[Array, Array]:
     a, b = ctx.input(0), ctx.input(1)
-    if a.ndim != 2 or b.ndim != 2:
-        raise ctx.fail(f"MatMul takes matrices, got shapes {list(a.shape)} and {list(b.shape)}")
-    a = a.T if ctx.attr("transpose_a") else a
-    b = b.T if ctx.attr("transpose_b") else b
-    if a.shape[1] != b.shape[0]:
-        raise ctx.fail(
-            f"inner dimensions differ: {list(a.shape)} x {list(b.shape)} (after transposes)"
-        )
-    return a, b
+    ta, tb = bool(ctx.attr("transpose_a")), bool(ctx.attr("transpose_b"))
+    matmul_shape(ctx, a.shape, b.shape, ta, tb)
+    return (a.T if ta else a), (b.T if tb else b)
 
 
 def bias_add(ctx: OpKernelContext) -> None:
     value, bias = ctx.input(0), ctx.input(1)
-    if value.ndim < 2 or bias.ndim != 1:
-        raise ctx.fail(
-            f"value must have rank >= 2 and bias rank 1, got {list(value.shape)} and "
-            f"{list(bias.shape)}"
-        )
-    channel = value.ndim - 1 if ctx.attr("data_format") == "NHWC" else 1
-    if value.shape[channel] != bias.shape[0]:
-        raise ctx.fail(
-            f"bias has {bias.shape[0]} elements but value dimension {channel} is "
-            f"{value.shape[channel]}"
-        )
+    channel = bias_channel(ctx, value.shape, bias.shape, ctx.attr("data_format"))
     shaped = bias.reshape([-1 if i == channel else 1 for i in range(value.ndim)])
     out = ctx.forward_input_or_allocate_output([0], 0, value.shape)
     with np.errstate(all="ignore"):
@@ -100,13 +90,7 @@ def bias_add(ctx: OpKernelContext) -> None:
 
 def arg_max(ctx: OpKernelContext) -> None:
     x = ctx.input(0)
-    if x.ndim == 0:
-        raise ctx.fail("ArgMax needs a tensor of rank >= 1")
-    if np.ndim(ctx.input(1)) != 0:
-        raise ctx.fail("dimension must be a scalar")
-    (axis,) = axes_of(ctx, ctx.input(1), x.ndim, "dimension")
-    if x.shape[axis] == 0:
-        raise ctx.fail(f"cannot take ArgMax over dimension {axis}, which has size 0")
+    axis = argmax_axis(ctx, x.shape, ctx.input(1))
     out = ctx.allocate_output(0, tuple(d for i, d in enumerate(x.shape) if i != axis))
     out[...] = np.argmax(x, axis=axis)
 

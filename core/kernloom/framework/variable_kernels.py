@@ -1,4 +1,9 @@
-"""Resource-variable kernels: the handle, reads and (atomic) assignments.
+"""Resource-variable kernels for any device: the handle, reads and (atomic) assignments.
+
+The logic (lookup, initialisation, dtype and shape checks, the per-variable lock) is the
+same everywhere; only four array operations depend on the device's array library, and a
+plugin passes them as ``VariableArrays`` (``NUMPY_ARRAYS`` for host memory). Handles
+live in host memory on every device, as TensorFlow's GPU resource kernels declare.
 
 Every assignment stores a new array -- a copy for ``AssignVariableOp``, the sum for the
 add/sub forms -- so a value read earlier in a step, or fetched by the caller, never
@@ -7,19 +12,49 @@ changes under its holder.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kernloom import KernelLibrary, OpKernel, OpKernelConstruction, OpKernelContext
+from kernloom.dtypes import DType, as_dtype
 from kernloom.errors import NotFoundError
+from kernloom.framework.kernel_registry import KernelLibrary
+from kernloom.framework.op_kernel import OpKernel, OpKernelConstruction, OpKernelContext
 from kernloom.framework.resource_mgr import DEFAULT_CONTAINER
 from kernloom.framework.variable import ResourceHandle, Var, handle_of, handle_tensor
 from kernloom.shapes import as_shape
 
-__all__ = ["register"]
+__all__ = ["NUMPY_ARRAYS", "VariableArrays", "register_variable_kernels"]
 
-CPU = "CPU"
+
+@dataclass(frozen=True, slots=True)
+class VariableArrays:
+    """What the variable kernels need of a device's array library."""
+
+    dtype_of: Callable[[Any], DType]
+    copy: Callable[[Any], Any]
+    add: Callable[[Any, Any], Any]
+    subtract: Callable[[Any, Any], Any]
+
+
+def _numpy_add(a: Any, b: Any) -> Any:
+    with np.errstate(all="ignore"):  # wrap-around, as the elementwise kernels do
+        return np.add(a, b)
+
+
+def _numpy_subtract(a: Any, b: Any) -> Any:
+    with np.errstate(all="ignore"):
+        return np.subtract(a, b)
+
+
+NUMPY_ARRAYS = VariableArrays(
+    dtype_of=lambda value: as_dtype(np.asarray(value).dtype),
+    copy=lambda value: np.array(value, copy=True),
+    add=_numpy_add,
+    subtract=_numpy_subtract,
+)
 
 
 class VarHandleKernel(OpKernel):
@@ -99,12 +134,12 @@ def var_is_initialized(ctx: OpKernelContext) -> None:
     ctx.set_output(0, np.array(var.value is not None))
 
 
-def _checked_value(ctx: OpKernelContext, var: Var) -> np.ndarray[Any, Any]:
-    value = np.asarray(ctx.input(1))
-    if value.dtype != var.dtype.numpy_dtype:
+def _checked_value(ctx: OpKernelContext, var: Var, arrays: VariableArrays) -> Any:
+    value = ctx.input(1)
+    dtype = arrays.dtype_of(value)
+    if dtype is not var.dtype:
         raise ctx.fail(
-            f"cannot assign a {value.dtype} value to variable {var.name!r} of dtype "
-            f"{var.dtype.name}"
+            f"cannot assign a {dtype.name} value to variable {var.name!r} of dtype {var.dtype.name}"
         )
     if not var.shape.is_compatible_with(value.shape):
         raise ctx.fail(
@@ -114,46 +149,58 @@ def _checked_value(ctx: OpKernelContext, var: Var) -> np.ndarray[Any, Any]:
     return value
 
 
-def assign_variable(ctx: OpKernelContext) -> None:
-    var = _var(ctx)
-    _check_dtype(ctx, var)
-    value = _checked_value(ctx, var)
-    with var.lock:
-        var.value = value.copy()
+def _assign(arrays: VariableArrays) -> Callable[[OpKernelContext], None]:
+    def assign_variable(ctx: OpKernelContext) -> None:
+        var = _var(ctx)
+        _check_dtype(ctx, var)
+        value = arrays.copy(_checked_value(ctx, var, arrays))
+        with var.lock:
+            var.value = value
+
+    return assign_variable
 
 
-def _update(ctx: OpKernelContext, sign: int) -> None:
+def _update(ctx: OpKernelContext, sign: int, arrays: VariableArrays) -> None:
     var = _var(ctx)
     _check_dtype(ctx, var)
-    delta = _checked_value(ctx, var)
+    delta = _checked_value(ctx, var, arrays)
     with var.lock:
         old = var.value
         if old is None:
             raise _uninitialised(ctx, var)
-        if old.shape != delta.shape:
+        if tuple(old.shape) != tuple(delta.shape):
             raise ctx.fail(
                 f"cannot {'add' if sign > 0 else 'subtract'} a value of shape "
                 f"{list(delta.shape)} to variable {var.name!r} of shape {list(old.shape)}"
             )
-        with np.errstate(all="ignore"):  # wrap-around, as the elementwise kernels do
-            var.value = np.add(old, delta) if sign > 0 else np.subtract(old, delta)
+        var.value = arrays.add(old, delta) if sign > 0 else arrays.subtract(old, delta)
 
 
-def assign_add_variable(ctx: OpKernelContext) -> None:
-    _update(ctx, 1)
+def register_variable_kernels(
+    lib: KernelLibrary,
+    device_type: str,
+    arrays: VariableArrays,
+    *,
+    backend: str | None = None,
+    types: tuple[DType, ...] | None = None,
+) -> None:
+    """The six resource-variable kernels for ``device_type``; ``types`` limits the
+    variables' dtypes to those the array library handles (all when None)."""
+    constraints = {"dtype": types} if types is not None else None
 
+    def kernel(op: str, host_memory: tuple[str, ...], typed: bool = True) -> Any:
+        return lib.kernel(
+            op,
+            device=device_type,
+            backend=backend,
+            host_memory=host_memory,
+            type_constraints=constraints if typed else None,
+            expensive=False,
+        )
 
-def assign_sub_variable(ctx: OpKernelContext) -> None:
-    _update(ctx, -1)
-
-
-def register(lib: KernelLibrary) -> None:
-    lib.kernel("VarHandleOp", device=CPU)(VarHandleKernel)
-    for op, fn in (
-        ("ReadVariableOp", read_variable),
-        ("VarIsInitializedOp", var_is_initialized),
-        ("AssignVariableOp", assign_variable),
-        ("AssignAddVariableOp", assign_add_variable),
-        ("AssignSubVariableOp", assign_sub_variable),
-    ):
-        lib.kernel(op, device=CPU, expensive=False)(fn)
+    kernel("VarHandleOp", ("resource",))(VarHandleKernel)
+    kernel("ReadVariableOp", ("resource",))(read_variable)
+    kernel("VarIsInitializedOp", ("resource", "is_initialized"), typed=False)(var_is_initialized)
+    kernel("AssignVariableOp", ("resource",))(_assign(arrays))
+    kernel("AssignAddVariableOp", ("resource",))(lambda ctx: _update(ctx, 1, arrays))
+    kernel("AssignSubVariableOp", ("resource",))(lambda ctx: _update(ctx, -1, arrays))
