@@ -7,8 +7,13 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
 PLUGINS := plugins/cpu_numpy
+# The GPU plugins: installed for the tests (and `make bench`). torch is pinned to the
+# local CPU build first, so that the plugin's `torch>=2.3` never downloads a CUDA one.
+GPU_PLUGINS := plugins/gpu_torch
+TORCH := torch==2.13.0
 LINT_PATHS := core plugins tests benchmarks examples
-MYPY_PATHS := core/kernloom plugins/cpu_numpy/kernloom_cpu_numpy
+MYPY_PATHS := core/kernloom plugins/cpu_numpy/kernloom_cpu_numpy \
+	plugins/gpu_torch/kernloom_gpu_torch
 
 .PHONY: demo test lint typecheck pytest bench clean
 
@@ -20,8 +25,10 @@ $(VENV)/.demo-installed: $(BIN)/python pyproject.toml $(addsuffix /pyproject.tom
 	$(PIP) install -q -e . $(addprefix -e ,$(PLUGINS))
 	touch $@
 
-$(VENV)/.test-installed: $(VENV)/.demo-installed
+$(VENV)/.test-installed: $(VENV)/.demo-installed $(addsuffix /pyproject.toml,$(GPU_PLUGINS))
 	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q $(addprefix -e ,$(GPU_PLUGINS))
 	touch $@
 
 demo: $(VENV)/.demo-installed
@@ -43,7 +50,7 @@ test: lint typecheck pytest
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache
 
-bench: $(VENV)/.demo-installed
+bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/bench_foundation.py
 	$(BIN)/python benchmarks/bench_kernels.py
 	$(BIN)/python benchmarks/bench_runtime.py

@@ -176,6 +176,16 @@ def _update(ctx: OpKernelContext, sign: int, arrays: VariableArrays) -> None:
         var.value = arrays.add(old, delta) if sign > 0 else arrays.subtract(old, delta)
 
 
+def _updater(sign: int, arrays: VariableArrays) -> Callable[[OpKernelContext], None]:
+    def assign_add_variable(ctx: OpKernelContext) -> None:
+        _update(ctx, sign, arrays)
+
+    def assign_sub_variable(ctx: OpKernelContext) -> None:
+        _update(ctx, sign, arrays)
+
+    return assign_add_variable if sign > 0 else assign_sub_variable
+
+
 def register_variable_kernels(
     lib: KernelLibrary,
     device_type: str,
@@ -186,21 +196,22 @@ def register_variable_kernels(
 ) -> None:
     """The six resource-variable kernels for ``device_type``; ``types`` limits the
     variables' dtypes to those the array library handles (all when None)."""
-    constraints = {"dtype": types} if types is not None else None
+    every = {"dtype": types} if types is not None else None
+    numeric = {"dtype": tuple(d for d in types if d.is_numeric)} if types is not None else None
 
-    def kernel(op: str, host_memory: tuple[str, ...], typed: bool = True) -> Any:
+    def kernel(op: str, host_memory: tuple[str, ...], constraints: Any) -> Any:
         return lib.kernel(
             op,
             device=device_type,
             backend=backend,
             host_memory=host_memory,
-            type_constraints=constraints if typed else None,
+            type_constraints=constraints,
             expensive=False,
         )
 
-    kernel("VarHandleOp", ("resource",))(VarHandleKernel)
-    kernel("ReadVariableOp", ("resource",))(read_variable)
-    kernel("VarIsInitializedOp", ("resource", "is_initialized"), typed=False)(var_is_initialized)
-    kernel("AssignVariableOp", ("resource",))(_assign(arrays))
-    kernel("AssignAddVariableOp", ("resource",))(lambda ctx: _update(ctx, 1, arrays))
-    kernel("AssignSubVariableOp", ("resource",))(lambda ctx: _update(ctx, -1, arrays))
+    kernel("VarHandleOp", ("resource",), every)(VarHandleKernel)
+    kernel("ReadVariableOp", ("resource",), every)(read_variable)
+    kernel("VarIsInitializedOp", ("resource", "is_initialized"), None)(var_is_initialized)
+    kernel("AssignVariableOp", ("resource",), every)(_assign(arrays))
+    kernel("AssignAddVariableOp", ("resource",), numeric)(_updater(1, arrays))
+    kernel("AssignSubVariableOp", ("resource",), numeric)(_updater(-1, arrays))

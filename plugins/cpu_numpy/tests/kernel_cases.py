@@ -34,6 +34,14 @@ class Case:
         return [np.asarray(o) for o in (out if isinstance(out, tuple) else (out,))]
 
 
+def tolerance(dtype: np.dtype[Any]) -> dict[str, float]:
+    if dtype == np.float16:
+        return {"rtol": 2e-2, "atol": 2e-2}
+    if dtype in (np.float32, np.complex64):
+        return {"rtol": 2e-5, "atol": 2e-5}
+    return {"rtol": 1e-10, "atol": 1e-12}
+
+
 RNG = np.random.default_rng(1234)
 SHAPE_PAIRS = [((2, 3), (2, 3)), ((2, 3), (3,)), ((), (2, 3)), ((0, 3), (1, 3)), ((4, 1), (1, 5))]
 UNARY_SHAPES = [(2, 3), (), (0,), (3, 1, 2)]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from kernel_cases import Case, cases
+from kernel_cases import Case, cases, tolerance
 
 import kernloom as kl
 from kernloom.framework.shape_inference import InferenceContext, infer_shapes
@@ -19,14 +19,6 @@ from kernloom.ops.resource_variable_ops import VARIABLE_OPS
 from kernloom.testing import run_kernel
 
 CASES = list(cases())
-
-
-def tolerance(dtype: np.dtype[Any]) -> dict[str, float]:
-    if dtype == np.float16:
-        return {"rtol": 2e-2, "atol": 2e-2}
-    if dtype in (np.float32, np.complex64):
-        return {"rtol": 2e-5, "atol": 2e-5}
-    return {"rtol": 1e-10, "atol": 1e-12}
 
 
 def test_every_standard_op_is_covered() -> None:

@@ -1,0 +1,125 @@
+"""The torch device: buffers are torch tensors on one ``torch.device``.
+
+On CUDA every kernel of the device runs on the device's own stream (entered once per
+run of many kernels, through ``compute_scope``); copies to and from the host are issued
+on that stream too, so they are ordered after the kernels that produced their data
+whatever thread asks for them, and ``sync()`` waits for the stream at the end of a step.
+Memory statistics come from torch's caching allocator, which sees every tensor the
+kernels create (not only the outputs allocated through the context).
+
+A ``TorchDevice`` bound to torch's CPU is a construction for tests only (the factory
+never makes one): it runs every torch kernel through the real executor on machines
+without a GPU, copying in and out exactly as a GPU would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+import torch
+
+import kernloom as kl
+from kernloom.framework.allocator import AllocatorStats
+from kernloom_gpu_torch.dtypes import TORCH_DTYPES, torch_dtype
+
+__all__ = ["TorchDevice", "writable_host_view"]
+
+
+def writable_host_view(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``array`` as torch.from_numpy accepts it without a warning: C-contiguous and
+    writeable. A read-only view of writeable memory (how the CPU device protects fed
+    values) gets a writeable view, not a copy; the torch code only reads it."""
+    array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
+    if array.flags.writeable:
+        return array
+    view = array.view()
+    try:
+        view.flags.writeable = True
+    except ValueError:  # memory that is read-only at its source: copy it
+        return array.copy()
+    return view
+
+
+class TorchDevice(kl.Device):
+    """One torch device (``cuda:N``; ``cpu`` in tests) as a kernloom device of backend torch."""
+
+    def __init__(self, attributes: kl.DeviceAttributes, torch_device: torch.device) -> None:
+        super().__init__(attributes)
+        self.torch_device = torch_device
+        self.is_cuda = torch_device.type == "cuda"
+        self.stream: torch.cuda.Stream | None = (
+            torch.cuda.Stream(device=torch_device)  # type: ignore[no-untyped-call]
+            if self.is_cuda
+            else None
+        )
+
+    def _stream_scope(self) -> contextlib.AbstractContextManager[object]:
+        if self.stream is None:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self.stream)
+
+    def compute_scope(self) -> contextlib.AbstractContextManager[object]:
+        return self._stream_scope()
+
+    def sync(self) -> None:
+        if self.stream is not None:
+            self.stream.synchronize()
+
+    # -- memory ------------------------------------------------------------------------
+
+    def _allocate(self, shape: tuple[int, ...], dtype: kl.DType) -> torch.Tensor:
+        return torch.empty(shape, dtype=torch_dtype(dtype), device=self.torch_device)
+
+    def copy_from_host(self, array: np.ndarray[Any, Any]) -> torch.Tensor:
+        host = np.asarray(array)
+        dtype = kl.as_dtype(host.dtype)
+        if dtype not in TORCH_DTYPES:
+            raise kl.InvalidArgumentError(
+                f"cannot copy a {dtype.name} array to {self.name}: torch has no usable "
+                f"{dtype.name} tensors; place the node that needs it on the CPU "
+                f"(kl.device('CPU')) or cast it first"
+            )
+        out: torch.Tensor = self.allocate(host.shape, dtype)
+        with self._stream_scope():
+            out.copy_(torch.from_numpy(writable_host_view(host)))
+        return out
+
+    def copy_to_host(self, value: Any) -> np.ndarray[Any, Any]:
+        if not isinstance(value, torch.Tensor):
+            return np.asarray(value)  # a host-memory value (a shape, a predicate)
+        with self._stream_scope():
+            # copy=True: on the CPU-bound test device too, the caller gets its own memory.
+            host = value.detach().to("cpu", copy=True)
+        return host.resolve_conj().numpy()
+
+    def copy_from_device(self, source: kl.Device, value: Any) -> Any | None:
+        if isinstance(source, TorchDevice) and isinstance(value, torch.Tensor):
+            if source.stream is not None and self.stream is not None:
+                self.stream.wait_stream(source.stream)
+            with self._stream_scope():
+                return value.to(self.torch_device, copy=True)
+        if source.backend == "cupy" and self.is_cuda:
+            source.sync()  # DLPack hands over memory, not the producing stream's order
+            with self._stream_scope():
+                return torch.utils.dlpack.from_dlpack(value).to(self.torch_device, copy=True)
+        return None
+
+    def memory_stats(self) -> AllocatorStats:
+        if not self.is_cuda:
+            return super().memory_stats()
+        stats = torch.cuda.memory_stats(self.torch_device)
+        return AllocatorStats(
+            num_allocs=int(stats.get("allocation.all.allocated", 0)),
+            bytes_in_use=int(stats.get("allocated_bytes.all.current", 0)),
+            peak_bytes_in_use=int(stats.get("allocated_bytes.all.peak", 0)),
+            # torch does not track its largest request; the context's allocations are ours.
+            largest_alloc_size=super().memory_stats().largest_alloc_size,
+            bytes_limit=self.attributes.memory_limit,
+        )
+
+    def reset_peak_memory(self) -> None:
+        super().reset_peak_memory()
+        if self.is_cuda:
+            torch.cuda.reset_peak_memory_stats(self.torch_device)

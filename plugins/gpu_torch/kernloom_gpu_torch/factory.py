@@ -1,0 +1,91 @@
+"""The GPU device factory: one device per ``torch.cuda`` device, or none and the reason.
+
+It never raises for missing hardware or software: without torch, with a CPU-only torch
+build, or with no visible GPU, it creates no device and ``unavailable_reason`` says why
+and what to install, which ``kernloom devices`` shows.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from types import ModuleType
+
+import kernloom as kl
+
+__all__ = ["TorchGPUDeviceFactory", "import_torch"]
+
+INSTALL_HINT = (
+    "install a CUDA build of PyTorch for this machine's driver "
+    "(https://pytorch.org/get-started/locally/)"
+)
+
+
+@functools.cache
+def import_torch() -> tuple[ModuleType | None, str]:
+    """torch, or None and why it cannot be imported (once per process)."""
+    try:
+        return importlib.import_module("torch"), ""
+    except Exception as exc:  # ImportError, or OSError from a broken CUDA library
+        return None, f"torch cannot be imported ({type(exc).__name__}: {exc}); {INSTALL_HINT}"
+
+
+def _cuda_device_count(torch: ModuleType) -> tuple[int, str]:
+    version = torch.__version__
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return 0, f"torch {version} is a CPU-only build; {INSTALL_HINT}"
+    try:
+        available = bool(torch.cuda.is_available())
+        count = int(torch.cuda.device_count()) if available else 0
+    except Exception as exc:  # a driver that fails to initialise
+        return 0, f"torch {version} cannot initialise CUDA ({exc}); check the NVIDIA driver"
+    if count == 0:
+        return 0, (
+            f"torch {version} (CUDA {torch.version.cuda}) finds no usable GPU: no NVIDIA "
+            f"driver is loaded, or CUDA_VISIBLE_DEVICES hides every GPU"
+        )
+    return count, ""
+
+
+class TorchGPUDeviceFactory(kl.DeviceFactory):
+    """TensorFlow's GPUDeviceFactory, with torch managing CUDA."""
+
+    def _probe(self) -> tuple[ModuleType | None, int, str]:
+        torch, reason = import_torch()
+        if torch is None:
+            return None, 0, reason
+        count, reason = _cuda_device_count(torch)
+        return torch, count, reason
+
+    def list_physical_devices(self) -> list[str]:
+        _, count, _ = self._probe()
+        return [f"/physical_device:GPU:{i}" for i in range(count)]
+
+    def create_devices(
+        self, options: kl.DeviceOptions, name_prefix: str = kl.LOCAL_PREFIX
+    ) -> list[kl.Device]:
+        torch, count, _ = self._probe()
+        if torch is None or count == 0:
+            return []
+        from kernloom_gpu_torch.device import TorchDevice
+
+        devices: list[kl.Device] = []
+        for index in range(kl.device_count_for(options, "GPU", count)):
+            props = torch.cuda.get_device_properties(index)
+            attributes = kl.DeviceAttributes(
+                name=kl.full_device_name(name_prefix, "GPU", index),
+                device_type="GPU",
+                backend="torch",
+                memory_limit=options.memory_limit.get("GPU", int(props.total_memory)),
+                locality=kl.DeviceLocality(bus_id=int(getattr(props, "pci_bus_id", 0)) + 1),
+                physical_device_desc=(
+                    f"{props.name}, compute capability {props.major}.{props.minor}, "
+                    f"torch {torch.__version__}, CUDA {torch.version.cuda}"
+                ),
+            )
+            devices.append(TorchDevice(attributes, torch.device("cuda", index)))
+        return devices
+
+    def unavailable_reason(self) -> str | None:
+        _, count, reason = self._probe()
+        return None if count else reason

@@ -1,0 +1,109 @@
+"""The torch kernel library: the standard ops on the torch GPU device, and the ops where
+torch is a real alternative labelled ``torch`` on the numpy CPU device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from kernloom import KernelLibrary, OpKernelContext
+from kernloom.framework.device_independent_kernels import (
+    register_device_independent_kernels,
+    register_graph_kernels,
+)
+from kernloom.framework.variable_kernels import VariableArrays, register_variable_kernels
+from kernloom.ops import types as t
+from kernloom_gpu_torch import dtypes as d
+from kernloom_gpu_torch.kernels import array, math
+from kernloom_gpu_torch.kernels.elementwise import (
+    BINARY,
+    COMPARISONS,
+    UNARY,
+    add_n,
+    binary,
+    cast,
+    select,
+    unary,
+)
+
+__all__ = ["CPU_LABEL", "CPU_LABELLED_OPS", "build_library"]
+
+GPU = "GPU"
+BACKEND = "torch"
+CPU_LABEL = "torch"
+Kernel = Callable[[OpKernelContext], None]
+
+TORCH_ARRAYS = VariableArrays(
+    dtype_of=lambda value: d.kl_dtype(value.dtype),
+    copy=torch.clone,
+    add=torch.add,
+    subtract=torch.sub,
+)
+
+
+def _standard() -> list[tuple[str, Kernel, dict[str, Any]]]:
+    """(op, kernel, registration keywords) for every standard op the torch GPU runs."""
+
+    def typed(types: tuple[Any, ...], **kw: Any) -> dict[str, Any]:
+        return {"type_constraints": {"T": types}, **kw}
+
+    reduction = {"host_memory": ["reduction_indices"]}
+    kernels: list[tuple[str, Kernel, dict[str, Any]]] = []
+    kernels += [(op, binary(fn), typed(types)) for op, fn, types in BINARY]
+    kernels += [(op, unary(fn), typed(types)) for op, fn, types in UNARY]
+    kernels += [(op, binary(fn), typed(types)) for op, fn, types in COMPARISONS]
+    kernels += [
+        ("Select", select, typed(d.ALL)),
+        ("AddN", add_n, typed(d.NUMBERS)),
+        ("Cast", cast, {"type_constraints": {"SrcT": d.ALL, "DstT": d.ALL}}),
+        ("Sum", math.reduce_sum, typed(d.NUMBERS, **reduction)),
+        ("Mean", math.reduce_mean, typed(d.NUMBERS, **reduction)),
+        ("Max", math.reduce_max, typed(d.REALS, **reduction)),
+        ("Min", math.reduce_min, typed(d.REALS, **reduction)),
+        # CUDA has no integer matrix products: integer MatMuls stay on the CPU.
+        ("MatMul", math.matmul, typed((*d.FLOATS, *t.COMPLEX))),
+        ("BiasAdd", math.bias_add, typed(d.NUMBERS)),
+        ("ArgMax", math.arg_max, typed(d.REALS, host_memory=["dimension"])),
+        ("Softmax", math.softmax, typed(d.FLOATS)),
+        ("LogSoftmax", math.log_softmax, typed(d.FLOATS)),
+        ("Reshape", array.reshape, {"host_memory": ["shape"], "expensive": False}),
+        ("Transpose", array.transpose, typed(d.ALL, host_memory=["perm"])),
+        ("ConcatV2", array.concat, typed(d.ALL, host_memory=["axis"])),
+        ("Fill", array.fill, typed(d.ALL, host_memory=["dims"])),
+        ("ZerosLike", array.zeros_like, typed(d.ALL)),
+        ("OnesLike", array.ones_like, typed(d.ALL)),
+        ("Shape", array.shape, {"host_memory": ["output"], "expensive": False}),
+    ]
+    return kernels
+
+
+CPU_LABELLED_OPS = (
+    "MatMul",
+    "BiasAdd",
+    "Softmax",
+    "LogSoftmax",
+    "Relu",
+    "Tanh",
+    "Sigmoid",
+    "Exp",
+    "Log",
+    "Sum",
+    "Mean",
+    "Max",
+    "Min",
+)
+"""Ops whose torch kernels are also registered on the numpy CPU device, label ``torch``."""
+
+
+def build_library() -> KernelLibrary:
+    lib = KernelLibrary()
+    for op, kernel, keywords in _standard():
+        lib.kernel(op, device=GPU, backend=BACKEND, **keywords)(kernel)
+        if op in CPU_LABELLED_OPS:
+            lib.kernel(op, device="CPU", backend="numpy", label=CPU_LABEL, **keywords)(kernel)
+    register_device_independent_kernels(lib, GPU, backend=BACKEND)
+    register_graph_kernels(lib, GPU, backend=BACKEND)
+    register_variable_kernels(lib, GPU, TORCH_ARRAYS, backend=BACKEND, types=d.ALL)
+    return lib

@@ -1,0 +1,68 @@
+"""Moving between kernel contexts and torch tensors.
+
+The same kernel functions run on the torch GPU device (inputs and outputs are torch
+tensors) and, labelled ``torch``, on the numpy CPU device (inputs and outputs are numpy
+arrays, seen by torch through zero-copy ``torch.from_numpy``). These helpers hide which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from kernloom import OpKernelContext
+from kernloom_gpu_torch.device import writable_host_view
+from kernloom_gpu_torch.dtypes import torch_dtype
+
+__all__ = [
+    "host_input",
+    "output",
+    "output_dtype",
+    "result",
+    "tensor",
+    "tensor_input",
+    "tensor_inputs",
+]
+
+
+def tensor(value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    return torch.from_numpy(writable_host_view(np.asarray(value)))
+
+
+def tensor_input(ctx: OpKernelContext, index: int) -> torch.Tensor:
+    return tensor(ctx.input(index))
+
+
+def tensor_inputs(ctx: OpKernelContext, name: str) -> list[torch.Tensor]:
+    return [tensor(v) for v in ctx.input_list(name)]
+
+
+def host_input(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
+    """A host-memory input (an axis, a shape) as numpy. Usually it arrives in host memory;
+    one produced on the same device (a Const, a fed ``_Arg``) is copied off it here."""
+    value = ctx.input(index)
+    if isinstance(value, torch.Tensor):
+        return value.cpu().numpy()
+    return np.asarray(value)
+
+
+def output(ctx: OpKernelContext, index: int, shape: Sequence[int]) -> torch.Tensor:
+    """A new output buffer of the device (counted by its allocator), as a tensor."""
+    return tensor(ctx.allocate_output(index, tuple(int(d) for d in shape)))
+
+
+def result(ctx: OpKernelContext, index: int, value: torch.Tensor) -> None:
+    """Set an output computed by a torch function that has no ``out=``."""
+    if ctx.device.backend == "torch":
+        ctx.set_output(index, value)
+    else:  # the numpy CPU device: a zero-copy numpy view of torch's result
+        ctx.set_output(index, value.numpy())
+
+
+def output_dtype(ctx: OpKernelContext, index: int) -> torch.dtype:
+    return torch_dtype(ctx.signature.output_dtypes[index])

@@ -1,0 +1,123 @@
+"""Reductions, MatMul, BiasAdd, ArgMax, Softmax and LogSoftmax with torch.
+
+torch reads an empty ``dim`` as "every dimension" and refuses max/min over an empty
+dimension; TensorFlow's meaning (no reduction; the identity, -inf for Max) is kept here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from kernloom import OpKernelContext
+from kernloom.framework.kernel_checks import (
+    argmax_axis,
+    axes_of,
+    bias_channel,
+    matmul_shape,
+    reduced_shape,
+)
+from kernloom_gpu_torch.kernels._util import host_input, output, result, tensor_input
+
+__all__ = [
+    "arg_max",
+    "bias_add",
+    "log_softmax",
+    "matmul",
+    "reduce_max",
+    "reduce_mean",
+    "reduce_min",
+    "reduce_sum",
+    "softmax",
+]
+
+Reduction = tuple[torch.Tensor, tuple[int, ...], torch.Tensor]
+
+
+def _reduction(ctx: OpKernelContext) -> Reduction:
+    """The input, the axes, and the output viewed with the reduced dimensions kept."""
+    x = tensor_input(ctx, 0)
+    axes = axes_of(ctx, host_input(ctx, 1), x.ndim, "reduction index")
+    out = output(ctx, 0, reduced_shape(x.shape, axes, bool(ctx.attr("keep_dims"))))
+    return x, axes, out.view(reduced_shape(x.shape, axes, True))
+
+
+def reduce_sum(ctx: OpKernelContext) -> None:
+    x, axes, out = _reduction(ctx)
+    if not axes:
+        out.copy_(x)
+        return
+    torch.sum(x, dim=axes, keepdim=True, dtype=x.dtype, out=out)
+
+
+def reduce_mean(ctx: OpKernelContext) -> None:
+    x, axes, out = _reduction(ctx)
+    if not axes:
+        out.copy_(x)
+    elif x.is_floating_point() or x.is_complex():
+        torch.mean(x, dim=axes, keepdim=True, out=out)
+    else:
+        count = math.prod(x.shape[a] for a in axes)
+        if count == 0:
+            out.zero_()
+            return
+        total = torch.sum(x, dim=axes, keepdim=True, dtype=x.dtype)
+        torch.div(total, count, rounding_mode="trunc", out=out)  # TF truncates toward 0
+
+
+def _extreme(fn: Callable[..., torch.Tensor], lowest: bool) -> Callable[[OpKernelContext], None]:
+    def compute(ctx: OpKernelContext) -> None:
+        x, axes, out = _reduction(ctx)
+        if not axes:
+            out.copy_(x)
+        elif x.numel() == 0:  # the reduction's identity: -inf for Max, as in TensorFlow
+            if x.is_floating_point():
+                out.fill_(-math.inf if lowest else math.inf)
+            else:
+                out.fill_(torch.iinfo(x.dtype).min if lowest else torch.iinfo(x.dtype).max)
+        else:
+            fn(x, dim=axes, keepdim=True, out=out)
+
+    return compute
+
+
+reduce_max = _extreme(torch.amax, lowest=True)
+reduce_min = _extreme(torch.amin, lowest=False)
+
+
+def matmul(ctx: OpKernelContext) -> None:
+    a, b = tensor_input(ctx, 0), tensor_input(ctx, 1)
+    ta, tb = bool(ctx.attr("transpose_a")), bool(ctx.attr("transpose_b"))
+    shape = matmul_shape(ctx, a.shape, b.shape, ta, tb)
+    torch.matmul(a.T if ta else a, b.T if tb else b, out=output(ctx, 0, shape))
+
+
+def bias_add(ctx: OpKernelContext) -> None:
+    value, bias = tensor_input(ctx, 0), tensor_input(ctx, 1)
+    channel = bias_channel(ctx, value.shape, bias.shape, ctx.attr("data_format"))
+    shaped = bias.reshape([-1 if i == channel else 1 for i in range(value.ndim)])
+    torch.add(value, shaped, out=output(ctx, 0, value.shape))
+
+
+def arg_max(ctx: OpKernelContext) -> None:
+    x = tensor_input(ctx, 0)
+    axis = argmax_axis(ctx, x.shape, host_input(ctx, 1))
+    out = output(ctx, 0, [n for i, n in enumerate(x.shape) if i != axis])
+    out.copy_(torch.argmax(x, dim=axis))
+
+
+def _logits(ctx: OpKernelContext) -> torch.Tensor:
+    x = tensor_input(ctx, 0)
+    if x.ndim == 0:
+        raise ctx.fail("logits must have rank >= 1")
+    return x
+
+
+def softmax(ctx: OpKernelContext) -> None:
+    result(ctx, 0, torch.softmax(_logits(ctx), dim=-1))
+
+
+def log_softmax(ctx: OpKernelContext) -> None:
+    result(ctx, 0, torch.log_softmax(_logits(ctx), dim=-1))

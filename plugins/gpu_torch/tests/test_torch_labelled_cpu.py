@@ -1,0 +1,78 @@
+"""The CPU kernels labelled ``torch``: the torch kernels on the numpy CPU device, zero-copy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from kernel_cases import Case, cases
+from test_torch_kernels import check, on_gpu
+from torch_helpers import CPU0, run_op
+
+import kernloom as kl
+from kernloom_cpu_numpy import plugin as cpu_plugin
+from kernloom_gpu_torch import plugin as torch_plugin
+from kernloom_gpu_torch.kernels import CPU_LABEL, CPU_LABELLED_OPS
+
+
+def real_plugins() -> kl.Registry:
+    """The installed plugins' own modules; on this machine torch's factory finds no GPU."""
+    registry = kl.Registry()
+    registry.register_plugin(cpu_plugin, name="cpu_numpy")
+    registry.register_plugin(torch_plugin, name="gpu_torch")
+    return registry
+
+
+REGISTRY = real_plugins()
+LABELLED = [c for c in cases() if c.op in CPU_LABELLED_OPS and on_gpu(c)]
+
+
+def test_every_labelled_op_has_cases() -> None:
+    assert {c.op for c in LABELLED} == set(CPU_LABELLED_OPS)
+
+
+@pytest.mark.parametrize("case", LABELLED, ids=[c.id for c in LABELLED])
+def test_torch_labelled_cpu_kernel_matches_numpy(case: Case) -> None:
+    values, metadata = run_op(REGISTRY, case.op, case.inputs, case.attrs, label=CPU_LABEL)
+    assert metadata.placement is not None and metadata.placement["op"] == CPU0
+    assert metadata.step_stats is not None
+    stats = metadata.step_stats.for_node("op")
+    assert stats.label == CPU_LABEL  # only the torch plugin registers that label on CPU
+    check(values, case.expected())
+
+
+def test_kernel_label_scope_selects_torch_on_any_machine() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 8)).astype(np.float32)
+    graph = kl.Graph(REGISTRY)
+    with graph.as_default():
+        inp = kl.placeholder(kl.float32, (None, 32), name="x")
+        with kl.kernel_label("torch"):
+            probs = kl.ops.softmax(kl.ops.relu(kl.ops.mat_mul(inp, kl.constant(w))))
+    metadata = kl.RunMetadata()
+    with kl.Session(graph) as session:
+        (out,) = session.run(
+            [probs], {inp: x}, options=kl.RunOptions(trace=True), run_metadata=metadata
+        )
+    logits = np.maximum(x.astype(np.float64) @ w, 0)
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert metadata.step_stats is not None
+    labelled = [n for n in metadata.step_stats.nodes if n.op in ("MatMul", "Relu", "Softmax")]
+    assert len(labelled) == 3 and all(n.label == "torch" for n in labelled)
+    assert all(n.device == CPU0 for n in labelled)
+
+
+def test_torch_view_of_a_cpu_value_shares_its_memory() -> None:
+    """Zero-copy: what the labelled kernels see of a numpy input is the same memory, even
+    for the read-only views the CPU device makes of fed values."""
+    from kernloom_gpu_torch.kernels._util import tensor
+
+    fed = np.arange(6, dtype=np.float32).reshape(2, 3)
+    protected = fed.view()
+    protected.flags.writeable = False
+    seen = tensor(protected)
+    assert seen.data_ptr() == fed.ctypes.data
+    assert torch.equal(seen, torch.arange(6, dtype=torch.float32).reshape(2, 3))
+    assert not protected.flags.writeable  # the caller's protection is left as it was
