@@ -9,11 +9,11 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 PLUGINS := plugins/cpu_numpy
 # The GPU plugins: installed for the tests (and `make bench`). torch is pinned to the
 # local CPU build first, so that the plugin's `torch>=2.3` never downloads a CUDA one.
-GPU_PLUGINS := plugins/gpu_torch
+GPU_PLUGINS := plugins/gpu_torch plugins/gpu_cupy
 TORCH := torch==2.13.0
 LINT_PATHS := core plugins tests benchmarks examples
 MYPY_PATHS := core/kernloom plugins/cpu_numpy/kernloom_cpu_numpy \
-	plugins/gpu_torch/kernloom_gpu_torch
+	plugins/gpu_torch/kernloom_gpu_torch plugins/gpu_cupy/kernloom_gpu_cupy
 
 .PHONY: demo test lint typecheck pytest bench clean
 

@@ -5,6 +5,8 @@ Priority decides two things (seed 004):
 - **Within one device type**, the factory with the highest priority is used; the others
   are *shadowed*: kept, reported by ``kernloom devices``, and selectable with
   ``DeviceOptions.factory_overrides`` or ``KERNLOOM_DEVICE_FACTORY=TYPE=plugin``.
+  A factory that finds no device (its ``unavailable_reason()``) yields to the next one of
+  its type, so that an installed CuPy plugin without CuPy does not hide torch's GPU.
   Two factories of one type at the *same* priority are a conflict: the one registered
   first is kept, the other is left out, and the conflict is reported naming both plugins.
 - **Across device types**, the priorities of the factories in use order placement:
@@ -149,7 +151,10 @@ class DeviceFactoryRegistry:
         for device_type, regs in self._by_type.items():
             override = overrides.get(device_type)
             if override is None:
-                chosen[device_type] = regs[0]
+                # The highest priority that can create a device: an installed CuPy plugin
+                # without CuPy must not hide the GPU that torch's factory finds.
+                usable = (r for r in regs if r.factory.unavailable_reason() is None)
+                chosen[device_type] = next(usable, regs[0])
             else:
                 chosen[device_type] = next(r for r in regs if r.origin.answers_to(override.plugin))
         order = sorted(chosen.values(), key=lambda r: (-r.priority, r.device_type))
@@ -171,19 +176,24 @@ class DeviceFactoryRegistry:
             override = overrides.get(device_type)
             for reg in self._by_type[device_type]:
                 if reg is in_use:
-                    reason = (
-                        f"selected by {override.source}"
-                        if override is not None
-                        else "highest priority for its type"
-                    )
+                    if override is not None:
+                        reason = f"selected by {override.source}"
+                    elif reg is self._by_type[device_type][0]:
+                        reason = "highest priority for its type"
+                    else:
+                        reason = "highest priority among the factories that find a device"
                     resolved.append(ResolvedFactory(reg, FactoryStatus.IN_USE, reason))
-                else:
+                    continue
+                if override is not None:
+                    reason = f"{override.source} selects {in_use.origin}"
+                elif reg.priority > in_use.priority:
                     reason = (
-                        f"{override.source} selects {in_use.origin}"
-                        if override is not None
-                        else f"{in_use.origin} has priority {in_use.priority} > {reg.priority}"
+                        f"finds no device ({reg.factory.unavailable_reason()}), so "
+                        f"{in_use.origin} (priority {in_use.priority}) provides {device_type}"
                     )
-                    resolved.append(ResolvedFactory(reg, FactoryStatus.SHADOWED, reason))
+                else:
+                    reason = f"{in_use.origin} has priority {in_use.priority} > {reg.priority}"
+                resolved.append(ResolvedFactory(reg, FactoryStatus.SHADOWED, reason))
         return resolved
 
     def _check_overrides(self, overrides: Mapping[str, FactoryOverride]) -> None:

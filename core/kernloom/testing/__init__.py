@@ -12,6 +12,7 @@ from kernloom.testing.fake_accelerator import (
 )
 from kernloom.testing.fake_device import FakeDevice, FakeDeviceFactory, fake_plugin
 from kernloom.testing.kernel_harness import KernelRun, run_kernel
+from kernloom.testing.session_harness import run_op
 
 __all__ = [
     "FAKE_ACCEL",
@@ -24,4 +25,5 @@ __all__ = [
     "fake_accelerator_plugin",
     "fake_plugin",
     "run_kernel",
+    "run_op",
 ]

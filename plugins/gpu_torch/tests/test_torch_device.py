@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from torch_helpers import CPU0, GPU0, run_op, torch_registry
+from torch_helpers import CPU0, GPU0, torch_registry
 
 import kernloom as kl
-from kernloom.testing import FakeDeviceFactory, fake_plugin
+from kernloom.testing import FakeDeviceFactory, fake_plugin, run_op
 from kernloom_gpu_torch import factory as torch_factory
 from kernloom_gpu_torch import plugin as torch_plugin
 from kernloom_gpu_torch.testing import CpuBoundGPUFactory

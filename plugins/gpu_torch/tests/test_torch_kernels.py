@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 from kernel_cases import Case, cases, tolerance
-from torch_helpers import GPU0, run_op, torch_registry
+from torch_helpers import GPU0, torch_registry
 
 import kernloom as kl
 from kernloom.ops import standard_ops
+from kernloom.testing import run_op
 from kernloom_gpu_torch.dtypes import TORCH_DTYPES
 
 REGISTRY = torch_registry()

@@ -7,9 +7,10 @@ import pytest
 import torch
 from kernel_cases import Case, cases
 from test_torch_kernels import check, on_gpu
-from torch_helpers import CPU0, run_op
+from torch_helpers import CPU0
 
 import kernloom as kl
+from kernloom.testing import run_op
 from kernloom_cpu_numpy import plugin as cpu_plugin
 from kernloom_gpu_torch import plugin as torch_plugin
 from kernloom_gpu_torch.kernels import CPU_LABEL, CPU_LABELLED_OPS
