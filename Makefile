@@ -55,3 +55,4 @@ bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/bench_kernels.py
 	$(BIN)/python benchmarks/bench_runtime.py
 	$(BIN)/python benchmarks/bench_loop.py
+	$(BIN)/python benchmarks/bench_gpu.py
