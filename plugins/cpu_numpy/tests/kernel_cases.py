@@ -42,6 +42,17 @@ def tolerance(dtype: np.dtype[Any]) -> dict[str, float]:
     return {"rtol": 1e-10, "atol": 1e-12}
 
 
+def assert_matches(actual: list[Array], expected: list[Array]) -> None:
+    """Outputs equal the references: same shape and dtype, values within ``tolerance``."""
+    for value, reference in zip(actual, expected, strict=True):
+        assert value.shape == reference.shape
+        assert value.dtype == reference.dtype, f"{value.dtype} != {reference.dtype}"
+        if value.dtype.kind in "fc":
+            np.testing.assert_allclose(value, reference, **tolerance(value.dtype))
+        else:
+            np.testing.assert_array_equal(value, reference)
+
+
 RNG = np.random.default_rng(1234)
 SHAPE_PAIRS = [((2, 3), (2, 3)), ((2, 3), (3,)), ((), (2, 3)), ((0, 3), (1, 3)), ((4, 1), (1, 5))]
 UNARY_SHAPES = [(2, 3), (), (0,), (3, 1, 2)]

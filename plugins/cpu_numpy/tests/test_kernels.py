@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from kernel_cases import Case, cases, tolerance
+from kernel_cases import Case, assert_matches, cases
 
 import kernloom as kl
 from kernloom.framework.shape_inference import InferenceContext, infer_shapes
@@ -33,13 +33,7 @@ def test_every_standard_op_is_covered() -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_kernel_matches_numpy(case: Case) -> None:
     run = run_kernel(case.op, case.inputs, case.attrs, label=case.label)
-    for actual, expected in zip(run.outputs, case.expected(), strict=True):
-        assert actual.shape == expected.shape
-        assert actual.dtype == expected.dtype, f"{actual.dtype} != {expected.dtype}"
-        if actual.dtype.kind in "fc":
-            np.testing.assert_allclose(actual, expected, **tolerance(actual.dtype))
-        else:
-            np.testing.assert_array_equal(actual, expected)
+    assert_matches(run.outputs, case.expected())
 
 
 CPU = kl.default_registry().create_devices().lookup("CPU:0")

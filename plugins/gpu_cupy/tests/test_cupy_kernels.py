@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from cupy_helpers import GPU0, stand_in_registry
-from kernel_cases import Case, cases, tolerance
+from kernel_cases import Case, assert_matches, cases
 
 import kernloom as kl
 from kernloom.ops import standard_ops
@@ -29,16 +29,6 @@ needs_gpu = pytest.mark.skipif(
 )
 
 
-def check(actual: list[np.ndarray[Any, Any]], case: Case) -> None:
-    for value, reference in zip(actual, case.expected(), strict=True):
-        assert value.shape == reference.shape
-        assert value.dtype == reference.dtype, f"{value.dtype} != {reference.dtype}"
-        if value.dtype.kind in "fc":
-            np.testing.assert_allclose(value, reference, **tolerance(value.dtype))
-        else:
-            np.testing.assert_array_equal(value, reference)
-
-
 def test_every_standard_op_has_a_cupy_gpu_kernel() -> None:
     gpu_ops = {
         r.kernel_def.op for r in STAND_IN.kernels.kernels() if r.kernel_def.device_type == "GPU"
@@ -50,7 +40,7 @@ def test_every_standard_op_has_a_cupy_gpu_kernel() -> None:
 def test_kernel_on_the_stand_in_gpu_matches_numpy(case: Case) -> None:
     values, metadata = run_op(STAND_IN, case.op, case.inputs, case.attrs)
     assert metadata.placement is not None and metadata.placement["op"] == GPU0
-    check(values, case)
+    assert_matches(values, case.expected())
 
 
 @needs_gpu
@@ -58,7 +48,7 @@ def test_kernel_on_the_stand_in_gpu_matches_numpy(case: Case) -> None:
 def test_kernel_on_the_cupy_gpu_matches_numpy(case: Case) -> None:
     values, metadata = run_op(kl.default_registry(), case.op, case.inputs, case.attrs)
     assert metadata.placement is not None and metadata.placement["op"] == GPU0
-    check(values, case)
+    assert_matches(values, case.expected())
 
 
 @needs_gpu

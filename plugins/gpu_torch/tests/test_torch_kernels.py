@@ -7,11 +7,9 @@ placed on the GPU, so the values cross the device boundary both ways.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
-from kernel_cases import Case, cases, tolerance
+from kernel_cases import Case, assert_matches, cases
 from torch_helpers import GPU0, torch_registry
 
 import kernloom as kl
@@ -42,16 +40,6 @@ def on_gpu(case: Case) -> bool:
 GPU_CASES = [c for c in cases() if on_gpu(c)]
 
 
-def check(actual: list[np.ndarray[Any, Any]], expected: list[np.ndarray[Any, Any]]) -> None:
-    for value, reference in zip(actual, expected, strict=True):
-        assert value.shape == reference.shape
-        assert value.dtype == reference.dtype, f"{value.dtype} != {reference.dtype}"
-        if value.dtype.kind in "fc":
-            np.testing.assert_allclose(value, reference, **tolerance(value.dtype))
-        else:
-            np.testing.assert_array_equal(value, reference)
-
-
 def test_every_standard_op_has_a_torch_gpu_kernel() -> None:
     gpu_ops = {
         r.kernel_def.op for r in REGISTRY.kernels.kernels() if r.kernel_def.device_type == "GPU"
@@ -68,4 +56,4 @@ def test_torch_kernel_matches_numpy(case: Case) -> None:
     values, metadata = run_op(REGISTRY, case.op, case.inputs, case.attrs)
     assert metadata.placement is not None
     assert metadata.placement["op"] == GPU0
-    check(values, case.expected())
+    assert_matches(values, case.expected())

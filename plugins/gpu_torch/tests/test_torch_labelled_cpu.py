@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from kernel_cases import Case, cases
-from test_torch_kernels import check, on_gpu
+from kernel_cases import Case, assert_matches, cases
+from test_torch_kernels import on_gpu
 from torch_helpers import CPU0
 
 import kernloom as kl
@@ -39,7 +39,7 @@ def test_torch_labelled_cpu_kernel_matches_numpy(case: Case) -> None:
     assert metadata.step_stats is not None
     stats = metadata.step_stats.for_node("op")
     assert stats.label == CPU_LABEL  # only the torch plugin registers that label on CPU
-    check(values, case.expected())
+    assert_matches(values, case.expected())
 
 
 def test_kernel_label_scope_selects_torch_on_any_machine() -> None:
