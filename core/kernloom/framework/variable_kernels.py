@@ -177,13 +177,11 @@ def _update(ctx: OpKernelContext, sign: int, arrays: VariableArrays) -> None:
 
 
 def _updater(sign: int, arrays: VariableArrays) -> Callable[[OpKernelContext], None]:
-    def assign_add_variable(ctx: OpKernelContext) -> None:
+    def update(ctx: OpKernelContext) -> None:
         _update(ctx, sign, arrays)
 
-    def assign_sub_variable(ctx: OpKernelContext) -> None:
-        _update(ctx, sign, arrays)
-
-    return assign_add_variable if sign > 0 else assign_sub_variable
+    update.__qualname__ = "assign_add_variable" if sign > 0 else "assign_sub_variable"
+    return update
 
 
 def register_variable_kernels(

@@ -47,7 +47,10 @@ def _device_count(cupy: ModuleType) -> tuple[int, str]:
 class CupyGPUDeviceFactory(kl.DeviceFactory):
     """TensorFlow's GPUDeviceFactory, with CuPy managing CUDA."""
 
+    @functools.cached_property
     def _probe(self) -> tuple[ModuleType | None, int, str]:
+        # Once per factory: the placer asks for every node, and CUDA fixes the visible
+        # devices when it initialises.
         cupy, reason = import_cupy()
         if cupy is None:
             return None, 0, reason
@@ -55,13 +58,13 @@ class CupyGPUDeviceFactory(kl.DeviceFactory):
         return cupy, count, reason
 
     def list_physical_devices(self) -> list[str]:
-        _, count, _ = self._probe()
+        _, count, _ = self._probe
         return [f"/physical_device:GPU:{i}" for i in range(count)]
 
     def create_devices(
         self, options: kl.DeviceOptions, name_prefix: str = kl.LOCAL_PREFIX
     ) -> list[kl.Device]:
-        cupy, count, _ = self._probe()
+        cupy, count, _ = self._probe
         if cupy is None or count == 0:
             return []
         from kernloom_gpu_cupy.device import CupyDevice
@@ -86,5 +89,5 @@ class CupyGPUDeviceFactory(kl.DeviceFactory):
         return devices
 
     def unavailable_reason(self) -> str | None:
-        _, count, reason = self._probe()
+        _, count, reason = self._probe
         return None if count else reason

@@ -50,7 +50,10 @@ def _cuda_device_count(torch: ModuleType) -> tuple[int, str]:
 class TorchGPUDeviceFactory(kl.DeviceFactory):
     """TensorFlow's GPUDeviceFactory, with torch managing CUDA."""
 
+    @functools.cached_property
     def _probe(self) -> tuple[ModuleType | None, int, str]:
+        # Once per factory: the placer asks for every node, and CUDA fixes the visible
+        # devices when it initialises.
         torch, reason = import_torch()
         if torch is None:
             return None, 0, reason
@@ -58,13 +61,13 @@ class TorchGPUDeviceFactory(kl.DeviceFactory):
         return torch, count, reason
 
     def list_physical_devices(self) -> list[str]:
-        _, count, _ = self._probe()
+        _, count, _ = self._probe
         return [f"/physical_device:GPU:{i}" for i in range(count)]
 
     def create_devices(
         self, options: kl.DeviceOptions, name_prefix: str = kl.LOCAL_PREFIX
     ) -> list[kl.Device]:
-        torch, count, _ = self._probe()
+        torch, count, _ = self._probe
         if torch is None or count == 0:
             return []
         from kernloom_gpu_torch.device import TorchDevice
@@ -87,5 +90,5 @@ class TorchGPUDeviceFactory(kl.DeviceFactory):
         return devices
 
     def unavailable_reason(self) -> str | None:
-        _, count, reason = self._probe()
+        _, count, reason = self._probe
         return None if count else reason
