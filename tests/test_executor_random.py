@@ -106,9 +106,12 @@ def test_random_dags_match_numpy_on_every_device_mix_and_thread_count(
         g, x, outputs = build(dag, registry)
         for threads in (1, 4):
             with kl.Session(g, kl.SessionConfig(inter_op_threads=threads)) as sess:
-                got = sess.run(outputs, {x: xv})
-            for want, have in zip(expected, got, strict=True):
-                np.testing.assert_allclose(have, want, rtol=1e-12, atol=1e-12)
+                # Untraced, one thread: the straight-line executor (and, with 4 threads,
+                # for DAGs whose expensive nodes form a chain); traced: the general one.
+                for trace in (False, True):
+                    got = sess.run(outputs, {x: xv}, kl.RunOptions(trace=trace))
+                    for want, have in zip(expected, got, strict=True):
+                        np.testing.assert_allclose(have, want, rtol=1e-12, atol=1e-12)
 
 
 def test_a_random_dag_really_is_split_across_both_devices(

@@ -103,11 +103,13 @@ class KernelLibrary:
         type_constraints: Mapping[str, Sequence[object]] | None = None,
         host_memory: Sequence[str] = (),
         expensive: bool = True,
+        direct: Callable[..., Any] | None = None,
     ) -> Callable[[Any], Any]:
         """Register the decorated ``OpKernel`` subclass or function ``fn(ctx)``.
 
         ``spec`` is a ``KernelDef``, a builder, or an op name completed by the keywords.
-        ``expensive`` applies to functions (a class sets ``is_expensive`` itself).
+        ``expensive`` and ``direct`` (``OpKernel.direct``, the context-free fast entry)
+        apply to functions; a class sets ``is_expensive`` and ``direct`` itself.
         """
         if isinstance(spec, str):
             builder = KernelDefBuilder(spec)
@@ -129,16 +131,28 @@ class KernelLibrary:
             )
 
         def register(impl: Any) -> Any:
-            self.add(kernel_def, impl, expensive=expensive)
+            self.add(kernel_def, impl, expensive=expensive, direct=direct)
             return impl
 
         return register
 
-    def add(self, kernel_def: KernelDef, impl: Any, *, expensive: bool = True) -> None:
+    def add(
+        self,
+        kernel_def: KernelDef,
+        impl: Any,
+        *,
+        expensive: bool = True,
+        direct: Callable[..., Any] | None = None,
+    ) -> None:
         if isinstance(impl, type) and issubclass(impl, OpKernel):
+            if direct is not None:
+                raise InvalidArgumentError(
+                    f"kernel for {kernel_def.describe()}: direct= is for kernel functions; "
+                    f"the class {impl.__qualname__} sets its own `direct` attribute"
+                )
             cls: KernelFactory = impl
         elif callable(impl) and not isinstance(impl, type):
-            cls = FunctionKernel.wrap(impl, expensive=expensive)
+            cls = FunctionKernel.wrap(impl, expensive=expensive, direct=direct)
         else:
             raise InvalidArgumentError(
                 f"kernel for {kernel_def.describe()}: {impl!r} is neither an OpKernel subclass "

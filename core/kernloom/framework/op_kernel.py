@@ -144,6 +144,18 @@ class OpKernel(abc.ABC):
 
     is_expensive: ClassVar[bool] = True
 
+    direct: Callable[..., Any] | None = None
+    """An optional fast entry for kernels with one or two inputs and one output, called
+    without a context where a step runs the partition on one thread (``StraightLine``):
+    ``direct(reuse, *inputs)`` returns the output, or ``NotImplemented`` to have
+    ``compute`` run instead. ``reuse`` is the bit mask of the inputs nothing else holds
+    (bit i: input i), the same rule as ``forward_input_or_allocate_output``'s. It may
+    return an input it was given (``Identity``), write into an input whose bit is set (an
+    elementwise op in place) or a view, but must not allocate device memory (allocations
+    go through ``compute``, which counts them) and must give the op's output dtype; it
+    gets no attrs, so it is only for kernels that need none at run time. Errors it raises
+    are reported naming the node, as from ``compute``."""
+
     def __init__(self, ctx: OpKernelConstruction) -> None:
         self.signature = ctx.signature
 
@@ -188,12 +200,19 @@ class FunctionKernel(OpKernel):
         type(self).function(ctx)
 
     @classmethod
-    def wrap(cls, fn: Callable[[OpKernelContext], None], *, expensive: bool) -> type[OpKernel]:
+    def wrap(
+        cls,
+        fn: Callable[[OpKernelContext], None],
+        *,
+        expensive: bool,
+        direct: Callable[..., Any] | None = None,
+    ) -> type[OpKernel]:
         return type(
             getattr(fn, "__name__", "kernel"),
             (cls,),
             {
                 "function": staticmethod(fn),
+                "direct": None if direct is None else staticmethod(direct),
                 "is_expensive": expensive,
                 "__module__": getattr(fn, "__module__", __name__),
                 "__qualname__": getattr(fn, "__qualname__", "kernel"),

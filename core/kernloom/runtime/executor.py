@@ -48,6 +48,7 @@ from kernloom.graph.graph import Graph, Node
 from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.step import Step
 from kernloom.runtime.step_stats import StepStatsCollector
+from kernloom.runtime.straight_line import StraightLine
 
 __all__ = [
     "Executor",
@@ -182,6 +183,8 @@ class GraphView:
         self.frame_layout: FrameLayout | None = FrameLayout(graph) if control_flow else None
         """Frames and local slots, for a partition that has (or may receive) dead values:
         it runs on ``FrameExecutorState`` instead of the frame-free hot loop."""
+        self.straight = StraightLine.compile(self)
+        """The partition as one sequence, for steps that run it on one thread."""
 
     def __len__(self) -> int:
         return len(self.items)
@@ -242,8 +245,19 @@ class Executor:
         The roots are queued for the thread that waits on the step (``Step.wait``, which
         the caller must drive); nothing runs on this call's own stack.
         """
-        if self.view.frame_layout is not None:
-            FrameExecutorState(self.view, args, done).start()
+        view = self.view
+        if view.frame_layout is not None:
+            FrameExecutorState(view, args, done).start()
+            return
+        straight = view.straight
+        step = args.step
+        if (
+            straight is not None
+            and args.stats is None
+            and args.node_outputs is None
+            and (step.pool is None or straight.sequential)
+        ):
+            step.schedule(lambda: straight.run(view, args, done), ticket=step.pool is not None)
             return
         state = _ExecutorState(self.view, args, done)
         state.start()

@@ -46,6 +46,32 @@ def _binary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     return compute
 
 
+def _binary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The direct entry (``OpKernel.direct``): ``fn`` written into an input nothing else
+    holds, when both inputs have one shape (the common case); else ``compute`` runs."""
+
+    def direct(reuse: int, x: Array, y: Array) -> Any:
+        if reuse and x.shape == y.shape:
+            if reuse & 1 and x.base is None and x.flags.writeable:
+                return fn(x, y, out=x)
+            if reuse & 2 and y.base is None and y.flags.writeable:
+                return fn(x, y, out=y)
+        return NotImplemented
+
+    return direct
+
+
+def _unary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The direct entry of a unary kernel: ``fn`` in place when the input may be reused."""
+
+    def direct(reuse: int, x: Array) -> Any:
+        if reuse and x.base is None and x.flags.writeable:
+            return fn(x, out=x)
+        return NotImplemented
+
+    return direct
+
+
 def _compare(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     def compute(ctx: OpKernelContext) -> None:
         x, y = ctx.input(0), ctx.input(1)
@@ -55,16 +81,16 @@ def _compare(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     return compute
 
 
-def _sigmoid(x: Array, out: Array) -> None:
+def _sigmoid(x: Array, out: Array) -> Array:
     # 1 / (1 + exp(-x)) computed in place; exp overflow gives inf and so exactly 0.
     np.negative(x, out=out)
     np.exp(out, out=out)
     out += 1
-    np.reciprocal(out, out=out)
+    return np.reciprocal(out, out=out)
 
 
-def _relu(x: Array, out: Array) -> None:
-    np.maximum(x, 0, out=out)
+def _relu(x: Array, out: Array) -> Array:
+    return np.maximum(x, 0, out=out)
 
 
 def select(ctx: OpKernelContext) -> None:
@@ -131,14 +157,21 @@ COMPARISONS: Table = (
 
 def register(lib: KernelLibrary) -> None:
     def kernel(
-        op: str, fn: Callable[[OpKernelContext], None], types: tuple[Any, ...], attr: str = "T"
+        op: str,
+        fn: Callable[[OpKernelContext], None],
+        types: tuple[Any, ...],
+        attr: str = "T",
+        direct: Callable[..., Any] | None = None,
     ) -> None:
-        lib.kernel(op, device=CPU, backend="numpy", type_constraints={attr: types})(fn)
+        lib.kernel(op, device=CPU, backend="numpy", type_constraints={attr: types}, direct=direct)(
+            fn
+        )
 
     for op, fn, types in BINARY:
-        kernel(op, _binary(fn), types)
+        # Pow in place could leave a half-written input behind on its ValueError.
+        kernel(op, _binary(fn), types, direct=None if op == "Pow" else _binary_in_place(fn))
     for op, fn, types in UNARY:
-        kernel(op, _unary(fn), types)
+        kernel(op, _unary(fn), types, direct=_unary_in_place(fn))
     for op, fn, types in COMPARISONS:
         kernel(op, _compare(fn), types)
     kernel("Select", select, t.ALL)

@@ -1,0 +1,298 @@
+"""The straight-line executor: a partition run on one thread in an order fixed at build time.
+
+When a step cannot run two of a partition's kernels at once -- it has one inter-op thread,
+or the partition's expensive nodes form a chain, as in an MLP -- the general executor's
+pending counts, ready stack and lock buy nothing. ``StraightLine`` compiles the partition
+once into a flat program, one tuple per node in the order the general executor would run
+them (last-in first-out, so a consumer runs right after its producer and values die
+early), and a step walks it with one list of values:
+
+- every output that has consumers owns a slot; a node reads its inputs from slots, and
+  the node that uses a value last (known at build time) takes it out of its slot, so the
+  value is released after its last use, as in the general executor;
+- a taken input whose reference count shows nothing else holds it may be overwritten:
+  that is the forwarding rule of the general executor (TensorFlow's ``RefCountIsOne``);
+- a kernel with a ``direct`` entry (``OpKernel.direct``) and one or two inputs and one
+  output is called with its inputs and that mask, without an ``OpKernelContext``; when it
+  declines (returns ``NotImplemented``) the node runs through ``compute`` as usual. Every
+  other node runs through ``compute`` on one reused context.
+
+The session uses it only when tracing and node-output callbacks are off; partitions with
+asynchronous kernels (receives) or control flow run on the general executors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from typing import TYPE_CHECKING, Any, Final, final
+
+from kernloom.errors import KernelError
+from kernloom.framework.op_kernel import _UNSET, OpKernelContext
+
+if TYPE_CHECKING:
+    from kernloom.runtime.executor import Done, GraphView, RunArgs
+
+__all__ = ["StraightLine"]
+
+_UNARY: Final = 0
+_BINARY: Final = 1
+_GENERAL: Final = 2
+_getrefcount: Final = sys.getrefcount
+# Bookkeeping a sequential() check may do: nodes x expensive nodes, in bits.
+_MAX_REACH_BITS: Final = 1 << 27
+
+Entry = tuple[int, Any, Any, Any, int, Any, Any, int]
+"""(kind, function, a, b, take, out, extra, node id); what a, b, out and extra hold depends
+on the kind (see ``StraightLine._entry``)."""
+
+
+@final
+class StraightLine:
+    """A partition compiled into one sequence of nodes; immutable, shared by all steps."""
+
+    __slots__ = ("num_values", "program", "sequential")
+
+    def __init__(self, program: list[Entry], num_values: int, sequential: bool) -> None:
+        self.program = program
+        self.num_values = num_values
+        self.sequential = sequential
+        """Whether no two expensive nodes can ever run at once (each depends on the one
+        before): then even a step with an inter-op pool loses nothing by running the
+        partition on one thread."""
+
+    @classmethod
+    def compile(cls, view: GraphView) -> StraightLine | None:
+        """The program for ``view``; None if the partition needs the general executor (it
+        has asynchronous kernels or control flow)."""
+        items = view.items
+        if view.frame_layout is not None or any(item.is_async for item in items):
+            return None
+        order = _lifo_order(view)
+        if order is None:
+            return None
+        position = {node: i for i, node in enumerate(order)}
+        # One value slot per output that something consumes; who reads it last.
+        slot_of: dict[tuple[int, int], int] = {}
+        inputs: list[list[int]] = [[-1] * item.num_inputs for item in items]
+        last_reader: list[int] = []
+        for item in items:
+            for output, consumer, input_slot in item.out_edges:
+                key = (item.id, output)
+                if key not in slot_of:
+                    slot_of[key] = len(slot_of)
+                    last_reader.append(consumer)
+                value = slot_of[key]
+                inputs[consumer][input_slot - items[consumer].input_start] = value
+                if position[consumer] > position[last_reader[value]]:
+                    last_reader[value] = consumer
+        direct_allowed = not view.compute_overridden
+        program = []
+        for node in order:
+            item = items[node]
+            taken = [last_reader[value] == node for value in inputs[node]]
+            outputs = tuple(
+                (output, slot_of[(node, output)])
+                for output in range(len(item.node.outputs))
+                if (node, output) in slot_of
+            )
+            program.append(
+                _entry(view, node, inputs[node], taken, outputs, direct_allowed=direct_allowed)
+            )
+        return cls(program, len(slot_of), _sequential(view, order))
+
+    def run(self, view: GraphView, args: RunArgs, done: Done) -> None:
+        """Run one step of the partition on this thread, then ``done(error)``."""
+        from kernloom.runtime.executor import end_step, node_error, step_context
+
+        items = view.items
+        device = view.device
+        step = args.step
+        values: list[Any] = [None] * self.num_values
+        ctx = step_context(items[0].kernel, device, args)
+        check_deadline = step.deadline is not None
+        getrefcount = _getrefcount
+        error: BaseException | None = None
+        node = -1
+        try:
+            with device.compute_scope():
+                for kind, function, a, b, take, out, extra, node in self.program:
+                    if check_deadline:
+                        step.check_deadline()
+                    if step.stopped:
+                        break
+                    if kind == _BINARY:
+                        x = values[a]
+                        y = values[b]
+                        reuse = 0
+                        if take:
+                            if take & 1:
+                                values[a] = None
+                            if take & 2:
+                                values[b] = None
+                            if take & 1 and getrefcount(x) == 2:
+                                reuse = 1
+                            if take & 2 and getrefcount(y) == 2:
+                                reuse |= 2
+                        value = function(reuse, x, y)
+                        if value is NotImplemented:
+                            given = [x, y]
+                            del x, y
+                            value = _through_context(ctx, items[node], given)
+                            del given
+                        else:
+                            del x, y
+                            if value.dtype is not extra:
+                                _check_direct_output(ctx, items[node], value)
+                        if out >= 0:
+                            values[out] = value
+                        del value
+                    elif kind == _UNARY:
+                        x = values[a]
+                        reuse = 0
+                        if take:
+                            values[a] = None
+                            if getrefcount(x) == 2:
+                                reuse = 1
+                        value = function(reuse, x)
+                        if value is NotImplemented:
+                            given = [x]
+                            del x
+                            value = _through_context(ctx, items[node], given)
+                            del given
+                        else:
+                            del x
+                            if value.dtype is not extra:
+                                _check_direct_output(ctx, items[node], value)
+                        if out >= 0:
+                            values[out] = value
+                        del value
+                    else:
+                        given = [values[slot] for slot in a]
+                        for slot in b:
+                            values[slot] = None
+                        kernel, signature, unset = extra
+                        ctx.kernel = kernel
+                        ctx.signature = signature
+                        ctx._inputs = given
+                        ctx._outputs = unset.copy()
+                        ctx.forwarded = ()
+                        mask = 0
+                        bit = 1
+                        for x in given:
+                            # The list, the loop variable, getrefcount's argument.
+                            if getrefcount(x) == 3:
+                                mask |= bit
+                            bit <<= 1
+                        x = None
+                        ctx._forwardable = mask
+                        del given
+                        function(ctx)
+                        produced = ctx.outputs()
+                        for output, slot in out:
+                            values[slot] = produced[output]
+                        del produced
+                        ctx._inputs = ctx._outputs = None  # type: ignore[assignment]
+        except BaseException as exc:
+            if node < 0:  # before the first node: the device's compute scope failed
+                error = KernelError(f"{device.name}: entering the compute scope: {exc}")
+                error.__cause__ = exc
+            else:
+                error = node_error(items[node], device, exc)
+            step.stop(error)
+        end_step(device, step, error, done)
+
+
+def _entry(
+    view: GraphView,
+    node: int,
+    inputs: list[int],
+    taken: list[bool],
+    outputs: tuple[tuple[int, int], ...],
+    *,
+    direct_allowed: bool,
+) -> Entry:
+    item = view.items[node]
+    kernel = item.kernel
+    direct = getattr(kernel, "direct", None) if direct_allowed else None
+    if direct is not None and len(item.node.outputs) == 1 and len(inputs) in (1, 2):
+        out = outputs[0][1] if outputs else -1
+        take = sum(1 << i for i, t in enumerate(taken) if t)
+        dtype = kernel.signature.output_numpy_dtypes[0]
+        if len(inputs) == 1:
+            return (_UNARY, direct, inputs[0], None, take, out, dtype, node)
+        return (_BINARY, direct, inputs[0], inputs[1], take, out, dtype, node)
+    taken_slots = tuple(sorted({v for v, t in zip(inputs, taken, strict=True) if t}))
+    extra = (kernel, kernel.signature, [_UNSET] * len(item.node.outputs))
+    return (_GENERAL, item.run, tuple(inputs), taken_slots, 0, outputs, extra, node)
+
+
+def _through_context(ctx: OpKernelContext, item: Any, given: list[Any]) -> Any:
+    """A node whose direct entry declined: its ``compute`` on the step's context. ``given``
+    holds the inputs; an input it alone holds was taken and may be forwarded."""
+    mask = 0
+    for i, value in enumerate(given):
+        # The list, the loop variable, getrefcount's argument.
+        if _getrefcount(value) == 3:
+            mask |= 1 << i
+    del value
+    ctx.kernel = item.kernel
+    ctx.signature = item.kernel.signature
+    ctx._inputs = given
+    ctx._outputs = [_UNSET]
+    ctx.forwarded = ()
+    ctx._forwardable = mask
+    del given
+    item.run(ctx)
+    (output,) = ctx.outputs()
+    ctx._inputs = ctx._outputs = None  # type: ignore[assignment]
+    return output
+
+
+def _check_direct_output(ctx: OpKernelContext, item: Any, value: Any) -> None:
+    """The dtype check ``OpKernelContext.outputs`` makes, for a direct entry's result."""
+    ctx.kernel = item.kernel
+    ctx.signature = item.kernel.signature
+    ctx._outputs = [value]
+    try:
+        ctx.outputs()
+    finally:
+        ctx._outputs = None  # type: ignore[assignment]
+
+
+def _lifo_order(view: GraphView) -> list[int] | None:
+    """The order the general executor runs the nodes in on one thread: a stack of ready
+    nodes, consumers pushed in edge order. None if some node never becomes ready."""
+    pending = list(view.pending)
+    ready = list(view.roots)
+    order: list[int] = []
+    items = view.items
+    while ready:
+        node = ready.pop()
+        order.append(node)
+        item = items[node]
+        for consumer in [edge[1] for edge in item.out_edges] + list(item.control_out):
+            pending[consumer] -= 1
+            if pending[consumer] == 0:
+                ready.append(consumer)
+    return order if len(order) == len(items) else None
+
+
+def _sequential(view: GraphView, order: list[int]) -> bool:
+    """Whether each expensive node (in ``order``) depends on the expensive node before it,
+    so that no two can run at the same time."""
+    items = view.items
+    expensive = [node for node in order if items[node].is_expensive]
+    if len(expensive) <= 1:
+        return True
+    if len(items) * len(expensive) > _MAX_REACH_BITS:
+        return False  # not worth the bookkeeping: the general executor decides at run time
+    bit = {node: 1 << i for i, node in enumerate(expensive)}
+    reach = [0] * len(items)
+    """The expensive nodes each node depends on, as a bit set."""
+    for node in order:
+        mine = reach[node] | bit.get(node, 0)
+        item = items[node]
+        for consumer in [edge[1] for edge in item.out_edges] + list(item.control_out):
+            reach[consumer] |= mine
+    return all(reach[later] & bit[earlier] for earlier, later in itertools.pairwise(expensive))

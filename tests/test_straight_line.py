@@ -1,0 +1,393 @@
+"""The straight-line executor: when it runs, what it compiles, forwarding and release on it,
+kernels' direct entries (in place, declining, wrong dtype, raising), and how a step on it
+ends early (a failure, the deadline, a cancellation)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from runtime_helpers import make_registry
+
+import kernloom as kl
+from kernloom.runtime.executor import GraphView, RunArgs
+from kernloom.runtime.straight_line import StraightLine
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def registry() -> kl.Registry:
+    return make_registry(faults=True)
+
+
+@pytest.fixture
+def straight_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the devices whose partitions ran on the straight-line executor."""
+    runs: list[str] = []
+    original = StraightLine.run
+
+    def spy(self: StraightLine, view: GraphView, args: RunArgs, done: Any) -> None:
+        runs.append(view.device.name)
+        original(self, view, args, done)
+
+    monkeypatch.setattr(StraightLine, "run", spy)
+    return runs
+
+
+def view_of(registry: kl.Registry, g: kl.Graph) -> GraphView:
+    device = registry.create_devices().lookup("CPU:0")
+    return GraphView(g, device, lambda n: registry.create_kernel(n.to_node_def(), device))
+
+
+def two_chains(registry: kl.Registry) -> tuple[kl.Graph, kl.Tensor, np.ndarray]:
+    w = np.linspace(-1, 1, 64 * 64).reshape(64, 64) / 8
+    g = kl.Graph(registry)
+    with g.as_default():
+        a = kl.constant(w, name="w")
+        ends = []
+        for c in range(2):
+            y = a
+            for i in range(3):
+                y = kl.ops.tanh(kl.ops.mat_mul(y, a, name=f"mm{c}_{i}"))
+            ends.append(y)
+        out = kl.ops.add(*ends, name="out")
+    y = w
+    for _ in range(3):
+        y = np.tanh(y @ w)
+    return g, out, 2 * y
+
+
+# -- what is compiled and when it runs -------------------------------------------------------------
+
+
+def test_the_program_follows_the_general_executors_order_and_frees_values_at_last_use(
+    registry: kl.Registry,
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.constant(np.float32(2), name="x")
+        a = kl.ops.neg(x, name="a")
+        b = kl.ops.add(a, x, name="b")  # x's last reader: takes it? no, a constant is held
+        kl.ops.mul(b, a, name="c")  # a's last reader
+    view = view_of(registry, g)
+    straight = view.straight
+    assert straight is not None and straight.sequential
+    names = [view.items[entry[-1]].name for entry in straight.program]
+    assert names == ["x", "a", "b", "c"]
+    kinds = {view.items[e[-1]].name: e[0] for e in straight.program}
+    assert kinds["a"] == 0 and kinds["b"] == 1 and kinds["c"] == 1  # unary, binary direct
+    assert kinds["x"] == 2  # Const runs through compute
+    entry = {view.items[e[-1]].name: e for e in straight.program}
+    # b reads a (still needed by c: not taken) and x (its last reader: taken);
+    # c is the last reader of both b and a.
+    assert entry["b"][4] == 0b10
+    assert entry["c"][4] == 0b11
+    assert straight.num_values == 3  # x, a, b; c's output has no consumer
+    assert entry["c"][5] == -1
+
+
+def test_expensive_nodes_in_a_chain_are_sequential_two_chains_are_not(
+    registry: kl.Registry,
+) -> None:
+    g, _, _ = two_chains(registry)
+    straight = view_of(registry, g).straight
+    assert straight is not None and not straight.sequential
+    chain = kl.Graph(registry)
+    with chain.as_default():
+        y = kl.constant(np.eye(3), name="w")
+        for _ in range(4):
+            y = kl.ops.tanh(kl.ops.mat_mul(y, y))
+    straight = view_of(registry, chain).straight
+    assert straight is not None and straight.sequential
+
+
+def test_partitions_with_async_kernels_or_control_flow_are_not_compiled(
+    registry: kl.Registry,
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        g.add_node("FinishesLater", [x], name="late")
+    assert view_of(registry, g).straight is None
+    loop = kl.Graph(registry)
+    with loop.as_default():
+        kl.while_loop(lambda i: kl.ops.less(i, 3), lambda i: kl.ops.add(i, 1), [kl.constant(0)])
+    assert view_of(registry, loop).straight is None
+
+
+def test_which_executor_runs_a_step(registry: kl.Registry, straight_runs: list[str]) -> None:
+    g, out, ref = two_chains(registry)
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        np.testing.assert_allclose(sess.run(out), ref)
+        assert straight_runs == ["/job:localhost/replica:0/task:0/device:CPU:0"]
+        # A trace needs per-node records: the general executor runs traced steps.
+        np.testing.assert_allclose(sess.run(out, options=kl.RunOptions(trace=True)), ref)
+        assert len(straight_runs) == 1
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=2)) as sess:
+        np.testing.assert_allclose(sess.run(out), ref)  # two chains to run at once
+        assert len(straight_runs) == 1
+    chain = kl.Graph(registry)
+    with chain.as_default():
+        x = kl.placeholder(kl.float64, [2, 2], name="x")
+        y = kl.ops.softmax(kl.ops.relu(kl.ops.mat_mul(x, x)))
+    xv = np.array([[1.0, -2.0], [0.5, 3.0]])
+    with kl.Session(chain, kl.SessionConfig(inter_op_threads=2)) as sess:
+        got = sess.run(y, {x: xv})
+    h = np.maximum(xv @ xv, 0)
+    np.testing.assert_allclose(got, np.exp(h) / np.exp(h).sum(axis=1, keepdims=True))
+    assert len(straight_runs) == 2  # a chain: nothing to run at once, even with a pool
+
+
+# -- forwarding and release --------------------------------------------------------------------
+
+
+def elementwise_chain(registry: kl.Registry, n: int) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None], name="x")
+        y = kl.ops.neg(x)
+        for i in range(n - 1):
+            y = (kl.ops.tanh, kl.ops.relu, kl.ops.square, kl.ops.sigmoid)[i % 4](y)
+        y = kl.ops.add(y, x)
+    return g, x, y
+
+
+def chain_reference(x: np.ndarray, n: int) -> np.ndarray:
+    y = -x.astype(np.float64)
+    fns = (np.tanh, lambda v: np.maximum(v, 0), np.square, lambda v: 1 / (1 + np.exp(-v)))
+    for i in range(n - 1):
+        y = fns[i % 4](y)
+    return y + x
+
+
+def test_the_elementwise_chain_runs_in_one_buffer(
+    registry: kl.Registry, straight_runs: list[str]
+) -> None:
+    g, x, y = elementwise_chain(registry, 8)
+    xv = np.random.default_rng(0).standard_normal(MiB).astype(np.float32)
+    original = xv.copy()
+    md = kl.RunMetadata()
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        out = sess.run(y, {x: xv}, run_metadata=md)
+    assert straight_runs
+    np.testing.assert_allclose(out, chain_reference(original, 8), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(xv, original)  # the feed is never written
+    stats = next(iter(md.memory.values()))
+    assert stats.peak_bytes_in_use == xv.nbytes  # one buffer for the nine ops
+
+
+def test_fetched_fed_constant_and_shared_values_are_never_overwritten(
+    registry: kl.Registry, straight_runs: list[str]
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [1000], name="x")
+        k = kl.constant(np.full(1000, 0.5, np.float32), name="k")
+        a = kl.ops.neg(x, name="a")
+        b = kl.ops.exp(a, name="b")  # a's reader; a is fetched in some runs
+        c = kl.ops.tanh(a, name="c")  # a's other reader
+        d = kl.ops.add(b, c, name="d")
+        e = kl.ops.mul(d, k, name="e")
+    xv = np.linspace(-1, 1, 1000, dtype=np.float32)
+    want = {
+        "a:0": -xv,
+        "b:0": np.exp(-xv),
+        "c:0": np.tanh(-xv),
+        "d:0": np.exp(-xv) + np.tanh(-xv),
+        "e:0": (np.exp(-xv) + np.tanh(-xv)) * 0.5,
+    }
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        for fetches in ([e], [a, e], [e, a], [a, b, c, d, e], [d, e], [b, e]):
+            got = sess.run(fetches, {x: xv})
+            for tensor, value in zip(fetches, got, strict=True):
+                np.testing.assert_allclose(value, want[tensor.name], rtol=1e-6)
+        np.testing.assert_array_equal(sess.run(k), np.full(1000, 0.5))
+    np.testing.assert_array_equal(xv, np.linspace(-1, 1, 1000, dtype=np.float32))
+    assert len(straight_runs) == 7
+
+
+def test_a_node_reading_one_value_twice_never_overwrites_it_while_reading(
+    registry: kl.Registry, straight_runs: list[str]
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float64, [5], name="x")
+        a = kl.ops.exp(x)
+        y = kl.ops.sub(kl.ops.mul(a, a), a)  # mul reads a twice; sub reads its result and a
+    xv = np.arange(5.0)
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        np.testing.assert_allclose(sess.run(y, {x: xv}), np.exp(xv) ** 2 - np.exp(xv))
+    assert straight_runs
+
+
+def test_broadcasting_declines_the_direct_entry_and_runs_compute(
+    registry: kl.Registry, straight_runs: list[str]
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None, None], name="x")
+        y = kl.placeholder(kl.float32, [None], name="y")
+        z = kl.ops.mul(kl.ops.add(kl.ops.neg(x), y), kl.ops.neg(y))
+    xv = np.arange(3, dtype=np.float32).reshape(3, 1)
+    yv = np.arange(4, dtype=np.float32)
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        np.testing.assert_array_equal(sess.run(z, {x: xv, y: yv}), (-xv + yv) * -yv)
+        with pytest.raises(kl.KernelError, match=r"node '\w+' \(op Add\).*broadcast"):
+            sess.run(z, {x: np.ones((3, 2), np.float32), y: yv})
+    assert straight_runs
+
+
+# -- kernels with direct entries -----------------------------------------------------------------
+
+
+def direct_registry(direct: Callable[..., Any]) -> kl.Registry:
+    """The CPU plugin plus op ``Twice`` whose kernel has the given direct entry."""
+
+    def twice(ctx: kl.OpKernelContext) -> None:
+        x = ctx.input(0)
+        np.multiply(x, 2, out=ctx.forward_input_or_allocate_output([0], 0, x.shape))
+
+    class Plugin:
+        @kl.hookimpl
+        def kernloom_register(self, registry: kl.Registrar) -> None:
+            registry.register_op("Twice").input("x: float32").output("y: float32")
+            lib = kl.KernelLibrary()
+            lib.kernel("Twice", device="CPU", direct=direct)(twice)
+            registry.register_kernels(lib)
+
+    reg = make_registry()
+    reg.register_plugin(Plugin(), name="twice")
+    return reg
+
+
+def twice_graph(reg: kl.Registry) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+    g = kl.Graph(reg)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        y = g.add_node("Twice", [kl.ops.neg(x, name="n")], name="twice").outputs[0]
+    return g, x, y
+
+
+def test_a_direct_entry_gets_the_reuse_mask_and_its_result_is_used(
+    straight_runs: list[str],
+) -> None:
+    calls: list[tuple[int, bool]] = []
+
+    def direct(reuse: int, x: np.ndarray) -> Any:
+        calls.append((reuse, x.flags.writeable))
+        return np.multiply(x, 2, out=x) if reuse else NotImplemented
+
+    g, x, y = twice_graph(direct_registry(direct))
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        np.testing.assert_array_equal(sess.run(y, {x: [1, 2, 3]}), [-2, -4, -6])
+        # Fetched too, the Neg's output is held by the caller: no reuse, compute runs.
+        got = sess.run([y, "n:0"], {x: [1, 2, 3]})
+        np.testing.assert_array_equal(got[0], [-2, -4, -6])
+        np.testing.assert_array_equal(got[1], [-1, -2, -3])
+    assert calls == [(1, True), (0, True)]
+    assert len(straight_runs) == 2
+
+
+def test_a_direct_entry_with_the_wrong_dtype_is_blamed(straight_runs: list[str]) -> None:
+    g, x, y = twice_graph(direct_registry(lambda reuse, x: x.astype(np.float64) * 2))
+    with (
+        kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess,
+        pytest.raises(
+            kl.KernelError, match=r"node 'twice' \(op Twice\).*dtype float64.*declares float32"
+        ),
+    ):
+        sess.run(y, {x: [1, 2, 3]})
+    assert straight_runs
+
+
+def test_a_direct_entry_that_raises_names_the_node_and_the_session_goes_on(
+    straight_runs: list[str],
+) -> None:
+    def direct(reuse: int, x: np.ndarray) -> Any:
+        if x[0] > 0:
+            raise ArithmeticError("positive first element")
+        return NotImplemented
+
+    g, x, y = twice_graph(direct_registry(direct))
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        with pytest.raises(
+            kl.KernelError,
+            match=r"node 'twice' \(op Twice\) on .*CPU:0 failed.*ArithmeticError: positive",
+        ) as info:
+            sess.run(y, {x: [-1, 2, 3]})
+        assert isinstance(info.value.__cause__, ArithmeticError)
+        np.testing.assert_array_equal(sess.run(y, {x: [1, 2, 3]}), [-2, -4, -6])
+    assert len(straight_runs) == 2
+
+
+def test_direct_is_for_kernel_functions_only() -> None:
+    class K(kl.OpKernel):
+        def compute(self, ctx: kl.OpKernelContext) -> None: ...
+
+    lib = kl.KernelLibrary()
+    with pytest.raises(kl.InvalidArgumentError, match=r"direct= is for kernel functions.*K"):
+        lib.kernel("Neg", device="CPU", direct=lambda reuse, x: x)(K)
+
+
+# -- ending early ---------------------------------------------------------------------------------
+
+
+def slow_registry(delay_s: float) -> kl.Registry:
+    def slow(ctx: kl.OpKernelContext) -> None:
+        time.sleep(delay_s)
+        ctx.set_output(0, ctx.input(0) + 1)
+
+    class Plugin:
+        @kl.hookimpl
+        def kernloom_register(self, registry: kl.Registrar) -> None:
+            registry.register_op("Slow").input("x: float32").output("y: float32")
+            lib = kl.KernelLibrary()
+            lib.kernel("Slow", device="CPU")(slow)
+            registry.register_kernels(lib)
+
+    reg = make_registry()
+    reg.register_plugin(Plugin(), name="slow")
+    return reg
+
+
+def slow_chain(n: int) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+    g = kl.Graph(slow_registry(0.02))
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [2], name="x")
+        y = x
+        for i in range(n):
+            y = g.add_node("Slow", [y], name=f"slow{i}").outputs[0]
+    return g, x, y
+
+
+def test_the_deadline_ends_a_straight_line_step_between_nodes(straight_runs: list[str]) -> None:
+    g, x, y = slow_chain(100)  # 2 s of kernels
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        started = time.monotonic()
+        with pytest.raises(kl.DeadlineExceededError, match=r"timeout of 0\.1 s"):
+            sess.run(y, {x: [0, 1]}, kl.RunOptions(timeout_s=0.1))
+        assert time.monotonic() - started < 1.0
+        g2 = sess.run(y, {x: [0, 1]})  # no timeout: runs to the end
+    np.testing.assert_array_equal(g2, [100, 101])
+    assert len(straight_runs) == 2
+
+
+def test_a_cancellation_from_another_thread_ends_a_straight_line_step(
+    straight_runs: list[str],
+) -> None:
+    g, x, y = slow_chain(100)
+    cancellation = kl.CancellationManager()
+    threading.Timer(0.1, cancellation.cancel).start()
+    started = time.monotonic()
+    with (
+        kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess,
+        pytest.raises(kl.CancelledError, match="cancelled"),
+    ):
+        sess.run(y, {x: [0, 1]}, cancellation=cancellation)
+    assert time.monotonic() - started < 1.0
+    assert straight_runs
