@@ -209,6 +209,9 @@ class RunArgs:
     resource_mgr: ResourceMgr = field(default_factory=ResourceMgr)
     stats: StepStatsCollector | None = None
     node_outputs: NodeOutputsCallback | None = None
+    executors: int = 1
+    """How many executors run this step: with one, nothing is gained by offering its work
+    to the pool's threads (a woken worker would only compete for the caller's core)."""
 
 
 Done = Callable[[BaseException | None], None]
@@ -257,7 +260,9 @@ class Executor:
             and args.node_outputs is None
             and (step.pool is None or straight.sequential)
         ):
-            step.schedule(lambda: straight.run(view, args, done), ticket=step.pool is not None)
+            # Another executor's work may be queued for the caller too: then let a pool
+            # thread take this partition, so that the two run at once.
+            step.schedule(lambda: straight.run(view, args, done), ticket=args.executors > 1)
             return
         state = _ExecutorState(self.view, args, done)
         state.start()

@@ -303,7 +303,9 @@ class Session:
         if run_metadata is not None:
             for device in self.devices:
                 device.reset_peak_memory()
-        run_args = RunArgs(step, rendezvous, frame, self.resource_mgr, stats)
+        run_args = RunArgs(
+            step, rendezvous, frame, self.resource_mgr, stats, executors=len(compiled.executors)
+        )
         barrier = ExecutorBarrier(len(compiled.executors), step, lambda error: step.finish())
         try:
             for executor in compiled.executors:
