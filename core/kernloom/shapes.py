@@ -98,6 +98,11 @@ class TensorShape:
         return tuple(d for d in self._dims or () if d is not None)
 
     def is_compatible_with(self, other: object) -> bool:
+        dims = self._dims
+        if type(other) is tuple and dims is not None:  # a numpy shape: every run's feeds
+            return len(dims) == len(other) and all(
+                a is None or a == b for a, b in zip(dims, other, strict=True)
+            )
         other = as_shape(other)
         if self._dims is None or other._dims is None:
             return True

@@ -42,6 +42,14 @@ class AllocatorStats:
 
 
 @final
+class _Tracked(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference to a live buffer that remembers the buffer's size."""
+
+    __slots__ = ("nbytes",)
+    nbytes: int
+
+
+@final
 class TrackingAllocator:
     """Counts the bytes of a device's live buffers and enforces its memory limit.
 
@@ -69,31 +77,32 @@ class TrackingAllocator:
         self._peak = 0
         self._num_allocs = 0
         self._largest = 0
-        # id(weakref) -> (weakref, bytes). A plain weakref with a callback costs a
-        # fraction of weakref.finalize, and numpy arrays are unhashable, hence the id key.
-        self._live: dict[int, tuple[weakref.ref[Any], int]] = {}
+        # id(weakref) -> the weakref, which carries the buffer's bytes. A plain weakref
+        # with a callback costs a fraction of weakref.finalize, and numpy arrays are
+        # unhashable, hence the id key.
+        self._live: dict[int, _Tracked] = {}
 
-    def allocate(self, nbytes: int, make: Callable[[], T]) -> T:
-        """Reserve ``nbytes``, call ``make()`` for the buffer, and track it until it dies.
+    def allocate(self, nbytes: int, make: Callable[..., T], *args: Any) -> T:
+        """Reserve ``nbytes``, call ``make(*args)`` for the buffer, and track it until it dies.
 
         The buffer must support weak references (numpy, CuPy and torch arrays do).
         """
         self._reserve(nbytes)
         try:
-            buffer = make()
-            ref = weakref.ref(buffer, self._collected)
+            buffer = make(*args)
+            ref = _Tracked(buffer, self._collected)
         except BaseException:
             self._release(nbytes)
             raise
-        with self._lock:
-            self._live[id(ref)] = (ref, nbytes)
+        ref.nbytes = nbytes
+        # One dict store: atomic, so no lock (the bytes were counted by _reserve).
+        self._live[id(ref)] = ref
         return buffer
 
-    def _collected(self, ref: weakref.ref[Any]) -> None:
-        with self._lock:
-            entry = self._live.pop(id(ref), None)
-            if entry is not None:
-                self._bytes_in_use -= entry[1]
+    def _collected(self, ref: _Tracked) -> None:
+        if self._live.pop(id(ref), None) is not None:
+            with self._lock:
+                self._bytes_in_use -= ref.nbytes
 
     def _reserve(self, nbytes: int) -> None:
         with self._lock:
@@ -103,10 +112,13 @@ class TrackingAllocator:
                     f"{self._bytes_in_use} of {self._limit} bytes in use; raise the device's "
                     f"memory limit (DeviceOptions.memory_limit) or use smaller tensors"
                 )
-            self._bytes_in_use += nbytes
+            in_use = self._bytes_in_use + nbytes
+            self._bytes_in_use = in_use
             self._num_allocs += 1
-            self._largest = max(self._largest, nbytes)
-            self._peak = max(self._peak, self._bytes_in_use)
+            if nbytes > self._largest:
+                self._largest = nbytes
+            if in_use > self._peak:
+                self._peak = in_use
 
     def _release(self, nbytes: int) -> None:
         with self._lock:

@@ -167,14 +167,12 @@ class Device(abc.ABC):
 
     def allocate(self, shape: object, dtype: object) -> Any:
         """A new uninitialised buffer on this device, counted by its allocator."""
-        if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
+        dt = dtype if type(dtype) is DType else as_dtype(dtype)
+        if type(shape) is tuple and not [d for d in shape if type(d) is not int or d < 0]:
             dims: tuple[int, ...] = shape  # kernels pass numpy shapes: skip TensorShape
         else:
             dims = as_shape(shape).as_tuple()
-        dt = as_dtype(dtype)
-        return self._allocator.allocate(
-            math.prod(dims) * dt.itemsize, lambda: self._allocate(dims, dt)
-        )
+        return self._allocator.allocate(math.prod(dims) * dt.itemsize, self._allocate, dims, dt)
 
     def memory_stats(self) -> AllocatorStats:
         return self._allocator.stats()

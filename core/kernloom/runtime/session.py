@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, final
 
 import numpy as np
@@ -64,6 +65,15 @@ class _Compiled:
     executors: tuple[Executor, ...]
     arg_devices: tuple[Device, ...]
     retval_devices: tuple[Device, ...]
+
+
+def _abort_rendezvous(rendezvous: Rendezvous, step: Step) -> None:
+    rendezvous.abort(step.error or KernloomError("the step was cancelled"))
+
+
+def _feed_where(tensor: Tensor) -> str:
+    """How a feed's errors name it (built only on an error: formatting costs on every run)."""
+    return f"feed for {tensor.name!r} ({tensor.dtype.name}, shape {tensor.shape})"
 
 
 def _filter_devices(devices: DeviceMgr, filters: tuple[str, ...]) -> DeviceMgr:
@@ -193,18 +203,19 @@ class Session:
     # -- feeds ------------------------------------------------------------------------------------
 
     def _feed_value(self, tensor: Tensor, value: object) -> np.ndarray[Any, Any]:
-        where = f"feed for {tensor.name!r} ({tensor.dtype.name}, shape {tensor.shape})"
         target = tensor.dtype.numpy_dtype
-        if isinstance(value, Tensor):
+        if type(value) is np.ndarray and value.dtype is target:
+            array = value  # the common case, checked in a few loads
+        elif isinstance(value, Tensor):
             raise InvalidArgumentError(
-                f"{where} is a kl.Tensor; feed a value (numpy array, number or list)"
+                f"{_feed_where(tensor)} is a kl.Tensor; feed a value (numpy array, number or list)"
             )
-        if isinstance(value, np.ndarray | np.generic):
+        elif isinstance(value, np.ndarray | np.generic):
             array = np.asarray(value)
             if array.dtype != target and not np.can_cast(array.dtype, target, "same_kind"):
                 raise InvalidArgumentError(
-                    f"{where} has dtype {array.dtype}, which does not convert safely to "
-                    f"{tensor.dtype.name}; cast it with .astype(np.{target})"
+                    f"{_feed_where(tensor)} has dtype {array.dtype}, which does not convert "
+                    f"safely to {tensor.dtype.name}; cast it with .astype(np.{target})"
                 )
             if array.dtype != target:
                 array = array.astype(target)
@@ -213,11 +224,13 @@ class Session:
                 array = np.asarray(value, dtype=target)
             except (TypeError, ValueError) as exc:
                 raise InvalidArgumentError(
-                    f"{where}: cannot convert {type(value).__name__} to {tensor.dtype.name}: {exc}"
+                    f"{_feed_where(tensor)}: cannot convert {type(value).__name__} to "
+                    f"{tensor.dtype.name}: {exc}"
                 ) from None
         if not tensor.shape.is_compatible_with(array.shape):
             raise InvalidArgumentError(
-                f"{where} has shape {list(array.shape)}, which does not fit {tensor.shape}"
+                f"{_feed_where(tensor)} has shape {list(array.shape)}, which does not fit "
+                f"{tensor.shape}"
             )
         return array
 
@@ -295,10 +308,10 @@ class Session:
         step = Step(
             self._pool, step_id=step_id, timeout_s=options.timeout_s, cancellation=cancellation
         )
-        rendezvous = Rendezvous(self.devices, copies)
-        step.cancellation.register(
-            lambda: rendezvous.abort(step.error or KernloomError("the step was cancelled"))
-        )
+        rendezvous = None
+        if compiled.partitions.num_pairs():  # only _Send/_Recv use it
+            rendezvous = Rendezvous(self.devices, copies)
+            step.cancellation.register(partial(_abort_rendezvous, rendezvous, step))
         stats = StepStatsCollector(step_id) if options.trace else None
         if run_metadata is not None:
             for device in self.devices:
