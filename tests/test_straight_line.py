@@ -273,8 +273,14 @@ def twice_graph(reg: kl.Registry) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
     return g, x, y
 
 
+# Untraced, the straight-line executor runs these; traced, the general one (which calls
+# direct entries too, and reports an input it returned as forwarded).
+EXECUTORS = pytest.mark.parametrize("trace", [False, True], ids=["straight", "general"])
+
+
+@EXECUTORS
 def test_a_direct_entry_gets_the_reuse_mask_and_its_result_is_used(
-    straight_runs: list[str],
+    straight_runs: list[str], trace: bool
 ) -> None:
     calls: list[tuple[int, bool]] = []
 
@@ -283,17 +289,25 @@ def test_a_direct_entry_gets_the_reuse_mask_and_its_result_is_used(
         return np.multiply(x, 2, out=x) if reuse else NotImplemented
 
     g, x, y = twice_graph(direct_registry(direct))
+    options = kl.RunOptions(trace=trace)
     with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
-        np.testing.assert_array_equal(sess.run(y, {x: [1, 2, 3]}), [-2, -4, -6])
+        md = kl.RunMetadata()
+        np.testing.assert_array_equal(sess.run(y, {x: [1, 2, 3]}, options, md), [-2, -4, -6])
+        if trace:
+            assert md.step_stats is not None
+            assert md.step_stats.for_node("twice").forwarded == ((0, 0),)
         # Fetched too, the Neg's output is held by the caller: no reuse, compute runs.
-        got = sess.run([y, "n:0"], {x: [1, 2, 3]})
+        got = sess.run([y, "n:0"], {x: [1, 2, 3]}, options)
         np.testing.assert_array_equal(got[0], [-2, -4, -6])
         np.testing.assert_array_equal(got[1], [-1, -2, -3])
     assert calls == [(1, True), (0, True)]
-    assert len(straight_runs) == 2
+    assert len(straight_runs) == (0 if trace else 2)
 
 
-def test_a_direct_entry_with_the_wrong_dtype_is_blamed(straight_runs: list[str]) -> None:
+@EXECUTORS
+def test_a_direct_entry_with_the_wrong_dtype_is_blamed(
+    straight_runs: list[str], trace: bool
+) -> None:
     g, x, y = twice_graph(direct_registry(lambda reuse, x: x.astype(np.float64) * 2))
     with (
         kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess,
@@ -301,12 +315,13 @@ def test_a_direct_entry_with_the_wrong_dtype_is_blamed(straight_runs: list[str])
             kl.KernelError, match=r"node 'twice' \(op Twice\).*dtype float64.*declares float32"
         ),
     ):
-        sess.run(y, {x: [1, 2, 3]})
-    assert straight_runs
+        sess.run(y, {x: [1, 2, 3]}, kl.RunOptions(trace=trace))
+    assert len(straight_runs) == (0 if trace else 1)
 
 
+@EXECUTORS
 def test_a_direct_entry_that_raises_names_the_node_and_the_session_goes_on(
-    straight_runs: list[str],
+    straight_runs: list[str], trace: bool
 ) -> None:
     def direct(reuse: int, x: np.ndarray) -> Any:
         if x[0] > 0:
@@ -314,15 +329,16 @@ def test_a_direct_entry_that_raises_names_the_node_and_the_session_goes_on(
         return NotImplemented
 
     g, x, y = twice_graph(direct_registry(direct))
+    options = kl.RunOptions(trace=trace)
     with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
         with pytest.raises(
             kl.KernelError,
             match=r"node 'twice' \(op Twice\) on .*CPU:0 failed.*ArithmeticError: positive",
         ) as info:
-            sess.run(y, {x: [-1, 2, 3]})
+            sess.run(y, {x: [-1, 2, 3]}, options)
         assert isinstance(info.value.__cause__, ArithmeticError)
-        np.testing.assert_array_equal(sess.run(y, {x: [1, 2, 3]}), [-2, -4, -6])
-    assert len(straight_runs) == 2
+        np.testing.assert_array_equal(sess.run(y, {x: [1, 2, 3]}, options), [-2, -4, -6])
+    assert len(straight_runs) == (0 if trace else 2)
 
 
 def test_direct_is_for_kernel_functions_only() -> None:

@@ -174,6 +174,7 @@ class GraphView:
                 item.control_out,
                 item.is_expensive,
                 item.is_async,
+                _direct_entry(item, compute_overridden),
             )
             for item in items
         ]
@@ -188,6 +189,21 @@ class GraphView:
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+def _direct_entry(item: NodeItem, compute_overridden: bool) -> Callable[..., Any] | None:
+    """The kernel's context-free entry (``OpKernel.direct``), where it may be used: one
+    output, one or two inputs, and no device ``compute`` that must wrap every kernel."""
+    direct = item.kernel.direct
+    if (
+        direct is None
+        or compute_overridden
+        or item.is_async
+        or len(item.node.outputs) != 1
+        or item.num_inputs not in (1, 2)
+    ):
+        return None
+    return direct
 
 
 def _device_compute(device: Device, kernel: OpKernel) -> Callable[[OpKernelContext], None]:
@@ -404,6 +420,7 @@ class _ExecutorState:
                 controls,
                 expensive,
                 is_async,
+                direct,
             ) = hot[node]
             if expensive:
                 expensive_here -= 1
@@ -433,8 +450,16 @@ class _ExecutorState:
                 continue
             record = stats.start(items[node], self.device) if stats is not None else None
             try:
-                run(ctx)
-                outputs = ctx.outputs()
+                value = NotImplemented if direct is None else direct(mask, *inputs)
+                if value is NotImplemented:
+                    run(ctx)
+                    outputs = ctx.outputs()
+                else:
+                    ctx._outputs[0] = value
+                    outputs = ctx.outputs()  # the dtype check
+                    if record is not None:
+                        ctx.forwarded = tuple((i, 0) for i, x in enumerate(inputs) if x is value)
+                del value
             except BaseException as exc:
                 del inputs
                 self._fail(items[node], exc)
