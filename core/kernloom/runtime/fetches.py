@@ -60,7 +60,7 @@ def resolve_tensor(graph: Graph, key: object, what: str) -> Tensor:
     return node.outputs[int(index)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FetchPlan:
     """The flat tensors and target nodes of a fetch structure, and how to rebuild it."""
 
@@ -70,6 +70,9 @@ class FetchPlan:
 
 
 def plan_fetches(graph: Graph, fetches: object) -> FetchPlan:
+    if type(fetches) is Tensor and fetches.graph is graph:  # the common case, every run
+        name = fetches.name
+        return FetchPlan((name,), (), lambda values: values[name])
     tensors: dict[str, None] = {}
     targets: dict[str, None] = {}
 
