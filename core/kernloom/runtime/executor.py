@@ -88,6 +88,9 @@ class NodeItem:
     is_expensive: bool
     is_async: bool
     empty_slots: tuple[None, ...]
+    direct: Callable[..., Any] | None
+    """The kernel's context-free entry (``OpKernel.direct``) where the executors may call
+    it: one output, one or two inputs, no device ``compute`` that wraps every kernel."""
 
     @property
     def name(self) -> str:
@@ -150,6 +153,7 @@ class GraphView:
                     is_expensive=bool(kernel.is_expensive),
                     is_async=is_async,
                     empty_slots=(None,) * len(node.inputs),
+                    direct=_direct_entry(kernel, node, compute_overridden or is_async),
                 )
             )
         self.graph = graph
@@ -174,7 +178,7 @@ class GraphView:
                 item.control_out,
                 item.is_expensive,
                 item.is_async,
-                _direct_entry(item, compute_overridden),
+                item.direct,
             )
             for item in items
         ]
@@ -191,19 +195,10 @@ class GraphView:
         return len(self.items)
 
 
-def _direct_entry(item: NodeItem, compute_overridden: bool) -> Callable[..., Any] | None:
-    """The kernel's context-free entry (``OpKernel.direct``), where it may be used: one
-    output, one or two inputs, and no device ``compute`` that must wrap every kernel."""
-    direct = item.kernel.direct
-    if (
-        direct is None
-        or compute_overridden
-        or item.is_async
-        or len(item.node.outputs) != 1
-        or item.num_inputs not in (1, 2)
-    ):
+def _direct_entry(kernel: OpKernel, node: Node, excluded: bool) -> Callable[..., Any] | None:
+    if excluded or len(node.outputs) != 1 or len(node.inputs) not in (1, 2):
         return None
-    return direct
+    return kernel.direct
 
 
 def _device_compute(device: Device, kernel: OpKernel) -> Callable[[OpKernelContext], None]:

@@ -31,7 +31,7 @@ from kernloom.errors import KernelError
 from kernloom.framework.op_kernel import _UNSET, OpKernelContext
 
 if TYPE_CHECKING:
-    from kernloom.runtime.executor import Done, GraphView, RunArgs
+    from kernloom.runtime.executor import Done, GraphView, NodeItem, RunArgs
 
 __all__ = ["StraightLine"]
 
@@ -43,8 +43,10 @@ _getrefcount: Final = sys.getrefcount
 _MAX_REACH_BITS: Final = 1 << 27
 
 Entry = tuple[int, Any, Any, Any, int, Any, Any, int]
-"""(kind, function, a, b, take, out, extra, node id); what a, b, out and extra hold depends
-on the kind (see ``StraightLine._entry``)."""
+"""(kind, direct entry, a, b, take, out, dtype, node id). Unary and binary kinds: a and b
+are the input slots, take has bit i set when this node reads input i last, out is the
+output's slot (-1: nothing consumes it), dtype the output's numpy dtype. General kind: a
+holds every input slot, b the slots this node reads last, out (output, slot) pairs."""
 
 
 @final
@@ -86,7 +88,6 @@ class StraightLine:
                 inputs[consumer][input_slot - items[consumer].input_start] = value
                 if position[consumer] > position[last_reader[value]]:
                     last_reader[value] = consumer
-        direct_allowed = not view.compute_overridden
         program = []
         for node in order:
             item = items[node]
@@ -96,9 +97,7 @@ class StraightLine:
                 for output in range(len(item.node.outputs))
                 if (node, output) in slot_of
             )
-            program.append(
-                _entry(view, node, inputs[node], taken, outputs, direct_allowed=direct_allowed)
-            )
+            program.append(_entry(item, inputs[node], taken, outputs))
         return cls(program, len(slot_of), _sequential(view, order))
 
     def run(self, view: GraphView, args: RunArgs, done: Done) -> None:
@@ -116,7 +115,7 @@ class StraightLine:
         node = -1
         try:
             with device.compute_scope():
-                for kind, function, a, b, take, out, extra, node in self.program:
+                for kind, direct, a, b, take, out, dtype, node in self.program:
                     if check_deadline:
                         step.check_deadline()
                     if step.stopped:
@@ -134,15 +133,15 @@ class StraightLine:
                                 reuse = 1
                             if take & 2 and getrefcount(y) == 2:
                                 reuse |= 2
-                        value = function(reuse, x, y)
+                        value = direct(reuse, x, y)
                         if value is NotImplemented:
                             given = [x, y]
                             del x, y
-                            value = _through_context(ctx, items[node], given)
+                            value = _through_context(ctx, items[node], given)[0]
                             del given
                         else:
                             del x, y
-                            if value.dtype is not extra:
+                            if value.dtype is not dtype:
                                 _check_direct_output(ctx, items[node], value)
                         if out >= 0:
                             values[out] = value
@@ -154,15 +153,15 @@ class StraightLine:
                             values[a] = None
                             if getrefcount(x) == 2:
                                 reuse = 1
-                        value = function(reuse, x)
+                        value = direct(reuse, x)
                         if value is NotImplemented:
                             given = [x]
                             del x
-                            value = _through_context(ctx, items[node], given)
+                            value = _through_context(ctx, items[node], given)[0]
                             del given
                         else:
                             del x
-                            if value.dtype is not extra:
+                            if value.dtype is not dtype:
                                 _check_direct_output(ctx, items[node], value)
                         if out >= 0:
                             values[out] = value
@@ -171,28 +170,11 @@ class StraightLine:
                         given = [values[slot] for slot in a]
                         for slot in b:
                             values[slot] = None
-                        kernel, signature, unset = extra
-                        ctx.kernel = kernel
-                        ctx.signature = signature
-                        ctx._inputs = given
-                        ctx._outputs = unset.copy()
-                        ctx.forwarded = ()
-                        mask = 0
-                        bit = 1
-                        for x in given:
-                            # The list, the loop variable, getrefcount's argument.
-                            if getrefcount(x) == 3:
-                                mask |= bit
-                            bit <<= 1
-                        x = None
-                        ctx._forwardable = mask
+                        produced = _through_context(ctx, items[node], given)
                         del given
-                        function(ctx)
-                        produced = ctx.outputs()
                         for output, slot in out:
                             values[slot] = produced[output]
                         del produced
-                        ctx._inputs = ctx._outputs = None  # type: ignore[assignment]
         except BaseException as exc:
             if node < 0:  # before the first node: the device's compute scope failed
                 error = KernelError(f"{device.name}: entering the compute scope: {exc}")
@@ -204,52 +186,48 @@ class StraightLine:
 
 
 def _entry(
-    view: GraphView,
-    node: int,
+    item: NodeItem,
     inputs: list[int],
     taken: list[bool],
     outputs: tuple[tuple[int, int], ...],
-    *,
-    direct_allowed: bool,
 ) -> Entry:
-    item = view.items[node]
-    kernel = item.kernel
-    direct = getattr(kernel, "direct", None) if direct_allowed else None
-    if direct is not None and len(item.node.outputs) == 1 and len(inputs) in (1, 2):
+    node = item.id
+    if item.direct is not None:  # one or two inputs, one output
         out = outputs[0][1] if outputs else -1
         take = sum(1 << i for i, t in enumerate(taken) if t)
-        dtype = kernel.signature.output_numpy_dtypes[0]
+        dtype = item.kernel.signature.output_numpy_dtypes[0]
         if len(inputs) == 1:
-            return (_UNARY, direct, inputs[0], None, take, out, dtype, node)
-        return (_BINARY, direct, inputs[0], inputs[1], take, out, dtype, node)
+            return (_UNARY, item.direct, inputs[0], None, take, out, dtype, node)
+        return (_BINARY, item.direct, inputs[0], inputs[1], take, out, dtype, node)
     taken_slots = tuple(sorted({v for v, t in zip(inputs, taken, strict=True) if t}))
-    extra = (kernel, kernel.signature, [_UNSET] * len(item.node.outputs))
-    return (_GENERAL, item.run, tuple(inputs), taken_slots, 0, outputs, extra, node)
+    return (_GENERAL, None, tuple(inputs), taken_slots, 0, outputs, None, node)
 
 
-def _through_context(ctx: OpKernelContext, item: Any, given: list[Any]) -> Any:
-    """A node whose direct entry declined: its ``compute`` on the step's context. ``given``
-    holds the inputs; an input it alone holds was taken and may be forwarded."""
+def _through_context(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> list[Any]:
+    """Run ``item``'s ``compute`` on the step's context and return its outputs. ``given``
+    holds the inputs: one that nothing but the list holds was taken and may be forwarded."""
     mask = 0
     for i, value in enumerate(given):
         # The list, the loop variable, getrefcount's argument.
         if _getrefcount(value) == 3:
             mask |= 1 << i
-    del value
-    ctx.kernel = item.kernel
-    ctx.signature = item.kernel.signature
+    value = None
+    kernel = item.kernel
+    ctx.kernel = kernel
+    ctx.signature = kernel.signature
     ctx._inputs = given
-    ctx._outputs = [_UNSET]
+    ctx._outputs = [_UNSET] * len(kernel.signature.output_dtypes)
     ctx.forwarded = ()
     ctx._forwardable = mask
     del given
     item.run(ctx)
-    (output,) = ctx.outputs()
+    produced = ctx.outputs()
+    # The context must not keep this node's values alive (or block their forwarding).
     ctx._inputs = ctx._outputs = None  # type: ignore[assignment]
-    return output
+    return produced
 
 
-def _check_direct_output(ctx: OpKernelContext, item: Any, value: Any) -> None:
+def _check_direct_output(ctx: OpKernelContext, item: NodeItem, value: Any) -> None:
     """The dtype check ``OpKernelContext.outputs`` makes, for a direct entry's result."""
     ctx.kernel = item.kernel
     ctx.signature = item.kernel.signature
