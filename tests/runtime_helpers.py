@@ -79,3 +79,26 @@ def make_registry(*, accel: bool = False, faults: bool = False) -> kl.Registry:
     if faults:
         registry.register_plugin(faults_plugin(), name="faults")
     return registry
+
+
+def two_chains(
+    registry: kl.Registry, n: int = 256, depth: int = 4
+) -> tuple[kl.Graph, kl.Tensor, np.ndarray]:
+    """Two independent chains of ``depth`` n x n MatMul+Tanh joined by an Add (work two
+    inter-op threads can share), and the result computed in numpy."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float64)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.constant(w, name="w")
+        chains = []
+        for c in range(2):
+            y = x
+            for i in range(depth):
+                y = kl.ops.tanh(kl.ops.mat_mul(y, x, name=f"mm{c}_{i}"))
+            chains.append(y)
+        out = kl.ops.add(*chains, name="out")
+    y = w
+    for _ in range(depth):
+        y = np.tanh(y @ w)
+    return g, out, 2 * y

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from runtime_helpers import make_registry
+from runtime_helpers import make_registry, two_chains
 
 import kernloom as kl
 from kernloom.runtime.executor import Executor, GraphView, RunArgs
@@ -153,25 +153,6 @@ def test_constants_are_never_overwritten(registry: kl.Registry) -> None:
 
 
 # -- threads --------------------------------------------------------------------------------------
-
-
-def two_chains(registry: kl.Registry, n: int = 256) -> tuple[kl.Graph, kl.Tensor, np.ndarray]:
-    rng = np.random.default_rng(3)
-    w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float64)
-    g = kl.Graph(registry)
-    with g.as_default():
-        x = kl.constant(w, name="w")
-        chains = []
-        for c in range(2):
-            y = x
-            for i in range(4):
-                y = kl.ops.tanh(kl.ops.mat_mul(y, x, name=f"mm{c}_{i}"))
-            chains.append(y)
-        out = kl.ops.add(*chains, name="out")
-    y = w
-    for _ in range(4):
-        y = np.tanh(y @ w)
-    return g, out, 2 * y
 
 
 def test_one_inter_op_thread_runs_everything_on_the_callers_thread(registry: kl.Registry) -> None:

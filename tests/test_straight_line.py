@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from runtime_helpers import make_registry
+from runtime_helpers import make_registry, two_chains
 
 import kernloom as kl
 from kernloom.runtime.executor import GraphView, RunArgs
@@ -42,24 +42,6 @@ def straight_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def view_of(registry: kl.Registry, g: kl.Graph) -> GraphView:
     device = registry.create_devices().lookup("CPU:0")
     return GraphView(g, device, lambda n: registry.create_kernel(n.to_node_def(), device))
-
-
-def two_chains(registry: kl.Registry) -> tuple[kl.Graph, kl.Tensor, np.ndarray]:
-    w = np.linspace(-1, 1, 64 * 64).reshape(64, 64) / 8
-    g = kl.Graph(registry)
-    with g.as_default():
-        a = kl.constant(w, name="w")
-        ends = []
-        for c in range(2):
-            y = a
-            for i in range(3):
-                y = kl.ops.tanh(kl.ops.mat_mul(y, a, name=f"mm{c}_{i}"))
-            ends.append(y)
-        out = kl.ops.add(*ends, name="out")
-    y = w
-    for _ in range(3):
-        y = np.tanh(y @ w)
-    return g, out, 2 * y
 
 
 # -- what is compiled and when it runs -------------------------------------------------------------
@@ -94,7 +76,7 @@ def test_the_program_follows_the_general_executors_order_and_frees_values_at_las
 def test_expensive_nodes_in_a_chain_are_sequential_two_chains_are_not(
     registry: kl.Registry,
 ) -> None:
-    g, _, _ = two_chains(registry)
+    g, _, _ = two_chains(registry, 64, 3)
     straight = view_of(registry, g).straight
     assert straight is not None and not straight.sequential
     chain = kl.Graph(registry)
@@ -121,7 +103,7 @@ def test_partitions_with_async_kernels_or_control_flow_are_not_compiled(
 
 
 def test_which_executor_runs_a_step(registry: kl.Registry, straight_runs: list[str]) -> None:
-    g, out, ref = two_chains(registry)
+    g, out, ref = two_chains(registry, 64, 3)
     with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
         np.testing.assert_allclose(sess.run(out), ref)
         assert straight_runs == ["/job:localhost/replica:0/task:0/device:CPU:0"]
