@@ -102,3 +102,28 @@ def two_chains(
     for _ in range(depth):
         y = np.tanh(y @ w)
     return g, out, 2 * y
+
+
+def elementwise_chain(
+    registry: kl.Registry, n: int, *, add_feed: bool = False
+) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+    """``n`` elementwise ops (Neg, then Tanh/Relu/Square/Sigmoid in turn) on a fed float32
+    vector; with ``add_feed`` the result is added to the feed (a binary op at the end)."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None], name="x")
+        y = kl.ops.neg(x)
+        for i in range(n - 1):
+            y = (kl.ops.tanh, kl.ops.relu, kl.ops.square, kl.ops.sigmoid)[i % 4](y)
+        if add_feed:
+            y = kl.ops.add(y, x)
+    return g, x, y
+
+
+def chain_reference(x: np.ndarray, n: int, *, add_feed: bool = False) -> np.ndarray:
+    """``elementwise_chain``'s result computed in numpy (float64)."""
+    y = -x.astype(np.float64)
+    fns = (np.tanh, lambda v: np.maximum(v, 0), np.square, lambda v: 1 / (1 + np.exp(-v)))
+    for i in range(n - 1):
+        y = fns[i % 4](y)
+    return y + x if add_feed else y

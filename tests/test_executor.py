@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from runtime_helpers import make_registry, two_chains
+from runtime_helpers import chain_reference, elementwise_chain, make_registry, two_chains
 
 import kernloom as kl
 from kernloom.runtime.executor import Executor, GraphView, RunArgs
@@ -62,24 +62,6 @@ def test_graph_view_flattens_slots_edges_and_pending_counts(registry: kl.Registr
 
 
 # -- forwarding and memory ------------------------------------------------------------------------
-
-
-def elementwise_chain(registry: kl.Registry, n: int) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
-    g = kl.Graph(registry)
-    with g.as_default():
-        x = kl.placeholder(kl.float32, [None], name="x")
-        y = kl.ops.neg(x)
-        for i in range(n - 1):
-            y = (kl.ops.tanh, kl.ops.relu, kl.ops.square, kl.ops.sigmoid)[i % 4](y)
-    return g, x, y
-
-
-def chain_reference(x: np.ndarray, n: int) -> np.ndarray:
-    y = -x.astype(np.float64)
-    fns = (np.tanh, lambda v: np.maximum(v, 0), np.square, lambda v: 1 / (1 + np.exp(-v)))
-    for i in range(n - 1):
-        y = fns[i % 4](y)
-    return y
 
 
 def test_the_elementwise_chain_peaks_at_one_tensor_beyond_the_feed(registry: kl.Registry) -> None:

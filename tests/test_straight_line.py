@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from runtime_helpers import make_registry, two_chains
+from runtime_helpers import chain_reference, elementwise_chain, make_registry, two_chains
 
 import kernloom as kl
 from kernloom.runtime.executor import GraphView, RunArgs
@@ -128,36 +128,19 @@ def test_which_executor_runs_a_step(registry: kl.Registry, straight_runs: list[s
 # -- forwarding and release --------------------------------------------------------------------
 
 
-def elementwise_chain(registry: kl.Registry, n: int) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
-    g = kl.Graph(registry)
-    with g.as_default():
-        x = kl.placeholder(kl.float32, [None], name="x")
-        y = kl.ops.neg(x)
-        for i in range(n - 1):
-            y = (kl.ops.tanh, kl.ops.relu, kl.ops.square, kl.ops.sigmoid)[i % 4](y)
-        y = kl.ops.add(y, x)
-    return g, x, y
-
-
-def chain_reference(x: np.ndarray, n: int) -> np.ndarray:
-    y = -x.astype(np.float64)
-    fns = (np.tanh, lambda v: np.maximum(v, 0), np.square, lambda v: 1 / (1 + np.exp(-v)))
-    for i in range(n - 1):
-        y = fns[i % 4](y)
-    return y + x
-
-
 def test_the_elementwise_chain_runs_in_one_buffer(
     registry: kl.Registry, straight_runs: list[str]
 ) -> None:
-    g, x, y = elementwise_chain(registry, 8)
+    g, x, y = elementwise_chain(registry, 8, add_feed=True)
     xv = np.random.default_rng(0).standard_normal(MiB).astype(np.float32)
     original = xv.copy()
     md = kl.RunMetadata()
     with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
         out = sess.run(y, {x: xv}, run_metadata=md)
     assert straight_runs
-    np.testing.assert_allclose(out, chain_reference(original, 8), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        out, chain_reference(original, 8, add_feed=True), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_array_equal(xv, original)  # the feed is never written
     stats = next(iter(md.memory.values()))
     assert stats.peak_bytes_in_use == xv.nbytes  # one buffer for the nine ops
