@@ -14,7 +14,9 @@ import pytest
 from runtime_helpers import chain_reference, elementwise_chain, make_registry, two_chains
 
 import kernloom as kl
-from kernloom.runtime.executor import GraphView, RunArgs
+from kernloom.runtime import straight_line
+from kernloom.runtime.executor import Executor, GraphView, RunArgs
+from kernloom.runtime.step import Step
 from kernloom.runtime.straight_line import StraightLine
 
 MiB = 1 << 20
@@ -63,7 +65,8 @@ def test_the_program_follows_the_general_executors_order_and_frees_values_at_las
     assert names == ["x", "a", "b", "c"]
     kinds = {view.items[e[-1]].name: e[0] for e in straight.program}
     assert kinds["a"] == 0 and kinds["b"] == 1 and kinds["c"] == 1  # unary, binary direct
-    assert kinds["x"] == 2  # Const runs through compute
+    assert kinds["x"] == 3  # a constant: its device value is in the program
+    assert np.asarray(straight.program[0][2]) == 2
     entry = {view.items[e[-1]].name: e for e in straight.program}
     # b reads a (still needed by c: not taken) and x (its last reader: taken);
     # c is the last reader of both b and a.
@@ -123,6 +126,77 @@ def test_which_executor_runs_a_step(registry: kl.Registry, straight_runs: list[s
     h = np.maximum(xv @ xv, 0)
     np.testing.assert_allclose(got, np.exp(h) / np.exp(h).sum(axis=1, keepdims=True))
     assert len(straight_runs) == 2  # a chain: nothing to run at once, even with a pool
+
+
+@pytest.fixture
+def through_context(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ops of the nodes the straight-line executor ran through ``compute``."""
+    ops: list[str] = []
+    original = straight_line._through_context
+
+    def spy(ctx: kl.OpKernelContext, item: Any, given: list[Any]) -> list[Any]:
+        ops.append(item.node.op)
+        return original(ctx, item, given)
+
+    monkeypatch.setattr(straight_line, "_through_context", spy)
+    return ops
+
+
+def test_feeds_fetches_and_constants_are_moved_by_the_program_itself(
+    registry: kl.Registry, straight_runs: list[str], through_context: list[str]
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float64, [2, 2], name="x")
+        k = kl.constant(np.array([[1.0, 2.0], [3.0, 4.0]]), name="k")
+        y = kl.ops.mat_mul(x, k, name="y")
+    xv = np.array([[1.0, -1.0], [0.5, 2.0]])
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        np.testing.assert_allclose(sess.run(y, {x: xv}), xv @ [[1.0, 2.0], [3.0, 4.0]])
+        got = sess.run([y, k, x], {x: xv})  # a fetched constant and a fetched feed
+    np.testing.assert_allclose(got[0], xv @ [[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(got[1], [[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(got[2], xv)
+    assert len(straight_runs) == 2
+    assert through_context == ["MatMul", "MatMul"]  # not _Arg, Const or _Retval
+
+
+def test_a_device_that_wraps_compute_sees_every_kernel(
+    registry: kl.Registry, through_context: list[str]
+) -> None:
+    from kernloom_cpu_numpy.device import NumpyCPUDevice
+
+    seen: list[str] = []
+
+    class Wrapping(NumpyCPUDevice):
+        def compute(self, kernel: Any, ctx: Any) -> None:
+            seen.append(ctx.signature.op_def.name)
+            super().compute(kernel, ctx)
+
+    cpu = registry.create_devices().lookup("CPU:0")
+    device = Wrapping(cpu.attributes, 1)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.constant(np.float32(3), name="x")
+        kl.ops.neg(x, name="y")
+    view = GraphView(g, device, lambda n: registry.create_kernel(n.to_node_def(), device))
+    assert view.straight is not None
+    assert {entry[0] for entry in view.straight.program} == {2}  # all through compute
+    Executor(view).run(RunArgs(Step()))
+    assert seen == ["Const", "Neg"]
+    assert through_context == ["Const", "Neg"]
+    device.close()
+
+
+def test_a_step_without_a_call_frame_fails_in_the_arg_node(registry: kl.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        node = g.add_node("_Arg", [], {"T": kl.float32, "index": 0}, name="feed")
+        g.add_node("_Retval", [node.outputs[0]], {"T": kl.float32, "index": 0}, name="fetch")
+    view = view_of(registry, g)
+    assert view.straight is not None
+    with pytest.raises(kl.KernelError, match=r"'feed'.*there is no call frame"):
+        Executor(view).run(RunArgs(Step()))
 
 
 # -- forwarding and release --------------------------------------------------------------------

@@ -46,26 +46,22 @@ __all__ = [
 class DType:
     """One element type; construct through ``as_dtype`` or use the module constants."""
 
-    __slots__ = ("_np", "name")
+    # Plain attributes, not properties: allocation reads them for every buffer.
+    __slots__ = ("_np", "itemsize", "name", "numpy_dtype")
 
     name: str
+    numpy_dtype: np.dtype[Any]
+    itemsize: int
+    """Bytes per element."""
     _np: np.dtype[Any]
 
     def __init__(self, name: str, numpy_dtype: np.dtype[Any]) -> None:
         if name in _BY_NAME:
             raise InvalidArgumentError(f"dtype {name!r} already exists; use as_dtype({name!r})")
         self.name = name
-        self._np = numpy_dtype
+        self._np = self.numpy_dtype = numpy_dtype
+        self.itemsize = int(numpy_dtype.itemsize)
         _BY_NAME[name] = self
-
-    @property
-    def numpy_dtype(self) -> np.dtype[Any]:
-        return self._np
-
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element."""
-        return int(self._np.itemsize)
 
     @property
     def is_floating(self) -> bool:

@@ -168,8 +168,13 @@ class Device(abc.ABC):
     def allocate(self, shape: object, dtype: object) -> Any:
         """A new uninitialised buffer on this device, counted by its allocator."""
         dt = dtype if type(dtype) is DType else as_dtype(dtype)
-        if type(shape) is tuple and not [d for d in shape if type(d) is not int or d < 0]:
-            dims: tuple[int, ...] = shape  # kernels pass numpy shapes: skip TensorShape
+        dims: tuple[int, ...]
+        if type(shape) is tuple:  # kernels pass numpy shapes: skip TensorShape if valid
+            dims = shape
+            for d in shape:
+                if type(d) is not int or d < 0:
+                    dims = as_shape(shape).as_tuple()
+                    break
         else:
             dims = as_shape(shape).as_tuple()
         return self._allocator.allocate(math.prod(dims) * dt.itemsize, self._allocate, dims, dt)

@@ -68,6 +68,11 @@ class ConstKernel(OpKernel):
         super().__init__(ctx)
         self._value = ctx.device.copy_from_host(ctx.attr("value"))
 
+    @property
+    def value(self) -> Any:
+        """The device value every run outputs (the straight-line executor reads it once)."""
+        return self._value
+
     def compute(self, ctx: OpKernelContext) -> None:
         ctx.set_output(0, self._value)
 
@@ -114,6 +119,11 @@ class _CallFrameKernel(OpKernel):
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
         self._index = int(ctx.attr("index"))
+
+    @property
+    def index(self) -> int:
+        """The call-frame slot this node reads or writes."""
+        return self._index
 
     def frame(self, ctx: OpKernelContext) -> CallFrame:
         if ctx.call_frame is None:

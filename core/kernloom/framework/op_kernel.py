@@ -22,7 +22,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol
 
 import numpy as np
 
@@ -246,7 +246,7 @@ class CallFrame:
     __slots__ = ("args", "retvals")
 
     def __init__(self, args: Sequence[Any], num_retvals: int) -> None:
-        self.args = list(args)
+        self.args = args if type(args) is list else list(args)
         self.retvals: list[Any] = [None] * num_retvals
 
 
@@ -260,6 +260,13 @@ def _is_reusable_numpy_buffer(value: object) -> bool:
         and value.flags.writeable
         and value.flags.c_contiguous
     )
+
+
+class _StepLike(Protocol):
+    """What a context needs of the runtime's ``Step`` (the framework does not import it)."""
+
+    @property
+    def cancellation(self) -> CancellationManager: ...
 
 
 class OpKernelContext:
@@ -277,11 +284,12 @@ class OpKernelContext:
     """
 
     __slots__ = (
+        "_cancellation",
         "_forwardable",
         "_inputs",
         "_outputs",
+        "_step",
         "call_frame",
-        "cancellation",
         "device",
         "error",
         "forwarded",
@@ -302,13 +310,17 @@ class OpKernelContext:
         forwardable: Sequence[int] = (),
         resource_mgr: ResourceMgr | None = None,
         cancellation: CancellationManager | None = None,
+        step: _StepLike | None = None,
         step_id: int = 0,
         rendezvous: Any = None,
         call_frame: CallFrame | None = None,
     ) -> None:
+        """``step``: where ``cancellation`` comes from when it is not given, asked only when
+        a kernel uses it (most never do, and a step makes its manager on first use)."""
         self.device = device
         self.resource_mgr = resource_mgr if resource_mgr is not None else ResourceMgr()
-        self.cancellation = cancellation if cancellation is not None else CancellationManager()
+        self._cancellation = cancellation
+        self._step = step
         self.step_id = step_id
         self.rendezvous = rendezvous
         self.call_frame = call_frame
@@ -391,9 +403,11 @@ class OpKernelContext:
         return self.device.allocate(shape, dtype)
 
     def allocate_output(self, key: int | str, shape: object) -> Any:
-        index = self._index(key, True)
+        index = key if type(key) is int else self._index(key, True)
+        if self._outputs[index] is not _UNSET:
+            raise self.fail(f"output {index} was set twice")
         buffer = self._allocate_for(index, shape, self.signature.output_dtypes[index])
-        self.set_output(index, buffer)
+        self._outputs[index] = buffer
         return buffer
 
     def allocate_temp(self, shape: object, dtype: object) -> Any:
@@ -473,6 +487,16 @@ class OpKernelContext:
         return self._outputs
 
     # -- step state -------------------------------------------------------------------------
+
+    @property
+    def cancellation(self) -> CancellationManager:
+        """The step's cancellation (kernels that block register a wake-up with it)."""
+        manager = self._cancellation
+        if manager is None:
+            step = self._step
+            manager = step.cancellation if step is not None else CancellationManager()
+            self._cancellation = manager
+        return manager
 
     def set_error(self, error: BaseException) -> None:
         """Record the failure of an asynchronous kernel (before it calls ``done``)."""

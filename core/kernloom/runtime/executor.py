@@ -48,7 +48,6 @@ from kernloom.graph.graph import Graph, Node
 from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.step import Step
 from kernloom.runtime.step_stats import StepStatsCollector
-from kernloom.runtime.straight_line import StraightLine
 
 __all__ = [
     "Executor",
@@ -263,20 +262,43 @@ class Executor:
         if view.frame_layout is not None:
             FrameExecutorState(view, args, done).start()
             return
-        straight = view.straight
-        step = args.step
+        straight = self.straight_for(args)
+        if straight is not None:
+            # Another executor's work may be queued for the caller too: then let a pool
+            # thread take this partition, so that the two run at once.
+            args.step.schedule(lambda: straight.run(view, args, done), ticket=args.executors > 1)
+            return
+        state = _ExecutorState(self.view, args, done)
+        state.start()
+
+    def straight_for(self, args: RunArgs) -> StraightLine | None:
+        """The straight-line program, if ``args``'s step may run this partition with it:
+        untraced, no node-outputs callback, and one thread or nothing to run in parallel."""
+        straight = self.view.straight
         if (
             straight is not None
             and args.stats is None
             and args.node_outputs is None
-            and (step.pool is None or straight.sequential)
+            and (args.step.pool is None or straight.sequential)
         ):
-            # Another executor's work may be queued for the caller too: then let a pool
-            # thread take this partition, so that the two run at once.
-            step.schedule(lambda: straight.run(view, args, done), ticket=args.executors > 1)
-            return
-        state = _ExecutorState(self.view, args, done)
-        state.start()
+            return straight
+        return None
+
+    def run_inline(self, args: RunArgs) -> BaseException | None:
+        """Run the step's partition on this thread, start to end, and return its error: the
+        session's path for a step that has only this executor. Meant for a partition with
+        a straight-line program (``straight_for``); any other waits on the step as ``run``
+        does."""
+        straight = self.straight_for(args)
+        if straight is None:
+            try:
+                self.run(args)
+            except BaseException as exc:
+                return exc
+            return None
+        errors: list[BaseException | None] = []
+        straight.run(self.view, args, errors.append)
+        return errors[0]
 
     def run(self, args: RunArgs) -> None:
         """Run synchronously on this thread (and the step's pool); raise the first error."""
@@ -300,7 +322,7 @@ def step_context(kernel: OpKernel, device: Device, args: RunArgs) -> OpKernelCon
         [],
         device,
         resource_mgr=args.resource_mgr,
-        cancellation=args.step.cancellation,
+        step=args.step,
         step_id=args.step.step_id,
         rendezvous=args.rendezvous,
         call_frame=args.call_frame,
@@ -607,3 +629,4 @@ class ExecutorBarrier:
 
 
 from kernloom.runtime.frame_executor import FrameExecutorState, FrameLayout  # noqa: E402
+from kernloom.runtime.straight_line import StraightLine  # noqa: E402

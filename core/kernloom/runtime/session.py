@@ -17,7 +17,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, final
@@ -33,14 +33,14 @@ from kernloom.framework.op_kernel import CallFrame, OpKernel
 from kernloom.framework.op_segment import OpSegment
 from kernloom.framework.resource_mgr import ResourceMgr
 from kernloom.graph.graph import Graph, Node, get_default_graph
-from kernloom.graph.tensor import Tensor
 from kernloom.registry import Registry
 from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.executor import Executor, ExecutorBarrier, RunArgs
-from kernloom.runtime.fetches import plan_fetches, resolve_tensor
+from kernloom.runtime.fetches import plan_fetches
 from kernloom.runtime.partition import PartitionResult, partition
 from kernloom.runtime.placer import Placement, Placer
 from kernloom.runtime.rendezvous import CopyStats, Rendezvous
+from kernloom.runtime.run_plan import RunCallable, RunPlan, resolve_feeds, signature_key
 from kernloom.runtime.session_options import RunMetadata, RunOptions, SessionConfig
 from kernloom.runtime.step import InterOpPool, Step
 from kernloom.runtime.step_stats import StepStatsCollector
@@ -52,6 +52,8 @@ CLIENT: Final = "client"
 """The caller's side of feed and fetch copies in ``RunMetadata.copies``."""
 
 _log = logging.getLogger("kernloom.session")
+_DEFAULT_OPTIONS: Final = RunOptions()
+_MAX_CACHED_PLANS: Final = 1024
 _handles = itertools.count()
 
 
@@ -65,15 +67,11 @@ class _Compiled:
     executors: tuple[Executor, ...]
     arg_devices: tuple[Device, ...]
     retval_devices: tuple[Device, ...]
+    send_recv_pairs: int
 
 
 def _abort_rendezvous(rendezvous: Rendezvous, step: Step) -> None:
     rendezvous.abort(step.error or KernloomError("the step was cancelled"))
-
-
-def _feed_where(tensor: Tensor) -> str:
-    """How a feed's errors name it (built only on an error: formatting costs on every run)."""
-    return f"feed for {tensor.name!r} ({tensor.dtype.name}, shape {tensor.shape})"
 
 
 def _filter_devices(devices: DeviceMgr, filters: tuple[str, ...]) -> DeviceMgr:
@@ -125,6 +123,8 @@ class Session:
         self._pool = InterOpPool(self.config.resolved_inter_op_threads() - 1)
         self._lock = threading.Lock()
         self._compiled: dict[tuple[Any, ...], _Compiled] = {}
+        self._plans: dict[tuple[Any, ...], tuple[RunPlan, _Compiled]] = {}
+        """Resolved ``run`` calls by ``signature_key``."""
         self._step_ids = itertools.count(1)
         self._closed = False
 
@@ -196,59 +196,10 @@ class Session:
                 executors,
                 tuple(self.devices.lookup(placement[n]) for n in step_graph.arg_nodes),
                 tuple(self.devices.lookup(placement[n]) for n in step_graph.retval_nodes),
+                parts.num_pairs(),
             )
             self._compiled[key] = compiled
             return compiled
-
-    # -- feeds ------------------------------------------------------------------------------------
-
-    def _feed_value(self, tensor: Tensor, value: object) -> np.ndarray[Any, Any]:
-        target = tensor.dtype.numpy_dtype
-        if type(value) is np.ndarray and value.dtype is target:
-            array = value  # the common case, checked in a few loads
-        elif isinstance(value, Tensor):
-            raise InvalidArgumentError(
-                f"{_feed_where(tensor)} is a kl.Tensor; feed a value (numpy array, number or list)"
-            )
-        elif isinstance(value, np.ndarray | np.generic):
-            array = np.asarray(value)
-            if array.dtype != target and not np.can_cast(array.dtype, target, "same_kind"):
-                raise InvalidArgumentError(
-                    f"{_feed_where(tensor)} has dtype {array.dtype}, which does not convert "
-                    f"safely to {tensor.dtype.name}; cast it with .astype(np.{target})"
-                )
-            if array.dtype != target:
-                array = array.astype(target)
-        else:
-            try:
-                array = np.asarray(value, dtype=target)
-            except (TypeError, ValueError) as exc:
-                raise InvalidArgumentError(
-                    f"{_feed_where(tensor)}: cannot convert {type(value).__name__} to "
-                    f"{tensor.dtype.name}: {exc}"
-                ) from None
-        if not tensor.shape.is_compatible_with(array.shape):
-            raise InvalidArgumentError(
-                f"{_feed_where(tensor)} has shape {list(array.shape)}, which does not fit "
-                f"{tensor.shape}"
-            )
-        return array
-
-    def _feeds(self, feed_dict: Mapping[Any, Any] | None) -> dict[str, np.ndarray[Any, Any]]:
-        if feed_dict is None:
-            return {}
-        if not isinstance(feed_dict, Mapping):
-            raise InvalidArgumentError(
-                f"feed_dict must be a mapping from tensors (or names) to values, got "
-                f"{type(feed_dict).__name__}"
-            )
-        feeds: dict[str, np.ndarray[Any, Any]] = {}
-        for key, value in feed_dict.items():
-            tensor = resolve_tensor(self.graph, key, "feed")
-            if tensor.name in feeds:
-                raise InvalidArgumentError(f"tensor {tensor.name!r} is fed twice")
-            feeds[tensor.name] = self._feed_value(tensor, value)
-        return feeds
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -267,31 +218,86 @@ class Session:
         ``cancellation.cancel()`` from another thread stops the run."""
         if self._closed:
             raise KernloomError("this session is closed; create a new kl.Session")
-        options = options or RunOptions()
-        started = time.perf_counter()
-        plan = plan_fetches(self.graph, fetches)
-        target_names = [*plan.targets]
-        for target in targets or []:
+        if (
+            feed_dict is not None
+            and type(feed_dict) is not dict
+            and not isinstance(feed_dict, Mapping)
+        ):
+            raise InvalidArgumentError(
+                f"feed_dict must be a mapping from tensors (or names) to values, got "
+                f"{type(feed_dict).__name__}"
+            )
+        key = signature_key(self.graph, fetches, feed_dict) if targets is None else None
+        found = self._plans.get(key) if key is not None else None
+        if found is None:
+            plan = RunPlan.build(
+                self.graph, fetches, list(feed_dict or ()), self._target_names(targets or [])
+            )
+            found = (plan, self._compile(plan.feed_names, plan.fetches.tensors, plan.targets))
+            if key is not None:
+                if len(self._plans) >= _MAX_CACHED_PLANS:
+                    self._plans.clear()  # a program that builds a new call every step
+                self._plans[key] = found
+        values = list(feed_dict.values()) if feed_dict else []
+        return self._call(*found, values, options, run_metadata, cancellation)
+
+    def make_callable(self, fetches: object, feed_list: Sequence[Any] = ()) -> RunCallable:
+        """A function that runs ``fetches`` with values for ``feed_list`` (tensors or names),
+        given positionally: ``sess.make_callable(y, [x])(x_value)`` is
+        ``sess.run(y, {x: x_value})`` with every name resolved once, here (TensorFlow's
+        ``Session.make_callable``). It also takes ``options=``, ``run_metadata=`` and
+        ``cancellation=``, and runs the graph as it is now, even if nodes are added later."""
+        if self._closed:
+            raise KernloomError("this session is closed; create a new kl.Session")
+        plan = RunPlan.build(self.graph, fetches, list(feed_list), ())
+        compiled = self._compile(plan.feed_names, plan.fetches.tensors, plan.targets)
+
+        def call(
+            *feed_values: Any,
+            options: RunOptions | None = None,
+            run_metadata: RunMetadata | None = None,
+            cancellation: CancellationManager | None = None,
+        ) -> Any:
+            if self._closed:
+                raise KernloomError("this session is closed; create a new kl.Session")
+            return self._call(plan, compiled, feed_values, options, run_metadata, cancellation)
+
+        return call
+
+    def _target_names(self, targets: list[Node | str]) -> list[str]:
+        names = []
+        for target in targets:
             name = target.name if isinstance(target, Node) else target
             if not isinstance(name, str) or name not in self.graph:
                 raise NotFoundError(
                     f"target {name!r} is not a node of the graph."
                     + did_you_mean(str(name), [n.name for n in self.graph.nodes])
                 )
-            target_names.append(name)
-        feeds = self._feeds(feed_dict)
-        compiled = self._compile(
-            tuple(sorted(feeds)), plan.tensors, tuple(sorted(set(target_names)))
+            names.append(name)
+        return names
+
+    def _call(
+        self,
+        plan: RunPlan,
+        compiled: _Compiled,
+        values: Sequence[Any],
+        options: RunOptions | None,
+        run_metadata: RunMetadata | None,
+        cancellation: CancellationManager | None,
+    ) -> Any:
+        started = time.perf_counter()
+        args = plan.args(values)
+        results = self._execute(
+            compiled, args, options or _DEFAULT_OPTIONS, run_metadata, cancellation
         )
-        values = self._execute(compiled, feeds, options, run_metadata, cancellation)
         if run_metadata is not None:
             run_metadata.wall_s = time.perf_counter() - started
-        return plan.rebuild(dict(zip(plan.tensors, values, strict=True)))
+        return plan.results(results)
 
     def _execute(
         self,
         compiled: _Compiled,
-        feeds: Mapping[str, np.ndarray[Any, Any]],
+        fed: list[np.ndarray[Any, Any]],
         options: RunOptions,
         run_metadata: RunMetadata | None,
         cancellation: CancellationManager | None,
@@ -299,17 +305,17 @@ class Session:
         step_id = next(self._step_ids)
         copies = CopyStats()
         args = []
-        for name, device in zip(compiled.step_graph.feeds, compiled.arg_devices, strict=True):
-            value = feeds[name]
+        for value, device in zip(fed, compiled.arg_devices, strict=True):
             if not device.memory_is_host:
                 copies.record(CLIENT, device.name, value.nbytes)
             args.append(device.copy_from_host(value))
-        frame = CallFrame(args, len(compiled.step_graph.fetches))
+        frame = CallFrame(args, len(compiled.retval_devices))
+        executors = compiled.executors
         step = Step(
             self._pool, step_id=step_id, timeout_s=options.timeout_s, cancellation=cancellation
         )
         rendezvous = None
-        if compiled.partitions.num_pairs():  # only _Send/_Recv use it
+        if compiled.send_recv_pairs:  # only _Send/_Recv use it
             rendezvous = Rendezvous(self.devices, copies)
             step.cancellation.register(partial(_abort_rendezvous, rendezvous, step))
         stats = StepStatsCollector(step_id) if options.trace else None
@@ -317,13 +323,20 @@ class Session:
             for device in self.devices:
                 device.reset_peak_memory()
         run_args = RunArgs(
-            step, rendezvous, frame, self.resource_mgr, stats, executors=len(compiled.executors)
+            step, rendezvous, frame, self.resource_mgr, stats, executors=len(executors)
         )
-        barrier = ExecutorBarrier(len(compiled.executors), step, lambda error: step.finish())
+        # A step of one straight-line partition runs on this thread: no barrier, no queue.
+        inline = len(executors) == 1 and executors[0].straight_for(run_args) is not None
         try:
-            for executor in compiled.executors:
-                executor.run_async(run_args, barrier.executor_done)
-            step.wait()
+            if inline:
+                error = executors[0].run_inline(run_args)
+                if error is not None:
+                    raise error
+            else:
+                barrier = ExecutorBarrier(len(executors), step, lambda error: step.finish())
+                for executor in executors:
+                    executor.run_async(run_args, barrier.executor_done)
+                step.wait()
         finally:
             step.close()
         results = []
@@ -370,7 +383,7 @@ class Session:
             parts = partition(self.graph, placement, devices=self.devices, registry=self.registry)
         else:
             plan = plan_fetches(self.graph, fetches)
-            feeds = tuple(sorted(self._feeds(feed_dict))) if feed_dict else ()
+            feeds = tuple(sorted(t.name for t in resolve_feeds(self.graph, list(feed_dict or ()))))
             compiled = self._compile(feeds, plan.tensors, tuple(sorted(plan.targets)))
             placement, parts = compiled.placement, compiled.partitions
         lines = ["Devices:"]
@@ -398,6 +411,7 @@ class Session:
         self._pool.close()
         with self._lock:
             self._compiled.clear()
+            self._plans.clear()
         self.resource_mgr.clear()
         self._segment.remove_hold(self.handle)
         self.devices.close()

@@ -24,6 +24,8 @@ from kernloom.framework.cancellation import CancellationManager
 __all__ = ["InterOpPool", "Step"]
 
 Task = Callable[[], None]
+_FIRST_USE = threading.Lock()
+"""Guards the first creation of a step's condition and cancellation manager."""
 
 
 @final
@@ -82,11 +84,11 @@ class Step:
     """
 
     __slots__ = (
+        "_cancellation",
         "_cond",
         "_done",
         "_queue",
         "_token",
-        "cancellation",
         "deadline",
         "error",
         "pool",
@@ -107,15 +109,48 @@ class Step:
         self.step_id = step_id
         self.timeout_s = timeout_s
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        self.cancellation = cancellation if cancellation is not None else CancellationManager()
         self.error: BaseException | None = None
         self.stopped = False
         self._queue: deque[Task] = deque()
-        self._cond = threading.Condition(threading.Lock())
+        # Both made on first use: a step run inline on the caller's thread with no error
+        # needs neither, and on a machine whose caches the kernels just flushed they cost
+        # tens of microseconds per step (see ``_condition`` and ``cancellation``).
+        self._cond: threading.Condition | None = None
+        self._cancellation = cancellation
         self._done = False
-        self._token = self.cancellation.register(self._cancelled_from_outside)
-        if self._token is None:
-            self.stop(CancelledError(f"step {step_id} was cancelled before it started"))
+        self._token = None
+        if cancellation is not None:
+            self._token = cancellation.register(self._cancelled_from_outside)
+            if self._token is None:
+                self.stop(CancelledError(f"step {step_id} was cancelled before it started"))
+
+    @property
+    def cancellation(self) -> CancellationManager:
+        """The step's cancellation: the caller's, else one made on first use (born
+        cancelled if the step has already stopped). Cancelling it stops the step."""
+        manager = self._cancellation
+        if manager is None:
+            with _FIRST_USE:
+                manager = self._cancellation
+                if manager is None:
+                    manager = CancellationManager()
+                    if self.stopped:
+                        manager.cancel(str(self.error))
+                    else:  # cancelling it (a kernel may) stops the step
+                        self._token = manager.register(self._cancelled_from_outside)
+                    self._cancellation = manager
+        return manager
+
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _FIRST_USE:
+                cond = self._cond
+                if cond is None:
+                    # An RLock: Condition looks up _release_save and friends on its lock,
+                    # and a plain Lock's missing ones cost three caught AttributeErrors.
+                    cond = self._cond = threading.Condition(threading.RLock())
+        return cond
 
     # -- scheduling ---------------------------------------------------------------------------
 
@@ -125,8 +160,9 @@ class Step:
         self._queue.append(task)
         if ticket and self.pool is not None:
             self.pool.ticket(self)
-        with self._cond:
-            self._cond.notify()
+        cond = self._condition()
+        with cond:
+            cond.notify()
 
     def run_one(self) -> None:
         """Run one queued task, if any is left (a pool ticket)."""
@@ -140,13 +176,17 @@ class Step:
 
     def stop(self, error: BaseException) -> None:
         """End the step with ``error`` (the first one wins) and wake everything waiting."""
-        with self._cond:
+        cond = self._condition()
+        with cond:
             if self.stopped:
                 return
             self.stopped = True
             self.error = error
-            self._cond.notify_all()
-        self.cancellation.cancel(str(error))
+            cond.notify_all()
+        with _FIRST_USE:  # made after this point, the manager is born cancelled
+            manager = self._cancellation
+        if manager is not None:
+            manager.cancel(str(error))
 
     def _cancelled_from_outside(self) -> None:
         if not self.stopped:
@@ -168,9 +208,10 @@ class Step:
 
     def finish(self) -> None:
         """Every executor of the step is done (ExecutorBarrier calls this once)."""
-        with self._cond:
+        cond = self._condition()
+        with cond:
             self._done = True
-            self._cond.notify_all()
+            cond.notify_all()
 
     def wait(self, *, grace_s: float = 1.0) -> None:
         """Work on the step's queue until it is done; raise its error if it failed.
@@ -179,6 +220,7 @@ class Step:
         that never returns (or never calls back) must not hang the caller.
         """
         stop_deadline: float | None = None
+        cond = self._condition()
         while True:
             try:
                 task = self._queue.popleft()
@@ -187,7 +229,7 @@ class Step:
             if task is not None:
                 task()
                 continue
-            with self._cond:
+            with cond:
                 if self._done:
                     break
                 if self._queue:
@@ -198,13 +240,13 @@ class Step:
                         stop_deadline = now + grace_s
                     if now >= stop_deadline:
                         break
-                    self._cond.wait(stop_deadline - now)
+                    cond.wait(stop_deadline - now)
                     continue
                 if self.deadline is None:
-                    self._cond.wait()
+                    cond.wait()
                     continue
                 if now < self.deadline:
-                    self._cond.wait(self.deadline - now)
+                    cond.wait(self.deadline - now)
                     continue
             self.stop(self._deadline_error())  # only reached when the deadline has passed
         if self.error is not None:
@@ -213,6 +255,6 @@ class Step:
     def close(self) -> None:
         """Drop queued work and the cancellation hook (after ``wait``)."""
         self._queue.clear()
-        if self._token is not None:
-            self.cancellation.deregister(self._token)
+        if self._token is not None and self._cancellation is not None:
+            self._cancellation.deregister(self._token)
             self._token = None

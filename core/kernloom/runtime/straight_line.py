@@ -28,6 +28,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Final, final
 
 from kernloom.errors import KernelError
+from kernloom.framework.device_independent_kernels import ArgKernel, ConstKernel, RetvalKernel
 from kernloom.framework.op_kernel import _UNSET, OpKernelContext
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ __all__ = ["StraightLine"]
 _UNARY: Final = 0
 _BINARY: Final = 1
 _GENERAL: Final = 2
+_CONST: Final = 3
+_ARG: Final = 4
+_RETVAL: Final = 5
 _getrefcount: Final = sys.getrefcount
 # Bookkeeping a sequential() check may do: nodes x expensive nodes, in bits.
 _MAX_REACH_BITS: Final = 1 << 27
@@ -46,7 +50,10 @@ Entry = tuple[int, Any, Any, Any, int, Any, Any, int]
 """(kind, direct entry, a, b, take, out, dtype, node id). Unary and binary kinds: a and b
 are the input slots, take has bit i set when this node reads input i last, out is the
 output's slot (-1: nothing consumes it), dtype the output's numpy dtype. General kind: a
-holds every input slot, b the slots this node reads last, out (output, slot) pairs."""
+holds every input slot, b the slots this node reads last, out (output, slot) pairs.
+Const: a is the constant's device value. _Arg: a is the call-frame index. _Retval: a is
+the input slot, b the call-frame index (take as for unary). A kind's unused fields are
+None, 0 or -1."""
 
 
 @final
@@ -89,6 +96,7 @@ class StraightLine:
                 if position[consumer] > position[last_reader[value]]:
                     last_reader[value] = consumer
         program = []
+        plain = not view.compute_overridden
         for node in order:
             item = items[node]
             taken = [last_reader[value] == node for value in inputs[node]]
@@ -97,18 +105,17 @@ class StraightLine:
                 for output in range(len(item.node.outputs))
                 if (node, output) in slot_of
             )
-            program.append(_entry(item, inputs[node], taken, outputs))
+            program.append(_entry(item, inputs[node], taken, outputs, plain))
         return cls(program, len(slot_of), _sequential(view, order))
 
     def run(self, view: GraphView, args: RunArgs, done: Done) -> None:
         """Run one step of the partition on this thread, then ``done(error)``."""
-        from kernloom.runtime.executor import end_step, node_error, step_context
-
         items = view.items
         device = view.device
         step = args.step
         values: list[Any] = [None] * self.num_values
         ctx = step_context(items[0].kernel, device, args)
+        frame = args.call_frame
         check_deadline = step.deadline is not None
         getrefcount = _getrefcount
         error: BaseException | None = None
@@ -166,7 +173,7 @@ class StraightLine:
                         if out >= 0:
                             values[out] = value
                         del value
-                    else:
+                    elif kind == _GENERAL:
                         given = [values[slot] for slot in a]
                         for slot in b:
                             values[slot] = None
@@ -175,6 +182,24 @@ class StraightLine:
                         for output, slot in out:
                             values[slot] = produced[output]
                         del produced
+                    elif kind == _CONST:
+                        if out >= 0:
+                            values[out] = a
+                    elif kind == _ARG:
+                        if frame is None:  # outside a session step: the kernel says why
+                            value = _through_context(ctx, items[node], [])[0]
+                        else:
+                            value = frame.args[a]
+                        if out >= 0:
+                            values[out] = value
+                        del value
+                    else:  # _RETVAL
+                        if frame is None:
+                            _through_context(ctx, items[node], [values[a]])
+                        else:
+                            frame.retvals[b] = values[a]
+                        if take:
+                            values[a] = None
         except BaseException as exc:
             if node < 0:  # before the first node: the device's compute scope failed
                 error = KernelError(f"{device.name}: entering the compute scope: {exc}")
@@ -190,12 +215,26 @@ def _entry(
     inputs: list[int],
     taken: list[bool],
     outputs: tuple[tuple[int, int], ...],
+    plain: bool,
 ) -> Entry:
+    """``plain``: the device runs kernels as they are (no ``compute`` override), so the
+    call-frame and constant kernels can be done in the program itself."""
     node = item.id
+    kernel = item.kernel
+    exact = type(kernel)
+    out = outputs[0][1] if outputs else -1
+    if not plain:
+        pass  # the device wraps every kernel's compute: run them all through it
+    elif isinstance(kernel, ConstKernel) and exact is ConstKernel:
+        return (_CONST, None, kernel.value, None, 0, out, None, node)
+    elif isinstance(kernel, ArgKernel) and exact is ArgKernel:
+        return (_ARG, None, kernel.index, None, 0, out, None, node)
+    elif isinstance(kernel, RetvalKernel) and exact is RetvalKernel:
+        take = 1 if taken[0] else 0
+        return (_RETVAL, None, inputs[0], kernel.index, take, -1, None, node)
     if item.direct is not None:  # one or two inputs, one output
-        out = outputs[0][1] if outputs else -1
         take = sum(1 << i for i, t in enumerate(taken) if t)
-        dtype = item.kernel.signature.output_numpy_dtypes[0]
+        dtype = kernel.signature.output_numpy_dtypes[0]
         if len(inputs) == 1:
             return (_UNARY, item.direct, inputs[0], None, take, out, dtype, node)
         return (_BINARY, item.direct, inputs[0], inputs[1], take, out, dtype, node)
@@ -274,3 +313,7 @@ def _sequential(view: GraphView, order: list[int]) -> bool:
         for consumer in [edge[1] for edge in item.out_edges] + list(item.control_out):
             reach[consumer] |= mine
     return all(reach[later] & bit[earlier] for earlier, later in itertools.pairwise(expensive))
+
+
+# The executor module imports this one; these are bound once it has loaded.
+from kernloom.runtime.executor import end_step, node_error, step_context  # noqa: E402

@@ -38,8 +38,8 @@ class NumpyCPUDevice(kernloom.Device):
     def copy_from_host(self, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         # Host memory is device memory: no copy. A read-only view makes an accidental
         # in-place write into the caller's array fail loudly instead of corrupting it.
-        view = np.asarray(array).view()
-        view.flags.writeable = False
+        view = (array if type(array) is np.ndarray else np.asarray(array)).view()
+        view.setflags(write=False)
         return view
 
     def copy_to_host(self, value: Any) -> np.ndarray[Any, Any]:

@@ -1,0 +1,191 @@
+"""What a ``Session.run`` call resolves before it can run, resolved once per signature.
+
+Every run names its fetches and feeds, and before anything executes the session must find
+their tensors in the graph, check that no tensor is fed twice, work out how to rebuild
+the fetch structure and look up the compiled step. For a hot loop that repeats one call,
+that is the same work every time, and on a machine whose caches the kernels just flushed
+it costs tens of microseconds per run. A ``RunPlan`` is that work done once: TensorFlow's
+``Session.make_callable``, which ``Session.run`` also uses behind the scenes for calls it
+can recognise (``signature_key``).
+
+Only the feed values are checked on every run (``check_feed``): their dtype and shape can
+change from one call to the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kernloom.errors import InvalidArgumentError
+from kernloom.graph.graph import Graph
+from kernloom.graph.tensor import Tensor
+from kernloom.runtime.fetches import FetchPlan, plan_fetches, resolve_tensor
+
+__all__ = ["RunPlan", "check_feed", "signature_key"]
+
+Array = np.ndarray[Any, Any]
+
+
+def _feed_where(tensor: Tensor) -> str:
+    """How a feed's errors name it (built only on an error: formatting costs on every run)."""
+    return f"feed for {tensor.name!r} ({tensor.dtype.name}, shape {tensor.shape})"
+
+
+def check_feed(tensor: Tensor, value: object) -> Array:
+    """``value`` as an array of ``tensor``'s dtype, or an error saying why it cannot feed it
+    (a symbolic tensor, an unsafe cast, a shape that does not fit the placeholder)."""
+    target = tensor.dtype.numpy_dtype
+    if type(value) is np.ndarray and value.dtype is target:
+        array = value  # the common case, checked in a few loads
+    elif isinstance(value, Tensor):
+        raise InvalidArgumentError(
+            f"{_feed_where(tensor)} is a kl.Tensor; feed a value (numpy array, number or list)"
+        )
+    elif isinstance(value, np.ndarray | np.generic):
+        array = np.asarray(value)
+        if array.dtype != target and not np.can_cast(array.dtype, target, "same_kind"):
+            raise InvalidArgumentError(
+                f"{_feed_where(tensor)} has dtype {array.dtype}, which does not convert "
+                f"safely to {tensor.dtype.name}; cast it with .astype(np.{target})"
+            )
+        if array.dtype != target:
+            array = array.astype(target)
+    else:
+        try:
+            array = np.asarray(value, dtype=target)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"{_feed_where(tensor)}: cannot convert {type(value).__name__} to "
+                f"{tensor.dtype.name}: {exc}"
+            ) from None
+    if not tensor.shape.is_compatible_with(array.shape):
+        raise InvalidArgumentError(
+            f"{_feed_where(tensor)} has shape {list(array.shape)}, which does not fit "
+            f"{tensor.shape}"
+        )
+    return array
+
+
+def resolve_feeds(graph: Graph, keys: Sequence[object]) -> tuple[Tensor, ...]:
+    """The fed tensors, in the order of ``keys``; a tensor fed twice is an error."""
+    tensors: list[Tensor] = []
+    seen: set[str] = set()
+    for key in keys:
+        tensor = resolve_tensor(graph, key, "feed")
+        if tensor.name in seen:
+            raise InvalidArgumentError(f"tensor {tensor.name!r} is fed twice")
+        seen.add(tensor.name)
+        tensors.append(tensor)
+    return tuple(tensors)
+
+
+def signature_key(graph: Graph, fetches: object, feed_dict: object) -> tuple[Any, ...] | None:
+    """A key under which a run's resolved plan can be cached, or None when the call is not
+    one ``Session.run`` caches: fetches other than a tensor, a name, or a plain list or
+    tuple of them (a dict or namedtuple would need its whole structure in the key), or
+    feeds other than a plain dict. The graph's size is part of the key because a graph
+    that grew may resolve a name differently ("y" for a node added since)."""
+    kind = type(fetches)
+    if kind is Tensor or kind is str:
+        fetch_key: object = fetches
+    elif kind is list or kind is tuple:
+        items: Sequence[object] = fetches  # type: ignore[assignment]
+        if not all(type(item) is Tensor or type(item) is str for item in items):
+            return None
+        fetch_key = (kind, *items)
+    else:
+        return None
+    if feed_dict is None:
+        feed_keys: tuple[object, ...] = ()
+    elif type(feed_dict) is dict:
+        feed_keys = tuple(feed_dict)
+    else:
+        return None
+    return (len(graph), fetch_key, feed_keys)
+
+
+_FeedCheck = tuple[int, Tensor, Any, int, tuple[tuple[int, int], ...]]
+"""(position among the caller's values, tensor, numpy dtype, rank or -1 if unknown,
+(axis, size) for each known dimension)."""
+
+
+def _feed_check(position: int, tensor: Tensor) -> _FeedCheck:
+    dims = tensor.shape.dims
+    rank = -1 if dims is None else len(dims)
+    known = tuple((axis, size) for axis, size in enumerate(dims or ()) if size is not None)
+    return (position, tensor, tensor.dtype.numpy_dtype, rank, known)
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """A run signature resolved against the graph: which tensors are fed (in the caller's
+    order), how they map to the step's ``_Arg``s, and what is fetched."""
+
+    fetches: FetchPlan
+    feeds: tuple[Tensor, ...]
+    """The fed tensors, in the order the caller gives their values."""
+    feed_names: tuple[str, ...]
+    """The fed tensor names, sorted: the step's ``_Arg`` order."""
+    targets: tuple[str, ...]
+    checks: tuple[_FeedCheck, ...]
+    """One per ``_Arg``, in ``_Arg`` order."""
+    single: str | None
+    """The name of the one tensor fetched, when the fetch is a lone tensor."""
+
+    @classmethod
+    def build(
+        cls, graph: Graph, fetches: object, feed_keys: Sequence[object], targets: Sequence[str]
+    ) -> RunPlan:
+        fetch_plan = plan_fetches(graph, fetches)
+        feeds = resolve_feeds(graph, feed_keys)
+        order = sorted(range(len(feeds)), key=lambda i: feeds[i].name)
+        return cls(
+            fetch_plan,
+            feeds,
+            tuple(feeds[i].name for i in order),
+            tuple(sorted({*fetch_plan.targets, *targets})),
+            tuple(_feed_check(i, feeds[i]) for i in order),
+            fetch_plan.tensors[0] if type(fetches) is Tensor else None,
+        )
+
+    def args(self, values: Sequence[object]) -> list[Array]:
+        """The checked feed values in ``_Arg`` order, from values in the caller's order."""
+        if len(values) != len(self.feeds):
+            raise InvalidArgumentError(
+                f"expected {len(self.feeds)} feed value(s) (for "
+                f"{', '.join(t.name for t in self.feeds) or 'no feeds'}), got {len(values)}"
+            )
+        args = []
+        for position, tensor, dtype, rank, known in self.checks:
+            value = values[position]
+            # The common case in a few loads: an array of the dtype, of a fitting shape.
+            if type(value) is np.ndarray and value.dtype is dtype:
+                shape = value.shape
+                fits = rank < 0 or len(shape) == rank
+                if fits:
+                    for axis, size in known:
+                        if shape[axis] != size:
+                            fits = False
+                if fits:
+                    args.append(value)
+                    continue
+            args.append(check_feed(tensor, value))
+        return args
+
+    def results(self, values: list[Any]) -> Any:
+        """The fetched values, in the structure the caller fetched them in."""
+        if self.single is not None:
+            return values[0]
+        return self.fetches.rebuild(dict(zip(self.fetches.tensors, values, strict=True)))
+
+
+RunCallable = Callable[..., Any]
+"""What ``Session.make_callable`` returns: call it with the feed values, in order."""
+
+
+def as_values(feed_dict: Mapping[Any, Any] | None) -> list[object]:
+    return [] if not feed_dict else list(feed_dict.values())
