@@ -250,6 +250,25 @@ def test_fetched_fed_constant_and_shared_values_are_never_overwritten(
     assert len(straight_runs) == 7
 
 
+@pytest.mark.parametrize("trace", [False, True], ids=["straight-line", "general"])
+def test_a_kernel_without_a_direct_entry_forwards_its_last_read_input(
+    registry: kl.Registry, straight_runs: list[str], trace: bool
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [4, 8], name="x")
+        y = kl.ops.softmax(kl.ops.neg(x, name="n"), name="s")  # Softmax has no direct entry
+    xv = np.random.default_rng(5).standard_normal((4, 8)).astype(np.float32)
+    e = np.exp(-xv - (-xv).max(axis=1, keepdims=True))
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        before = sess.devices.lookup("CPU:0").memory_stats().num_allocs
+        got = sess.run(y, {x: xv}, kl.RunOptions(trace=trace))
+        allocs = sess.devices.lookup("CPU:0").memory_stats().num_allocs - before
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-6)
+    assert allocs == 1  # Neg's output (the feed is the caller's); Softmax writes into it
+    assert len(straight_runs) == (0 if trace else 1)
+
+
 def test_a_node_reading_one_value_twice_never_overwrites_it_while_reading(
     registry: kl.Registry, straight_runs: list[str]
 ) -> None:

@@ -246,11 +246,11 @@ def _through_context(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> 
     """Run ``item``'s ``compute`` on the step's context and return its outputs. ``given``
     holds the inputs: one that nothing but the list holds was taken and may be forwarded."""
     mask = 0
-    for i, value in enumerate(given):
-        # The list, the loop variable, getrefcount's argument.
-        if _getrefcount(value) == 3:
+    for i in range(len(given)):
+        # The list's reference and getrefcount's argument. (Not a loop over enumerate():
+        # its reused result tuple would hold one more.)
+        if _getrefcount(given[i]) == 2:
             mask |= 1 << i
-    value = None
     kernel = item.kernel
     ctx.kernel = kernel
     ctx.signature = kernel.signature
