@@ -149,16 +149,41 @@ def test_feeds_fetches_and_constants_are_moved_by_the_program_itself(
     with g.as_default():
         x = kl.placeholder(kl.float64, [2, 2], name="x")
         k = kl.constant(np.array([[1.0, 2.0], [3.0, 4.0]]), name="k")
-        y = kl.ops.mat_mul(x, k, name="y")
+        y = kl.ops.sum(kl.ops.mul(x, k), [1], name="y")  # Sum has no direct entry
     xv = np.array([[1.0, -1.0], [0.5, 2.0]])
+    want = (xv * [[1.0, 2.0], [3.0, 4.0]]).sum(axis=1)
     with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
-        np.testing.assert_allclose(sess.run(y, {x: xv}), xv @ [[1.0, 2.0], [3.0, 4.0]])
+        np.testing.assert_allclose(sess.run(y, {x: xv}), want)
         got = sess.run([y, k, x], {x: xv})  # a fetched constant and a fetched feed
-    np.testing.assert_allclose(got[0], xv @ [[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_allclose(got[0], want)
     np.testing.assert_array_equal(got[1], [[1.0, 2.0], [3.0, 4.0]])
     np.testing.assert_array_equal(got[2], xv)
     assert len(straight_runs) == 2
-    assert through_context == ["MatMul", "MatMul"]  # not _Arg, Const or _Retval
+    # Mul (its feed is the caller's: the direct entry declines) and Sum run through compute;
+    # _Arg, Const, _Retval and Sum's constant axis never do.
+    assert through_context == ["Mul", "Sum", "Mul", "Sum"]
+
+
+def test_a_product_runs_directly_its_buffer_is_counted_and_bad_shapes_are_explained(
+    registry: kl.Registry, straight_runs: list[str], through_context: list[str]
+) -> None:
+    g = kl.Graph(registry)
+    w = np.arange(12.0).reshape(3, 4)
+    with g.as_default():
+        x = kl.placeholder(kl.float64, None, name="x")  # any shape: the kernel checks
+        y = kl.ops.relu(kl.ops.mat_mul(x, kl.constant(w), name="y"), name="r")
+    xv = np.array([[1.0, -2.0, 0.5], [0.0, 1.0, -1.0]])
+    md = kl.RunMetadata()
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        got = sess.run(y, {x: xv}, run_metadata=md)
+        np.testing.assert_allclose(got, np.maximum(xv @ w, 0))
+        stats = next(iter(md.memory.values()))
+        assert (stats.num_allocs, stats.peak_bytes_in_use) == (1, got.nbytes)  # relu in place
+        assert through_context == []  # MatMul and Relu both ran their direct entries
+        with pytest.raises(kl.KernelError, match=r"node 'y' \(op MatMul\).*inner dimensions"):
+            sess.run(y, {x: np.ones((2, 5))})
+        assert through_context == ["MatMul"]  # the entry declined; compute explained
+    assert len(straight_runs) == 2
 
 
 def test_a_device_that_wraps_compute_sees_every_kernel(

@@ -151,10 +151,13 @@ class OpKernel(abc.ABC):
     ``compute`` run instead. ``reuse`` is the bit mask of the inputs nothing else holds
     (bit i: input i), the same rule as ``forward_input_or_allocate_output``'s. It may
     return an input it was given (``Identity``), write into an input whose bit is set (an
-    elementwise op in place) or a view, but must not allocate device memory (allocations
-    go through ``compute``, which counts them) and must give the op's output dtype; it
-    gets no attrs, so it is only for kernels that need none at run time. Errors it raises
-    are reported naming the node, as from ``compute``."""
+    elementwise op in place) or a view, or a new buffer from the device's ``allocate``
+    (which counts it, as the context's allocations are counted; no other memory), and must
+    give the op's output dtype. A kernel function's entry gets no attrs and no device; a
+    kernel class sets ``self.direct`` in ``__init__`` to a method that reads what it kept
+    from construction (the numpy ``MatMul``: its transposes and ``ctx.device.allocate``).
+    Errors it raises are reported naming the node, as from ``compute``; an entry that
+    declines bad inputs lets ``compute`` explain them in its own words."""
 
     def __init__(self, ctx: OpKernelConstruction) -> None:
         self.signature = ctx.signature

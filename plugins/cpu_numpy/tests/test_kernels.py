@@ -36,6 +36,49 @@ def test_kernel_matches_numpy(case: Case) -> None:
     assert_matches(run.outputs, case.expected())
 
 
+def _direct_of(case: Case) -> Any:
+    """The case's kernel's direct entry, where the executors would call it."""
+    if any(isinstance(item, list) for item in case.inputs) or len(case.inputs) not in (1, 2):
+        return None
+    run = run_kernel(case.op, case.inputs, case.attrs, label=case.label)
+    if len(run.outputs) != 1 or run.kernel.signature.host_memory_inputs:
+        return None
+    return run.kernel.direct
+
+
+DIRECT_CASES = [c for c in CASES if _direct_of(c) is not None]
+
+
+@pytest.mark.parametrize("reuse", ["held", "handed-over"])
+@pytest.mark.parametrize("case", DIRECT_CASES, ids=[c.id for c in DIRECT_CASES])
+def test_direct_entries_match_numpy_or_decline(case: Case, reuse: str) -> None:
+    direct = _direct_of(case)
+    expected = case.expected()
+    inputs = [np.array(v, copy=True) for v in case.inputs]  # owned and writeable
+    before = [v.copy() for v in inputs]
+    mask = 0 if reuse == "held" else (1 << len(inputs)) - 1
+    result = direct(mask, *inputs)
+    if case.op == "MatMul" or (reuse == "handed-over" and len({v.shape for v in inputs}) == 1):
+        # A product always runs directly; an elementwise op runs in place when it may.
+        assert result is not NotImplemented
+    if result is NotImplemented:
+        return
+    assert_matches([np.asarray(result)], expected)
+    if mask == 0:  # nothing was handed over: nothing may be written
+        for value, original in zip(inputs, before, strict=True):
+            np.testing.assert_array_equal(value, original)
+
+
+def test_the_product_entry_declines_what_compute_must_explain() -> None:
+    run = run_kernel("MatMul", [np.ones((3, 2)), np.ones((3, 2))], {"transpose_a": True})
+    np.testing.assert_array_equal(run.outputs[0], np.full((2, 2), 3.0))
+    direct = run.kernel.direct
+    assert direct is not None
+    np.testing.assert_array_equal(direct(0, np.ones((3, 2)), np.ones((3, 2))), run.outputs[0])
+    assert direct(0, np.zeros((2, 3)), np.zeros((3, 2))) is NotImplemented  # 3x2 @ 3x2
+    assert direct(0, np.zeros(3), np.zeros((3, 2))) is NotImplemented  # not a matrix
+
+
 CPU = kl.default_registry().create_devices().lookup("CPU:0")
 
 

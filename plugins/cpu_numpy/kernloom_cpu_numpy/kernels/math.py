@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from kernloom import KernelLibrary, OpKernelContext
+from kernloom import KernelLibrary, OpKernel, OpKernelConstruction, OpKernelContext
 from kernloom.framework.kernel_checks import (
     argmax_axis,
     axes_of,
@@ -66,10 +66,33 @@ def _extreme(fn: Any, initial: Any) -> Any:
     return compute
 
 
-def matmul(ctx: OpKernelContext) -> None:
-    a, b = _matmul_operands(ctx)
-    out = ctx.allocate_output(0, (a.shape[0], b.shape[1]))
-    np.matmul(a, b, out=out)
+class MatMul(OpKernel):
+    """``np.matmul`` into a counted buffer. The transposes are read once, here, and the
+    direct entry runs the product without a context: a layer of an MLP is one call."""
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._transpose_a = bool(ctx.attr("transpose_a"))
+        self._transpose_b = bool(ctx.attr("transpose_b"))
+        self._allocate = ctx.device.allocate
+        self._dtype = self.signature.output_dtypes[0]
+        self.direct = self._direct
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        a, b = _matmul_operands(ctx)
+        out = ctx.allocate_output(0, (a.shape[0], b.shape[1]))
+        np.matmul(a, b, out=out)
+
+    def _direct(self, reuse: int, a: Array, b: Array) -> Any:
+        if self._transpose_a:
+            a = a.T
+        if self._transpose_b:
+            b = b.T
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+            return NotImplemented  # compute explains what does not fit
+        out = self._allocate((a.shape[0], b.shape[1]), self._dtype)
+        np.matmul(a, b, out=out)
+        return out
 
 
 def _matmul_operands(ctx: OpKernelContext) -> tuple[Array, Array]:
@@ -103,6 +126,6 @@ def register(lib: KernelLibrary) -> None:
     cpu("Mean", t.NUMBERS, host_memory=["reduction_indices"])(reduce_mean)
     cpu("Max", t.REALS, host_memory=["reduction_indices"])(_extreme(np.max, lowest))
     cpu("Min", t.REALS, host_memory=["reduction_indices"])(_extreme(np.min, highest))
-    cpu("MatMul", (*t.FLOATS, *t.INDEX, *t.COMPLEX))(matmul)
+    cpu("MatMul", (*t.FLOATS, *t.INDEX, *t.COMPLEX))(MatMul)
     cpu("BiasAdd", t.NUMBERS)(bias_add)
     cpu("ArgMax", t.REALS, host_memory=["dimension"])(arg_max)
