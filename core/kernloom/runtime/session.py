@@ -68,10 +68,37 @@ class _Compiled:
     arg_devices: tuple[Device, ...]
     retval_devices: tuple[Device, ...]
     send_recv_pairs: int
+    inline: Executor | None
+    """The executor that runs a whole step on the caller's thread (straight line): the
+    step has only it, and it has nothing two threads could run at once."""
 
 
 def _abort_rendezvous(rendezvous: Rendezvous, step: Step) -> None:
     rendezvous.abort(step.error or KernloomError("the step was cancelled"))
+
+
+def _results(
+    compiled: _Compiled, frame: CallFrame, copies: CopyStats | None
+) -> list[np.ndarray[Any, Any]]:
+    """The fetched values as host arrays (device-to-client copies counted in ``copies``)."""
+    results = []
+    for index, device in enumerate(compiled.retval_devices):
+        value = frame.retvals[index]
+        if value is None:
+            name = compiled.step_graph.fetches[index]
+            raise InvalidArgumentError(
+                f"fetched tensor {name!r} has no value in this run: it is dead (computed "
+                f"only on the branch of a kl.cond that was not taken, or inside a loop). "
+                f"Fetch the cond's or loop's output instead."
+            )
+        if device.memory_is_host:
+            results.append(np.asarray(value))
+        else:
+            host = device.copy_to_host(value)
+            if copies is not None:
+                copies.record(device.name, CLIENT, int(host.nbytes))
+            results.append(host)
+    return results
 
 
 def _filter_devices(devices: DeviceMgr, filters: tuple[str, ...]) -> DeviceMgr:
@@ -197,9 +224,18 @@ class Session:
                 tuple(self.devices.lookup(placement[n]) for n in step_graph.arg_nodes),
                 tuple(self.devices.lookup(placement[n]) for n in step_graph.retval_nodes),
                 parts.num_pairs(),
+                self._inline_executor(executors),
             )
             self._compiled[key] = compiled
             return compiled
+
+    def _inline_executor(self, executors: tuple[Executor, ...]) -> Executor | None:
+        if len(executors) != 1:
+            return None
+        straight = executors[0].view.straight
+        if straight is None or not (straight.sequential or self._pool.num_workers == 0):
+            return None
+        return executors[0]
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -302,6 +338,9 @@ class Session:
         run_metadata: RunMetadata | None,
         cancellation: CancellationManager | None,
     ) -> list[np.ndarray[Any, Any]]:
+        inline = compiled.inline
+        if inline is not None and run_metadata is None and not options.trace:
+            return self._execute_inline(inline, compiled, fed, options.timeout_s, cancellation)
         step_id = next(self._step_ids)
         copies = CopyStats()
         args = []
@@ -325,36 +364,14 @@ class Session:
         run_args = RunArgs(
             step, rendezvous, frame, self.resource_mgr, stats, executors=len(executors)
         )
-        # A step of one straight-line partition runs on this thread: no barrier, no queue.
-        inline = len(executors) == 1 and executors[0].straight_for(run_args) is not None
+        barrier = ExecutorBarrier(len(executors), step, lambda error: step.finish())
         try:
-            if inline:
-                error = executors[0].run_inline(run_args)
-                if error is not None:
-                    raise error
-            else:
-                barrier = ExecutorBarrier(len(executors), step, lambda error: step.finish())
-                for executor in executors:
-                    executor.run_async(run_args, barrier.executor_done)
-                step.wait()
+            for executor in executors:
+                executor.run_async(run_args, barrier.executor_done)
+            step.wait()
         finally:
             step.close()
-        results = []
-        for index, device in enumerate(compiled.retval_devices):
-            value = frame.retvals[index]
-            if value is None:
-                name = compiled.step_graph.fetches[index]
-                raise InvalidArgumentError(
-                    f"fetched tensor {name!r} has no value in this run: it is dead (computed "
-                    f"only on the branch of a kl.cond that was not taken, or inside a loop). "
-                    f"Fetch the cond's or loop's output instead."
-                )
-            if device.memory_is_host:
-                results.append(np.asarray(value))
-            else:
-                host = device.copy_to_host(value)
-                copies.record(device.name, CLIENT, int(host.nbytes))
-                results.append(host)
+        results = _results(compiled, frame, copies)
         if run_metadata is not None:
             run_metadata.step_id = step_id
             run_metadata.placement = compiled.placement
@@ -364,6 +381,31 @@ class Session:
             run_metadata.memory = {d.name: d.memory_stats() for d in self.devices}
             run_metadata.step_stats = stats.finalize() if stats is not None else None
         return results
+
+    def _execute_inline(
+        self,
+        executor: Executor,
+        compiled: _Compiled,
+        fed: list[np.ndarray[Any, Any]],
+        timeout_s: float | None,
+        cancellation: CancellationManager | None,
+    ) -> list[np.ndarray[Any, Any]]:
+        """A step of one straight-line partition, untraced and without metadata, on this
+        thread: no copies to count, no barrier, no queue, nothing for the pool to do."""
+        step = Step(
+            None, step_id=next(self._step_ids), timeout_s=timeout_s, cancellation=cancellation
+        )
+        args = [
+            device.copy_from_host(v) for v, device in zip(fed, compiled.arg_devices, strict=True)
+        ]
+        frame = CallFrame(args, len(compiled.retval_devices))
+        try:
+            error = executor.run_inline(RunArgs(step, None, frame, self.resource_mgr))
+        finally:
+            step.close()
+        if error is not None:
+            raise error
+        return _results(compiled, frame, None)
 
     # -- explaining -------------------------------------------------------------------------------
 

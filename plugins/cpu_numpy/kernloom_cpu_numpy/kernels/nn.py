@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from kernloom import KernelLibrary, OpKernelContext
@@ -16,26 +19,58 @@ def _shifted(ctx: OpKernelContext) -> Array:
     x = ctx.input(0)
     if x.ndim == 0:
         raise ctx.fail("logits must have rank >= 1")
-    top = np.max(x, axis=-1, keepdims=True, initial=-np.inf)
-    out: Array = ctx.forward_input_or_allocate_output([0], 0, x.shape)
-    with np.errstate(all="ignore"):
-        np.subtract(x, top, out=out)
+    return _shift(x, ctx.forward_input_or_allocate_output([0], 0, x.shape))
+
+
+# No np.errstate here: kernels run inside the device's compute scope, which silences
+# numpy's floating-point warnings (inf - inf is nan, as in TensorFlow) once per step.
+
+
+def _shift(x: Array, out: Array) -> Array:
+    np.subtract(x, np.max(x, axis=-1, keepdims=True, initial=-np.inf), out=out)
+    return out
+
+
+def _normalize(out: Array) -> Array:
+    np.exp(out, out=out)
+    out /= np.sum(out, axis=-1, keepdims=True)
+    return out
+
+
+def _log_normalize(out: Array) -> Array:
+    out -= np.log(np.sum(np.exp(out), axis=-1, keepdims=True))
     return out
 
 
 def softmax(ctx: OpKernelContext) -> None:
-    out = _shifted(ctx)
-    with np.errstate(all="ignore"):
-        np.exp(out, out=out)
-        out /= np.sum(out, axis=-1, keepdims=True)
+    _normalize(_shifted(ctx))
 
 
 def log_softmax(ctx: OpKernelContext) -> None:
-    out = _shifted(ctx)
-    with np.errstate(all="ignore"):
-        out -= np.log(np.sum(np.exp(out), axis=-1, keepdims=True))
+    _log_normalize(_shifted(ctx))
+
+
+def _in_place(normalize: Callable[[Array], Array]) -> Callable[..., Any]:
+    """The direct entry (``OpKernel.direct``): the whole op in the logits' own buffer when
+    nothing else holds it; otherwise (or for a scalar, which ``compute`` refuses) decline."""
+
+    def direct(reuse: int, x: Array) -> Any:
+        if reuse and x.ndim and x.base is None and x.flags.writeable:
+            return normalize(_shift(x, x))
+        return NotImplemented
+
+    return direct
 
 
 def register(lib: KernelLibrary) -> None:
-    for op, fn in (("Softmax", softmax), ("LogSoftmax", log_softmax)):
-        lib.kernel(op, device="CPU", backend="numpy", type_constraints={"T": t.FLOATS})(fn)
+    for op, fn, normalize in (
+        ("Softmax", softmax, _normalize),
+        ("LogSoftmax", log_softmax, _log_normalize),
+    ):
+        lib.kernel(
+            op,
+            device="CPU",
+            backend="numpy",
+            type_constraints={"T": t.FLOATS},
+            direct=_in_place(normalize),
+        )(fn)
