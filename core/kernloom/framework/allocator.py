@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, final
+from typing import Any, NoReturn, TypeVar, final
 
 from kernloom.errors import InvalidArgumentError, ResourceExhaustedError
 
@@ -87,7 +87,16 @@ class TrackingAllocator:
 
         The buffer must support weak references (numpy, CuPy and torch arrays do).
         """
-        self._reserve(nbytes)
+        with self._lock:  # one lock round trip per buffer: this runs for every one
+            in_use = self._bytes_in_use + nbytes
+            if self._limit is not None and in_use > self._limit:
+                self._out_of_memory(nbytes)
+            self._bytes_in_use = in_use
+            self._num_allocs += 1
+            if nbytes > self._largest:
+                self._largest = nbytes
+            if in_use > self._peak:
+                self._peak = in_use
         try:
             buffer = make(*args)
             ref = _Tracked(buffer, self._collected)
@@ -95,7 +104,7 @@ class TrackingAllocator:
             self._release(nbytes)
             raise
         ref.nbytes = nbytes
-        # One dict store: atomic, so no lock (the bytes were counted by _reserve).
+        # One dict store: atomic, so no lock (the bytes were counted above).
         self._live[id(ref)] = ref
         return buffer
 
@@ -104,21 +113,12 @@ class TrackingAllocator:
             with self._lock:
                 self._bytes_in_use -= ref.nbytes
 
-    def _reserve(self, nbytes: int) -> None:
-        with self._lock:
-            if self._limit is not None and self._bytes_in_use + nbytes > self._limit:
-                raise ResourceExhaustedError(
-                    f"out of memory on {self._owner}: allocating {nbytes} bytes with "
-                    f"{self._bytes_in_use} of {self._limit} bytes in use; raise the device's "
-                    f"memory limit (DeviceOptions.memory_limit) or use smaller tensors"
-                )
-            in_use = self._bytes_in_use + nbytes
-            self._bytes_in_use = in_use
-            self._num_allocs += 1
-            if nbytes > self._largest:
-                self._largest = nbytes
-            if in_use > self._peak:
-                self._peak = in_use
+    def _out_of_memory(self, nbytes: int) -> NoReturn:
+        raise ResourceExhaustedError(
+            f"out of memory on {self._owner}: allocating {nbytes} bytes with "
+            f"{self._bytes_in_use} of {self._limit} bytes in use; raise the device's "
+            f"memory limit (DeviceOptions.memory_limit) or use smaller tensors"
+        )
 
     def _release(self, nbytes: int) -> None:
         with self._lock:

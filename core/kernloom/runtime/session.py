@@ -323,9 +323,12 @@ class Session:
     ) -> Any:
         started = time.perf_counter()
         args = plan.args(values)
-        results = self._execute(
-            compiled, args, options or _DEFAULT_OPTIONS, run_metadata, cancellation
-        )
+        options = options or _DEFAULT_OPTIONS
+        inline = compiled.inline
+        if inline is not None and run_metadata is None and not options.trace:
+            results = self._execute_inline(inline, compiled, args, options.timeout_s, cancellation)
+        else:
+            results = self._execute(compiled, args, options, run_metadata, cancellation)
         if run_metadata is not None:
             run_metadata.wall_s = time.perf_counter() - started
         return plan.results(results)
@@ -338,9 +341,6 @@ class Session:
         run_metadata: RunMetadata | None,
         cancellation: CancellationManager | None,
     ) -> list[np.ndarray[Any, Any]]:
-        inline = compiled.inline
-        if inline is not None and run_metadata is None and not options.trace:
-            return self._execute_inline(inline, compiled, fed, options.timeout_s, cancellation)
         step_id = next(self._step_ids)
         copies = CopyStats()
         args = []

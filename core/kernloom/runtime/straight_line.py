@@ -32,6 +32,7 @@ from kernloom.framework.device_independent_kernels import ArgKernel, ConstKernel
 from kernloom.framework.op_kernel import _UNSET, OpKernelContext
 
 if TYPE_CHECKING:
+    from kernloom.framework.device import Device
     from kernloom.runtime.executor import Done, GraphView, NodeItem, RunArgs
 
 __all__ = ["StraightLine"]
@@ -114,7 +115,7 @@ class StraightLine:
         device = view.device
         step = args.step
         values: list[Any] = [None] * self.num_values
-        ctx = step_context(items[0].kernel, device, args)
+        ctx: OpKernelContext | None = None  # made for the first node that runs compute
         frame = args.call_frame
         check_deadline = step.deadline is not None
         getrefcount = _getrefcount
@@ -144,12 +145,14 @@ class StraightLine:
                         if value is NotImplemented:
                             given = [x, y]
                             del x, y
+                            if ctx is None:
+                                ctx = step_context(items[node].kernel, device, args)
                             value = _through_context(ctx, items[node], given)[0]
                             del given
                         else:
                             del x, y
                             if value.dtype is not dtype:
-                                _check_direct_output(ctx, items[node], value)
+                                _check_direct_output(device, args, items[node], value)
                         if out >= 0:
                             values[out] = value
                         del value
@@ -164,12 +167,14 @@ class StraightLine:
                         if value is NotImplemented:
                             given = [x]
                             del x
+                            if ctx is None:
+                                ctx = step_context(items[node].kernel, device, args)
                             value = _through_context(ctx, items[node], given)[0]
                             del given
                         else:
                             del x
                             if value.dtype is not dtype:
-                                _check_direct_output(ctx, items[node], value)
+                                _check_direct_output(device, args, items[node], value)
                         if out >= 0:
                             values[out] = value
                         del value
@@ -177,6 +182,8 @@ class StraightLine:
                         given = [values[slot] for slot in a]
                         for slot in b:
                             values[slot] = None
+                        if ctx is None:
+                            ctx = step_context(items[node].kernel, device, args)
                         produced = _through_context(ctx, items[node], given)
                         del given
                         for output, slot in out:
@@ -187,6 +194,8 @@ class StraightLine:
                             values[out] = a
                     elif kind == _ARG:
                         if frame is None:  # outside a session step: the kernel says why
+                            if ctx is None:
+                                ctx = step_context(items[node].kernel, device, args)
                             value = _through_context(ctx, items[node], [])[0]
                         else:
                             value = frame.args[a]
@@ -195,6 +204,8 @@ class StraightLine:
                         del value
                     else:  # _RETVAL
                         if frame is None:
+                            if ctx is None:
+                                ctx = step_context(items[node].kernel, device, args)
                             _through_context(ctx, items[node], [values[a]])
                         else:
                             frame.retvals[b] = values[a]
@@ -266,15 +277,11 @@ def _through_context(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> 
     return produced
 
 
-def _check_direct_output(ctx: OpKernelContext, item: NodeItem, value: Any) -> None:
+def _check_direct_output(device: Device, args: RunArgs, item: NodeItem, value: Any) -> None:
     """The dtype check ``OpKernelContext.outputs`` makes, for a direct entry's result."""
-    ctx.kernel = item.kernel
-    ctx.signature = item.kernel.signature
+    ctx = step_context(item.kernel, device, args)
     ctx._outputs = [value]
-    try:
-        ctx.outputs()
-    finally:
-        ctx._outputs = None  # type: ignore[assignment]
+    ctx.outputs()
 
 
 def _lifo_order(view: GraphView) -> list[int] | None:
