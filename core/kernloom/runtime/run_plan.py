@@ -14,7 +14,7 @@ change from one call to the next.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,7 +185,3 @@ class RunPlan:
 
 RunCallable = Callable[..., Any]
 """What ``Session.make_callable`` returns: call it with the feed values, in order."""
-
-
-def as_values(feed_dict: Mapping[Any, Any] | None) -> list[object]:
-    return [] if not feed_dict else list(feed_dict.values())

@@ -145,8 +145,7 @@ class StraightLine:
                         if value is NotImplemented:
                             given = [x, y]
                             del x, y
-                            if ctx is None:
-                                ctx = step_context(items[node].kernel, device, args)
+                            ctx = ctx or step_context(items[node].kernel, device, args)
                             value = _through_context(ctx, items[node], given)[0]
                             del given
                         else:
@@ -167,8 +166,7 @@ class StraightLine:
                         if value is NotImplemented:
                             given = [x]
                             del x
-                            if ctx is None:
-                                ctx = step_context(items[node].kernel, device, args)
+                            ctx = ctx or step_context(items[node].kernel, device, args)
                             value = _through_context(ctx, items[node], given)[0]
                             del given
                         else:
@@ -182,8 +180,7 @@ class StraightLine:
                         given = [values[slot] for slot in a]
                         for slot in b:
                             values[slot] = None
-                        if ctx is None:
-                            ctx = step_context(items[node].kernel, device, args)
+                        ctx = ctx or step_context(items[node].kernel, device, args)
                         produced = _through_context(ctx, items[node], given)
                         del given
                         for output, slot in out:
@@ -194,8 +191,7 @@ class StraightLine:
                             values[out] = a
                     elif kind == _ARG:
                         if frame is None:  # outside a session step: the kernel says why
-                            if ctx is None:
-                                ctx = step_context(items[node].kernel, device, args)
+                            ctx = ctx or step_context(items[node].kernel, device, args)
                             value = _through_context(ctx, items[node], [])[0]
                         else:
                             value = frame.args[a]
@@ -204,8 +200,7 @@ class StraightLine:
                         del value
                     else:  # _RETVAL
                         if frame is None:
-                            if ctx is None:
-                                ctx = step_context(items[node].kernel, device, args)
+                            ctx = ctx or step_context(items[node].kernel, device, args)
                             _through_context(ctx, items[node], [values[a]])
                         else:
                             frame.retvals[b] = values[a]
