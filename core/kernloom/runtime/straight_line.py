@@ -229,15 +229,14 @@ def _entry(
     kernel = item.kernel
     exact = type(kernel)
     out = outputs[0][1] if outputs else -1
-    if not plain:
-        pass  # the device wraps every kernel's compute: run them all through it
-    elif isinstance(kernel, ConstKernel) and exact is ConstKernel:
-        return (_CONST, None, kernel.value, None, 0, out, None, node)
-    elif isinstance(kernel, ArgKernel) and exact is ArgKernel:
-        return (_ARG, None, kernel.index, None, 0, out, None, node)
-    elif isinstance(kernel, RetvalKernel) and exact is RetvalKernel:
-        take = 1 if taken[0] else 0
-        return (_RETVAL, None, inputs[0], kernel.index, take, -1, None, node)
+    if plain:  # (a device that wraps every kernel's compute must see these run too)
+        if isinstance(kernel, ConstKernel) and exact is ConstKernel:
+            return (_CONST, None, kernel.value, None, 0, out, None, node)
+        if isinstance(kernel, ArgKernel) and exact is ArgKernel:
+            return (_ARG, None, kernel.index, None, 0, out, None, node)
+        if isinstance(kernel, RetvalKernel) and exact is RetvalKernel:
+            take = 1 if taken[0] else 0
+            return (_RETVAL, None, inputs[0], kernel.index, take, -1, None, node)
     if item.direct is not None:  # one or two inputs, one output
         take = sum(1 << i for i, t in enumerate(taken) if t)
         dtype = kernel.signature.output_numpy_dtypes[0]
