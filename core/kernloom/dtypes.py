@@ -47,41 +47,40 @@ class DType:
     """One element type; construct through ``as_dtype`` or use the module constants."""
 
     # Plain attributes, not properties: allocation reads them for every buffer.
-    __slots__ = ("_np", "itemsize", "name", "numpy_dtype")
+    __slots__ = ("itemsize", "name", "numpy_dtype")
 
     name: str
     numpy_dtype: np.dtype[Any]
     itemsize: int
     """Bytes per element."""
-    _np: np.dtype[Any]
 
     def __init__(self, name: str, numpy_dtype: np.dtype[Any]) -> None:
         if name in _BY_NAME:
             raise InvalidArgumentError(f"dtype {name!r} already exists; use as_dtype({name!r})")
         self.name = name
-        self._np = self.numpy_dtype = numpy_dtype
+        self.numpy_dtype = numpy_dtype
         self.itemsize = int(numpy_dtype.itemsize)
         _BY_NAME[name] = self
 
     @property
     def is_floating(self) -> bool:
-        return self._np.kind == "f"
+        return self.numpy_dtype.kind == "f"
 
     @property
     def is_complex(self) -> bool:
-        return self._np.kind == "c"
+        return self.numpy_dtype.kind == "c"
 
     @property
     def is_integer(self) -> bool:
-        return self._np.kind in "iu"
+        return self.numpy_dtype.kind in "iu"
 
     @property
     def is_unsigned(self) -> bool:
-        return self._np.kind == "u"
+        return self.numpy_dtype.kind == "u"
 
     @property
     def is_bool(self) -> bool:
-        return self._np.kind == "b"
+        return self.numpy_dtype.kind == "b"
 
     @property
     def is_numeric(self) -> bool:

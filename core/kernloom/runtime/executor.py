@@ -279,7 +279,7 @@ class Executor:
             straight is not None
             and args.stats is None
             and args.node_outputs is None
-            and (args.step.pool is None or straight.sequential)
+            and straight.serves(parallel=args.step.pool is not None)
         ):
             return straight
         return None

@@ -133,8 +133,8 @@ class RunPlan:
     targets: tuple[str, ...]
     checks: tuple[_FeedCheck, ...]
     """One per ``_Arg``, in ``_Arg`` order."""
-    single: str | None
-    """The name of the one tensor fetched, when the fetch is a lone tensor."""
+    single: bool
+    """Whether the fetch is a lone tensor: its value is the result, no structure to build."""
 
     @classmethod
     def build(
@@ -149,7 +149,7 @@ class RunPlan:
             tuple(feeds[i].name for i in order),
             tuple(sorted({*fetch_plan.targets, *targets})),
             tuple(_feed_check(i, feeds[i]) for i in order),
-            fetch_plan.tensors[0] if type(fetches) is Tensor else None,
+            type(fetches) is Tensor,
         )
 
     def args(self, values: Sequence[object]) -> list[Array]:
@@ -178,7 +178,7 @@ class RunPlan:
 
     def results(self, values: list[Any]) -> Any:
         """The fetched values, in the structure the caller fetched them in."""
-        if self.single is not None:
+        if self.single:
             return values[0]
         return self.fetches.rebuild(dict(zip(self.fetches.tensors, values, strict=True)))
 

@@ -36,11 +36,10 @@ from kernloom.graph.graph import Graph, Node, get_default_graph
 from kernloom.registry import Registry
 from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.executor import Executor, ExecutorBarrier, RunArgs
-from kernloom.runtime.fetches import plan_fetches
 from kernloom.runtime.partition import PartitionResult, partition
 from kernloom.runtime.placer import Placement, Placer
 from kernloom.runtime.rendezvous import CopyStats, Rendezvous
-from kernloom.runtime.run_plan import RunCallable, RunPlan, resolve_feeds, signature_key
+from kernloom.runtime.run_plan import RunCallable, RunPlan, signature_key
 from kernloom.runtime.session_options import RunMetadata, RunOptions, SessionConfig
 from kernloom.runtime.step import InterOpPool, Step
 from kernloom.runtime.step_stats import StepStatsCollector
@@ -233,7 +232,7 @@ class Session:
         if len(executors) != 1:
             return None
         straight = executors[0].view.straight
-        if straight is None or not (straight.sequential or self._pool.num_workers == 0):
+        if straight is None or not straight.serves(parallel=self._pool.num_workers > 0):
             return None
         return executors[0]
 
@@ -266,10 +265,7 @@ class Session:
         key = signature_key(self.graph, fetches, feed_dict) if targets is None else None
         found = self._plans.get(key) if key is not None else None
         if found is None:
-            plan = RunPlan.build(
-                self.graph, fetches, list(feed_dict or ()), self._target_names(targets or [])
-            )
-            found = (plan, self._compile(plan.feed_names, plan.fetches.tensors, plan.targets))
+            found = self._resolve(fetches, list(feed_dict or ()), self._target_names(targets or []))
             if key is not None:
                 if len(self._plans) >= _MAX_CACHED_PLANS:
                     self._plans.clear()  # a program that builds a new call every step
@@ -285,8 +281,7 @@ class Session:
         ``cancellation=``, and runs the graph as it is now, even if nodes are added later."""
         if self._closed:
             raise KernloomError("this session is closed; create a new kl.Session")
-        plan = RunPlan.build(self.graph, fetches, list(feed_list), ())
-        compiled = self._compile(plan.feed_names, plan.fetches.tensors, plan.targets)
+        plan, compiled = self._resolve(fetches, list(feed_list), [])
 
         def call(
             *feed_values: Any,
@@ -299,6 +294,13 @@ class Session:
             return self._call(plan, compiled, feed_values, options, run_metadata, cancellation)
 
         return call
+
+    def _resolve(
+        self, fetches: object, feed_keys: list[Any], targets: list[str]
+    ) -> tuple[RunPlan, _Compiled]:
+        """A run call resolved against the graph, and its compiled step."""
+        plan = RunPlan.build(self.graph, fetches, feed_keys, targets)
+        return plan, self._compile(plan.feed_names, plan.fetches.tensors, plan.targets)
 
     def _target_names(self, targets: list[Node | str]) -> list[str]:
         names = []
@@ -424,9 +426,7 @@ class Session:
             ).run()
             parts = partition(self.graph, placement, devices=self.devices, registry=self.registry)
         else:
-            plan = plan_fetches(self.graph, fetches)
-            feeds = tuple(sorted(t.name for t in resolve_feeds(self.graph, list(feed_dict or ()))))
-            compiled = self._compile(feeds, plan.tensors, tuple(sorted(plan.targets)))
+            _, compiled = self._resolve(fetches, list(feed_dict or ()), [])
             placement, parts = compiled.placement, compiled.partitions
         lines = ["Devices:"]
         lines += [f"  {d.name} (backend {d.backend})" for d in self.devices]

@@ -71,6 +71,11 @@ class StraightLine:
         before): then even a step with an inter-op pool loses nothing by running the
         partition on one thread."""
 
+    def serves(self, *, parallel: bool) -> bool:
+        """Whether a step runs the partition on this program: one with no other thread to
+        use, or (``parallel``) one with a pool when no two expensive nodes could use it."""
+        return not parallel or self.sequential
+
     @classmethod
     def compile(cls, view: GraphView) -> StraightLine | None:
         """The program for ``view``; None if the partition needs the general executor (it
