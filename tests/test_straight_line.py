@@ -31,13 +31,13 @@ def registry() -> kl.Registry:
 def straight_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the devices whose partitions ran on the straight-line executor."""
     runs: list[str] = []
-    original = StraightLine.run
+    original = StraightLine.execute
 
-    def spy(self: StraightLine, view: GraphView, args: RunArgs, done: Any) -> None:
-        runs.append(view.device.name)
-        original(self, view, args, done)
+    def spy(self: StraightLine, args: RunArgs) -> BaseException | None:
+        runs.append(self.view.device.name)
+        return original(self, args)
 
-    monkeypatch.setattr(StraightLine, "run", spy)
+    monkeypatch.setattr(StraightLine, "execute", spy)
     return runs
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "end_step",
     "node_error",
     "step_context",
+    "step_error",
 ]
 
 KernelFactory = Callable[[Node], OpKernel]
@@ -266,7 +267,7 @@ class Executor:
         if straight is not None:
             # Another executor's work may be queued for the caller too: then let a pool
             # thread take this partition, so that the two run at once.
-            args.step.schedule(lambda: straight.run(view, args, done), ticket=args.executors > 1)
+            args.step.schedule(lambda: straight.run(args, done), ticket=args.executors > 1)
             return
         state = _ExecutorState(self.view, args, done)
         state.start()
@@ -296,9 +297,7 @@ class Executor:
             except BaseException as exc:
                 return exc
             return None
-        errors: list[BaseException | None] = []
-        straight.run(self.view, args, errors.append)
-        return errors[0]
+        return straight.execute(args)
 
     def run(self, args: RunArgs) -> None:
         """Run synchronously on this thread (and the step's pool); raise the first error."""
@@ -330,16 +329,21 @@ def step_context(kernel: OpKernel, device: Device, args: RunArgs) -> OpKernelCon
 
 
 def end_step(device: Device, step: Step, error: BaseException | None, done: Done) -> None:
-    """An executor's end of a step: sync the device, then ``done`` with the executor's own
-    error, else the step's (another executor's failure, the deadline, a cancellation), else
-    a failed sync."""
+    """An executor's end of a step: ``done`` with what ``step_error`` says."""
+    done(step_error(device, step, error))
+
+
+def step_error(device: Device, step: Step, error: BaseException | None) -> BaseException | None:
+    """Sync the device at the end of an executor's step, and say how the step ended: the
+    executor's own error, else the step's (another executor's failure, the deadline, a
+    cancellation), else a failed sync."""
     if error is None and step.stopped:
         error = step.error
     try:
         device.sync()
     except Exception as exc:
         error = error or KernelError(f"{device.name}: sync at the end of the step: {exc}")
-    done(error)
+    return error
 
 
 def node_error(

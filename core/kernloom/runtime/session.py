@@ -43,6 +43,7 @@ from kernloom.runtime.run_plan import RunCallable, RunPlan, signature_key
 from kernloom.runtime.session_options import RunMetadata, RunOptions, SessionConfig
 from kernloom.runtime.step import InterOpPool, Step
 from kernloom.runtime.step_stats import StepStatsCollector
+from kernloom.runtime.straight_line import StraightLine
 from kernloom.runtime.subgraph import StepGraph, build_step_graph
 
 __all__ = ["CLIENT", "Session"]
@@ -67,9 +68,9 @@ class _Compiled:
     arg_devices: tuple[Device, ...]
     retval_devices: tuple[Device, ...]
     send_recv_pairs: int
-    inline: Executor | None
-    """The executor that runs a whole step on the caller's thread (straight line): the
-    step has only it, and it has nothing two threads could run at once."""
+    inline: StraightLine | None
+    """The program that runs a whole step on the caller's thread: the step has only one
+    executor, with a straight-line program and nothing two threads could run at once."""
 
 
 def _abort_rendezvous(rendezvous: Rendezvous, step: Step) -> None:
@@ -91,7 +92,7 @@ def _results(
                 f"Fetch the cond's or loop's output instead."
             )
         if device.memory_is_host:
-            results.append(np.asarray(value))
+            results.append(value if type(value) is np.ndarray else np.asarray(value))
         else:
             host = device.copy_to_host(value)
             if copies is not None:
@@ -223,18 +224,18 @@ class Session:
                 tuple(self.devices.lookup(placement[n]) for n in step_graph.arg_nodes),
                 tuple(self.devices.lookup(placement[n]) for n in step_graph.retval_nodes),
                 parts.num_pairs(),
-                self._inline_executor(executors),
+                self._inline_program(executors),
             )
             self._compiled[key] = compiled
             return compiled
 
-    def _inline_executor(self, executors: tuple[Executor, ...]) -> Executor | None:
+    def _inline_program(self, executors: tuple[Executor, ...]) -> StraightLine | None:
         if len(executors) != 1:
             return None
         straight = executors[0].view.straight
         if straight is None or not straight.serves(parallel=self._pool.num_workers > 0):
             return None
-        return executors[0]
+        return straight
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -323,15 +324,16 @@ class Session:
         run_metadata: RunMetadata | None,
         cancellation: CancellationManager | None,
     ) -> Any:
-        started = time.perf_counter()
         args = plan.args(values)
         options = options or _DEFAULT_OPTIONS
         inline = compiled.inline
         if inline is not None and run_metadata is None and not options.trace:
             results = self._execute_inline(inline, compiled, args, options.timeout_s, cancellation)
+        elif run_metadata is None:
+            results = self._execute(compiled, args, options, None, cancellation)
         else:
+            started = time.perf_counter()
             results = self._execute(compiled, args, options, run_metadata, cancellation)
-        if run_metadata is not None:
             run_metadata.wall_s = time.perf_counter() - started
         return plan.results(results)
 
@@ -386,7 +388,7 @@ class Session:
 
     def _execute_inline(
         self,
-        executor: Executor,
+        straight: StraightLine,
         compiled: _Compiled,
         fed: list[np.ndarray[Any, Any]],
         timeout_s: float | None,
@@ -402,7 +404,7 @@ class Session:
         ]
         frame = CallFrame(args, len(compiled.retval_devices))
         try:
-            error = executor.run_inline(RunArgs(step, None, frame, self.resource_mgr))
+            error = straight.execute(RunArgs(step, None, frame, self.resource_mgr))
         finally:
             step.close()
         if error is not None:

@@ -61,9 +61,12 @@ None, 0 or -1."""
 class StraightLine:
     """A partition compiled into one sequence of nodes; immutable, shared by all steps."""
 
-    __slots__ = ("num_values", "program", "sequential")
+    __slots__ = ("num_values", "program", "sequential", "view")
 
-    def __init__(self, program: list[Entry], num_values: int, sequential: bool) -> None:
+    def __init__(
+        self, view: GraphView, program: list[Entry], num_values: int, sequential: bool
+    ) -> None:
+        self.view = view
         self.program = program
         self.num_values = num_values
         self.sequential = sequential
@@ -112,10 +115,16 @@ class StraightLine:
                 if (node, output) in slot_of
             )
             program.append(_entry(item, inputs[node], taken, outputs, plain))
-        return cls(program, len(slot_of), _sequential(view, order))
+        return cls(view, program, len(slot_of), _sequential(view, order))
 
-    def run(self, view: GraphView, args: RunArgs, done: Done) -> None:
+    def run(self, args: RunArgs, done: Done) -> None:
         """Run one step of the partition on this thread, then ``done(error)``."""
+        done(self.execute(args))
+
+    def execute(self, args: RunArgs) -> BaseException | None:
+        """Run one step of the partition on this thread and return its error (the
+        session's inline path, which has no callback to give)."""
+        view = self.view
         items = view.items
         device = view.device
         step = args.step
@@ -218,7 +227,7 @@ class StraightLine:
             else:
                 error = node_error(items[node], device, exc)
             step.stop(error)
-        end_step(device, step, error, done)
+        return step_error(device, step, error)
 
 
 def _entry(
@@ -322,4 +331,4 @@ def _sequential(view: GraphView, order: list[int]) -> bool:
 
 
 # The executor module imports this one; these are bound once it has loaded.
-from kernloom.runtime.executor import end_step, node_error, step_context  # noqa: E402
+from kernloom.runtime.executor import node_error, step_context, step_error  # noqa: E402

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 import kernloom
+from kernloom_cpu_numpy.float_errors import ignore_float_errors
 from kernloom_cpu_numpy.threadpool import IntraOpPool
 
 __all__ = ["NumpyCPUDevice", "NumpyCPUDeviceFactory"]
@@ -47,8 +48,8 @@ class NumpyCPUDevice(kernloom.Device):
 
     def compute_scope(self) -> contextlib.AbstractContextManager[object]:
         # Like TensorFlow, 1/0 is inf and log(-1) nan: no numpy warnings, set once per run
-        # of many kernels rather than per kernel (np.errstate costs ~1 us).
-        return np.errstate(all="ignore")
+        # of many kernels rather than per kernel (see float_errors for the cost).
+        return ignore_float_errors()
 
     def close(self) -> None:
         self.intra_op_pool.close()
