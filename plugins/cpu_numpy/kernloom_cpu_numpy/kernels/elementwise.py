@@ -109,10 +109,9 @@ def add_n(ctx: OpKernelContext) -> None:
     reused = ctx.forwarded[0][0] if ctx.forwarded else None
     if reused is None:
         np.copyto(out, inputs[0])
-    with np.errstate(all="ignore"):
-        for i, x in enumerate(inputs):
-            if i != reused and (reused is not None or i > 0):
-                np.add(out, x, out=out)
+    for i, x in enumerate(inputs):
+        if i != reused and (reused is not None or i > 0):
+            np.add(out, x, out=out)
 
 
 def cast(ctx: OpKernelContext) -> None:
@@ -123,8 +122,7 @@ def cast(ctx: OpKernelContext) -> None:
     out = ctx.allocate_output(0, x.shape)
     if x.dtype.kind == "c" and out.dtype.kind != "c":
         x = x.real  # TensorFlow keeps the real part
-    with np.errstate(all="ignore"):
-        np.copyto(out, x, casting="unsafe")
+    np.copyto(out, x, casting="unsafe")
 
 
 Table = tuple[tuple[str, Callable[..., Any], tuple[Any, ...]], ...]
