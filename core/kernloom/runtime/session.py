@@ -399,9 +399,9 @@ class Session:
         step = Step(
             None, step_id=next(self._step_ids), timeout_s=timeout_s, cancellation=cancellation
         )
-        args = [
-            device.copy_from_host(v) for v, device in zip(fed, compiled.arg_devices, strict=True)
-        ]
+        args = []
+        for value, device in zip(fed, compiled.arg_devices, strict=True):
+            args.append(device.copy_from_host(value))  # (no comprehension: a frame of its own)
         frame = CallFrame(args, len(compiled.retval_devices))
         try:
             error = straight.execute(RunArgs(step, None, frame, self.resource_mgr))
