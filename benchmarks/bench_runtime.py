@@ -1,7 +1,7 @@
 """The runtime benchmarks of the executor-and-session issue, each a ratio to a reference
 measured in the same run (this machine is shared and noisy: compare ratios, not times).
 
-    .venv/bin/python benchmarks/bench_runtime.py            # all four, ~1 minute
+    .venv/bin/python benchmarks/bench_runtime.py            # all four, ~1.5 minutes
     .venv/bin/python benchmarks/bench_runtime.py dispatch   # one of them
 
 BLAS thread counts are fixed per measurement in a child process (OpenBLAS reads its
@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-ROUNDS = 31
-"""MLP rounds; each is the best of 4 runs of ours and of numpy's."""
+ROUNDS = 101
+BEST_OF = 6
+"""MLP rounds; each is the best of BEST_OF runs of ours and of numpy's."""
 BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -114,11 +115,11 @@ def child(kind: str, threads: int) -> dict[str, float]:
 
             for round_ in range(ROUNDS):
                 if round_ % 2:
-                    numpy_s.append(best_of(direct, 4, 1))
-                    ours.append(best_of(run, 4, 1))
+                    numpy_s.append(best_of(direct, BEST_OF, 1))
+                    ours.append(best_of(run, BEST_OF, 1))
                 else:
-                    ours.append(best_of(run, 4, 1))
-                    numpy_s.append(best_of(direct, 4, 1))
+                    ours.append(best_of(run, BEST_OF, 1))
+                    numpy_s.append(best_of(direct, BEST_OF, 1))
         ratios = sorted(a / b for a, b in zip(ours, numpy_s, strict=True))
         return {
             "ms": min(ours) * 1e3,
