@@ -84,3 +84,18 @@ def test_without_numpys_context_variable_it_is_np_errstate(
     assert isinstance(scope, np.errstate)
     with scope:
         assert divide_by_zero() == np.inf
+
+
+def test_a_session_run_computes_like_tensorflow_and_leaves_the_callers_state() -> None:
+    import kernloom as kl
+
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        y = kl.ops.real_div(kl.constant(np.float32(1.0)), x)
+        z = kl.ops.log(x)
+    with kl.Session(g) as sess, np.errstate(divide="raise", invalid="raise"):
+        got_y, got_z = sess.run([y, z], {x: np.array([0.0, -1.0, 2.0], np.float32)})
+        assert np.geterr()["divide"] == "raise" and np.geterr()["invalid"] == "raise"
+    np.testing.assert_array_equal(got_y, [np.inf, -1.0, 0.5])
+    assert got_z[0] == -np.inf and np.isnan(got_z[1]) and got_z[2] == np.float32(np.log(2.0))
