@@ -213,23 +213,6 @@ def test_a_device_that_wraps_compute_sees_every_kernel(
     device.close()
 
 
-def test_run_inline_takes_partitions_the_straight_line_cannot(registry: kl.Registry) -> None:
-    loop = kl.Graph(registry)
-    with loop.as_default():
-        kl.while_loop(lambda i: kl.ops.less(i, 3), lambda i: kl.ops.add(i, 1), [kl.constant(0)])
-    view = view_of(registry, loop)
-    assert view.straight is None  # control flow: the frame executor runs it
-    assert Executor(view).run_inline(RunArgs(Step())) is None
-    hangs = kl.Graph(registry)
-    with hangs.as_default():
-        x = kl.constant(np.float32(1), name="x")
-        hangs.add_node("NeverFinishes", [x], name="never")
-    view = view_of(registry, hangs)
-    assert view.straight is None  # an asynchronous kernel
-    error = Executor(view).run_inline(RunArgs(Step(timeout_s=0.2)))
-    assert isinstance(error, kl.DeadlineExceededError)
-
-
 def test_a_step_without_a_call_frame_fails_in_the_arg_node(registry: kl.Registry) -> None:
     g = kl.Graph(registry)
     with g.as_default():

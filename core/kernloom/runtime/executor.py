@@ -285,20 +285,6 @@ class Executor:
             return straight
         return None
 
-    def run_inline(self, args: RunArgs) -> BaseException | None:
-        """Run the step's partition on this thread, start to end, and return its error: the
-        session's path for a step that has only this executor. Meant for a partition with
-        a straight-line program (``straight_for``); any other waits on the step as ``run``
-        does."""
-        straight = self.straight_for(args)
-        if straight is None:
-            try:
-                self.run(args)
-            except BaseException as exc:
-                return exc
-            return None
-        return straight.execute(args)
-
     def run(self, args: RunArgs) -> None:
         """Run synchronously on this thread (and the step's pool); raise the first error."""
         errors: list[BaseException | None] = []
