@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from kernloom.cli_args import UsageError, int_in_range, settings_from_pairs
+from kernloom.cli_flags import COMPARE_FLAGS, cli_message
 from kernloom.cli_run import _load_array, _tensor_key
 from kernloom.errors import InvalidArgumentError, KernloomError, NotFoundError
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES
@@ -57,10 +58,10 @@ def _handler(registry: Registry, args: argparse.Namespace) -> int:
     try:
         return _compare(registry, args)
     except (UsageError, InvalidArgumentError, NotFoundError) as exc:
-        errors.print(f"error: {exc}", markup=False)
+        errors.print(f"error: {cli_message(exc, COMPARE_FLAGS)}", markup=False)
         return EXIT_USAGE
     except KernloomError as exc:
-        errors.print(f"error: the run failed: {exc}", markup=False)
+        errors.print(f"error: the run failed: {cli_message(exc, COMPARE_FLAGS)}", markup=False)
         return EXIT_FAILED
 
 

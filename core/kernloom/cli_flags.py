@@ -15,30 +15,58 @@ from typing import Final
 
 from kernloom.errors import KernloomError, Setting, python_spelling
 
-__all__ = ["CLI_FLAGS", "cli_message", "cli_spelling"]
+__all__ = [
+    "CLI_FLAGS",
+    "COMPARE_FLAGS",
+    "OPTIMIZE_FLAGS",
+    "PYTHON_ONLY",
+    "cli_message",
+    "cli_spelling",
+]
 
 CLI_FLAGS: Final[Mapping[str, str]] = {
     "feed": "--feed {key}=FILE.npy",
+    "feed_array": "--feed {key}=FILE.npy (FILE.npy: an array of {value}, as numpy.save writes it)",
     "kernel_label": "--label {key}={value}",
     "device_filter": "--device-filter {value}",
     "soft_placement": "--soft-placement",
     "timeout": "--timeout SECONDS",
     "trace": "--trace FILE.json",
     "inter_op_threads": "--inter-op-threads N",
+    "memory_limit": "--memory-limit {key}=BYTES",
 }
-"""Setting -> the ``kernloom run`` flag that sets it; ``str.format`` fields ``key``, ``value``."""
+"""Setting -> the ``kernloom run`` flag that sets it; ``str.format`` fields ``key``, ``value``.
+A template is the flag, its argument (quoted for a shell once filled in) and, optionally,
+words about it."""
+
+COMPARE_FLAGS: Final[Mapping[str, str]] = {
+    name: CLI_FLAGS[name] for name in ("feed", "feed_array", "kernel_label", "device_filter")
+}
+"""The settings ``kernloom compare`` has flags for."""
+
+OPTIMIZE_FLAGS: Final[Mapping[str, str]] = {"disabled_pass": "--disable {value}"}
+"""The settings ``kernloom optimize`` has flags for."""
+
+PYTHON_ONLY: Final = frozenset({"constant_array"})
+"""Settings no command has a flag for, because no command can meet their errors: a
+constant is built in Python (a saved graph's constants are already arrays)."""
 
 
 def cli_spelling(setting: Setting, flags: Mapping[str, str] = CLI_FLAGS) -> str:
-    """The flag that sets ``setting``, filled in and quoted for a shell."""
+    """The flag that sets ``setting``, filled in and quoted for a shell. A setting the
+    command has no flag for keeps its Python spelling, marked as such."""
     template = flags.get(setting.name)
     if template is None:
-        return python_spelling(setting)
-    flag, _, argument = template.partition(" ")
-    if not argument:
+        return f"{python_spelling(setting)} (Python API; this command has no flag for it)"
+    flag, _, rest = template.partition(" ")
+    if not rest:
         return flag
+    argument, _, words = rest.partition(" ")
     filled = argument.format(key=setting.key, value=setting.value)
-    return f"{flag} {shlex.quote(filled)}"
+    spelled = f"{flag} {shlex.quote(filled)}"
+    if words:
+        spelled += " " + words.format(key=setting.key, value=setting.value)
+    return spelled
 
 
 def cli_message(error: BaseException, flags: Mapping[str, str] = CLI_FLAGS) -> str:

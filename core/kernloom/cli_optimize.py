@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
+from kernloom.cli_flags import OPTIMIZE_FLAGS, cli_message
 from kernloom.errors import InvalidArgumentError, KernloomError, NotFoundError
 from kernloom.graph.graph import Graph
 from kernloom.optimizer import optimize_step_graph
@@ -68,10 +69,10 @@ def _handler(registry: Registry, args: argparse.Namespace) -> int:
     try:
         return _optimize(registry, args)
     except (InvalidArgumentError, NotFoundError) as exc:
-        errors.print(f"error: {exc}", markup=False)
+        errors.print(f"error: {cli_message(exc, OPTIMIZE_FLAGS)}", markup=False)
         return EXIT_USAGE
     except KernloomError as exc:
-        errors.print(f"error: optimizing failed: {exc}", markup=False)
+        errors.print(f"error: optimizing failed: {cli_message(exc, OPTIMIZE_FLAGS)}", markup=False)
         return EXIT_FAILED
 
 

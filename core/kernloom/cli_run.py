@@ -33,7 +33,14 @@ from kernloom.cli_args import (
 from kernloom.cli_flags import cli_message
 from kernloom.cli_onnx import is_onnx_path, load_onnx_graph
 from kernloom.cli_outputs import OutputPlan, member_of, plan_outputs, write_npy, write_npz
-from kernloom.errors import InvalidArgumentError, KernelError, KernloomError, NotFoundError
+from kernloom.errors import (
+    InvalidArgumentError,
+    KernelError,
+    KernloomError,
+    NotFoundError,
+    ResourceExhaustedError,
+    did_you_mean,
+)
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES, FileError, open_regular_file
 from kernloom.graph.graph import Graph
 from kernloom.graph.graph_def import load_graph
@@ -105,13 +112,34 @@ def _check_feed_file(graph: Graph, name: str, path: str, value: np.ndarray[Any, 
         raise UsageError(f"--feed {name}={path}: {cli_message(exc)}") from None
 
 
-def _config(args: argparse.Namespace, labels: dict[str, str]) -> SessionConfig:
+def _memory_limits(registry: Registry, pairs: list[str]) -> dict[str, int]:
+    """``--memory-limit TYPE=SIZE`` as ``SessionConfig.memory_limit``; a type no factory
+    creates would limit nothing, so it is an error, not a silent no-op."""
+    limits: dict[str, int] = {}
+    types = registry.placement_order()
+    for device_type, text in settings_from_pairs(pairs, "--memory-limit", "CPU=512M").items():
+        if device_type not in types:
+            raise UsageError(
+                f"--memory-limit {device_type}={text}: no device type {device_type!r}; types: "
+                f"{', '.join(types) or '(none)'}." + did_you_mean(device_type, types)
+            )
+        try:
+            limits[device_type] = byte_size(text)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--memory-limit {device_type}={text}: {exc}") from None
+    return limits
+
+
+def _config(
+    args: argparse.Namespace, labels: dict[str, str], memory_limit: dict[str, int]
+) -> SessionConfig:
     try:
         return SessionConfig(
             kernel_labels=labels,
             device_filters=tuple(args.device_filter),
             inter_op_threads=args.inter_op_threads,
             allow_soft_placement=args.soft_placement,
+            memory_limit=memory_limit,
         )
     except ValidationError as exc:  # the parser checks each flag; this is a safety net
         raise UsageError(f"bad session settings: {exc.errors()[0]['msg']}") from None
@@ -145,6 +173,7 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
     plan = plan_outputs(fetches, args.out, args.trace, force=args.force)
     feed_files = settings_from_pairs(args.feed, "--feed", "x=x.npy", key=_tensor_key)
     labels = settings_from_pairs(args.label, "--label", "MatMul=einsum")
+    memory_limit = _memory_limits(registry, args.memory_limit)
     if is_onnx_path(args.graph):  # an ONNX model imports to a graph (kernloom[onnx])
         graph = load_onnx_graph(args.graph)
     elif args.graph.lower().endswith((".pb", ".pbtxt")):  # a TensorFlow GraphDef: kernloom[tf]
@@ -167,7 +196,7 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
     }
     for name, value in feeds.items():
         _check_feed_file(graph, name, feed_files[_tensor_key(name)], value)
-    with Session(graph, _config(args, labels)) as session:
+    with Session(graph, _config(args, labels, memory_limit)) as session:
         if args.explain:
             console.print(session.explain(fetches, feeds or None))
         metadata = RunMetadata()
@@ -194,9 +223,9 @@ def _handler(registry: Registry, args: argparse.Namespace) -> int:
     except KernelError as exc:  # a kernel's bad argument too: the run itself failed
         errors.print(f"error: the run failed: {cli_message(exc)}")
         return EXIT_FAILED
-    except (InvalidArgumentError, NotFoundError, FileError) as exc:
+    except (InvalidArgumentError, NotFoundError, FileError, ResourceExhaustedError) as exc:
         # Bad graph files, unknown fetch or feed names, mismatched feeds, bad labels,
-        # unwritable or full outputs.
+        # unwritable or full outputs; a device's memory limit reached (--memory-limit).
         errors.print(f"error: {cli_message(exc)}")
         return EXIT_USAGE
     except KernloomError as exc:
@@ -260,6 +289,13 @@ def add_run_parser(sub: Any) -> None:
     )
     run.add_argument(
         "--trace", action=Once, metavar="TRACE.json", help="write a Chrome/Perfetto trace"
+    )
+    run.add_argument(
+        "--memory-limit",
+        action="append",
+        default=[],
+        metavar="TYPE=SIZE",
+        help="the most memory each device of TYPE may hold, e.g. CPU=512M (once per type)",
     )
     run.add_argument("--explain", action="store_true", help="say where each node runs and why")
     run.add_argument(

@@ -189,8 +189,11 @@ def _start_pool(workers: int) -> InterOpPool:
         return InterOpPool(workers)
     except RuntimeError as exc:  # "can't start new thread": the process hit a limit
         raise ResourceExhaustedError(
-            f"SessionConfig.inter_op_threads={workers + 1}: could not start the session's "
-            f"{workers} inter-op thread(s) ({exc}); use fewer threads"
+            f"could not start the session's {workers} inter-op thread(s) ({exc}).",
+            hint=Hint(
+                f"Ask for fewer than {workers + 1} threads ({{threads}}).",
+                threads=Setting("inter_op_threads"),
+            ),
         ) from exc
 
 
