@@ -210,3 +210,25 @@ def test_unknown_label_under_kernloom_compare(run: Run, tmp_path: Path) -> None:
     assert code == 2 and "op Mul has no kernel labelled 'fastest'" in err
     assert err.strip().endswith("(asked for by --label Mul=fastest)")
     _no_python_words(err)
+
+
+def test_onnx_inference_session_names_input_feed() -> None:
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    import kernloom.onnx as ko
+
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["input:0"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("input:0", TensorProto.INT32, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2])],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    session = ko.InferenceSession(proto.SerializeToString())
+    with pytest.raises(kl.InvalidArgumentError) as info:
+        session.run(None, {"input:0": np.array([0.5, 1.0])})
+    message = str(info.value)
+    assert "value 0.5 is not a whole number" in message
+    assert "input_feed={'input:0': np.asarray(values, dtype='int32')}" in message
+    assert "feed_dict" not in message
