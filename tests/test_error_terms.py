@@ -232,3 +232,31 @@ def test_onnx_inference_session_names_input_feed() -> None:
     assert "value 0.5 is not a whole number" in message
     assert "input_feed={'input:0': np.asarray(values, dtype='int32')}" in message
     assert "feed_dict" not in message
+
+
+def test_an_uninitialised_variable_names_the_initializer_and_the_init_flag(
+    run: Run, tmp_path: Path
+) -> None:
+    g = kl.Graph()
+    with g.as_default():
+        w = kl.Variable(np.array([1.0, 2.0], np.float32), name="w")
+        kl.ops.identity(w.value(), name="y")
+        kl.variables_initializer(name="init")
+    with kl.Session(g) as sess, pytest.raises(kl.KernelError) as info:
+        sess.run("y")
+    assert str(info.value).endswith(
+        "variable 'w' was never initialised in this session. Run its initializer first: "
+        "session.run(v.initializer) for the kl.Variable 'w', or "
+        "session.run(kl.variables_initializer())."
+    )
+    path = tmp_path / "g.json"
+    g.save(path)
+    code, _, err = run("run", path, "--fetch", "y")
+    assert code == 1 and "variable 'w' was never initialised" in err
+    assert "Run its initializer first: --init NODE (the node that initialises 'w'" in err
+    assert "session.run" not in err
+    for init in ("init", "w/Assign"):
+        code, out, _ = run("run", path, "--fetch", "y", "--init", init)
+        assert code == 0 and "[1. 2.]" in out
+    code, _, err = run("run", path, "--fetch", "y", "--init", "inti")
+    assert code == 2 and "target 'inti' is not a node of the graph" in err

@@ -34,6 +34,8 @@ CLI_FLAGS: Final[Mapping[str, str]] = {
     "trace": "--trace FILE.json",
     "inter_op_threads": "--inter-op-threads N",
     "memory_limit": "--memory-limit {key}=BYTES",
+    "initializer": "--init NODE (the node that initialises {key!r}, such as '{key}/Assign', or "
+    "the graph's kl.variables_initializer() node)",
 }
 """Setting -> the ``kernloom run`` flag that sets it; ``str.format`` fields ``key``, ``value``.
 A template is the flag, its argument (quoted for a shell once filled in) and, optionally,

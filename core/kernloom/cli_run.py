@@ -199,6 +199,8 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
     with Session(graph, _config(args, labels, memory_limit)) as session:
         if args.explain:
             console.print(session.explain(fetches, feeds or None))
+        for node in args.init:  # e.g. the variables' initializer, in this same session
+            session.run([], options=RunOptions(timeout_s=args.timeout), targets=[node])
         metadata = RunMetadata()
         options = RunOptions(trace=args.trace is not None, timeout_s=args.timeout)
         started = time.perf_counter()
@@ -289,6 +291,14 @@ def add_run_parser(sub: Any) -> None:
     )
     run.add_argument(
         "--trace", action=Once, metavar="TRACE.json", help="write a Chrome/Perfetto trace"
+    )
+    run.add_argument(
+        "--init",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="run this node first, in the same session: the graph's variables initializer, "
+        "e.g. init (repeatable, in order)",
     )
     run.add_argument(
         "--memory-limit",

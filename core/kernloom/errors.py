@@ -66,6 +66,8 @@ PYTHON_SPELLINGS: Final[Mapping[str, str]] = {
     "feed_array": "feed_dict={{{key!r}: np.asarray(values, dtype={value!r})}}",
     "constant_array": "kl.constant(np.asarray(values, dtype={value!r}))",
     "disabled_pass": "SessionConfig(disabled_passes=({value!r},))",
+    "initializer": "session.run(v.initializer) for the kl.Variable {key!r}, or "
+    "session.run(kl.variables_initializer())",
 }
 """How the Python API spells each setting; ``str.format`` fields ``key`` and ``value``."""
 
