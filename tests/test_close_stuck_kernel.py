@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from functools import partial
 
 import numpy as np
@@ -114,9 +115,12 @@ def test_close_does_not_free_what_a_stuck_kernel_uses(registry: klp.Registry, th
     assert _seen[1] == "allocated"
     (error,) = outcome
     assert isinstance(error, kl.CancelledError) and "session closed" in str(error)
-    # The step has ended, so the session releases what it held (on a thread of its own).
-    for thread in [t for t in threading.enumerate() if t.name.endswith("-release")]:
-        thread.join(60)
+    # Once the kernel returns the step ends, and the session releases what it held, on a
+    # thread of its own (wait for that: the kernel may still be returning right now).
+    waited = 0
+    while session.resource_mgr.names() and waited < 6000:
+        time.sleep(0.01)
+        waited += 1
     assert session.resource_mgr.names() == []
 
 
