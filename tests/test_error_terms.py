@@ -10,14 +10,19 @@ errors a node wraps (its hint survives the wrapping).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kernloom as kl
 from kernloom.cli import main
+from kernloom.cli_flags import CLI_FLAGS, cli_spelling
+from kernloom.errors import Setting
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -260,3 +265,27 @@ def test_an_uninitialised_variable_names_the_initializer_and_the_init_flag(
         assert code == 0 and "[1. 2.]" in out
     code, _, err = run("run", path, "--fetch", "y", "--init", "inti")
     assert code == 2 and "target 'inti' is not a node of the graph" in err
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(sorted(CLI_FLAGS)),
+    st.text(min_size=1, max_size=12),
+    st.text(min_size=1, max_size=12),
+)
+def test_a_flag_spelled_with_user_text_parses_back_in_a_shell(
+    name: str, key: str, value: str
+) -> None:
+    """Whatever names the user gave (braces, quotes, spaces), the flag an error suggests is
+    one shell word for the flag and one for its argument, holding those names as given."""
+    spelled = cli_spelling(Setting(name, key=key, value=value))
+    template = CLI_FLAGS[name]
+    flag, _, rest = template.partition(" ")
+    argument, _, trailing = rest.partition(" ")
+    head = spelled
+    if trailing:  # words about the flag, after it: not shell input
+        about = trailing.format(key=key, value=value)
+        assert spelled.endswith(" " + about)
+        head = spelled[: -len(about) - 1]
+    expected = [flag, argument.format(key=key, value=value)] if argument else [flag]
+    assert shlex.split(head) == expected
