@@ -524,8 +524,8 @@ def _define_model_ops(lib: OpLibrary) -> None:
             "min(max(t, clip_value_min), clip_value_max) as TF computes it "
             "(max(min(t, hi), lo): where lo > hi the result is lo). The bounds are scalars "
             "or have t's shape: the raw op does not broadcast (tf.clip_by_value's Python "
-            "does). NaN in t stays NaN. No complex kernels (as TF's CPU); uint32 and uint64 "
-            "have kernels here, where TensorFlow's CPU has none."
+            "does). NaN in t stays NaN. No complex, uint32 or uint64 CPU kernels (as TF's "
+            "CPU); the GPU plugins take uint32 and uint64."
         )
     )
     reduction("Prod", numbers, "The product over the given axes (1 over an empty dimension).")

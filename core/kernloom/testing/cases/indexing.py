@@ -610,7 +610,7 @@ def _selection_cases() -> Iterator[Case]:
         np.array([[True, False], [False, True], [True, True]]),
         np.array([0.0, -0.0, np.nan, 1.5, 0.0], np.float32),
         np.array([[0, 3, 0], [-1, 0, 0]], I32),
-        np.array(True),
+        np.array([True]),
         np.zeros((2, 0, 3), np.bool_),
         np.array([0, 1j, 0], np.complex64),
         np.zeros((3, 2), np.uint8),
