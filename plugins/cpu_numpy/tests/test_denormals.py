@@ -103,9 +103,10 @@ def test_mxcsr_is_per_thread() -> None:
 
 
 def test_the_device_says_whether_it_flushes() -> None:
-    with kl.Session(kl.Graph()) as on, kl.Session(
-        kl.Graph(), config=kl.SessionConfig(flush_denormals=False)
-    ) as off:
+    with (
+        kl.Session(kl.Graph()) as on,
+        kl.Session(kl.Graph(), config=kl.SessionConfig(flush_denormals=False)) as off,
+    ):
         assert "subnormals flushed to zero" in _cpu_description(on)
         assert "IEEE subnormals (flush_denormals=False)" in _cpu_description(off)
 

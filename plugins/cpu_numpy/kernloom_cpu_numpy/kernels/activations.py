@@ -172,7 +172,7 @@ UNARY: tuple[tuple[str, Callable[..., Any], tuple[Any, ...]], ...] = (
     ("Cos", np.cos, t.INEXACT),
     ("Atan", np.arctan, t.FLOATS),
     ("Expm1", np.expm1, t.FLOATS),
-    ("Log1p", np.log1p, t.INEXACT),
+    ("Log1p", np.log1p, t.FLOATS),
 )
 PREDICATES: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("IsNan", np.isnan),

@@ -5,8 +5,9 @@ TensorFlow's elementwise kernels run Eigen's packet code over complex numbers: a
 is the schoolbook ``(ac - bd) + i(ad + bc)`` (numpy's complex128 product recovers
 infinities as C99 Annex G does, so ``(big + inf j)^2`` is ``-inf + inf j`` there, ``nan + inf
 j`` in TensorFlow); a quotient is Eigen's ``pdiv_complex``, which scales the divisor by the
-larger magnitude of its parts. Rsqrt, Expm1 and Sigmoid follow Eigen's scalar formulas
-(``complex_rsqrt``, ``expm1_impl``, ``1 / (1 + exp(-x))`` with ``std::complex`` division).
+larger magnitude of its parts. Rsqrt, Expm1, Log1p and Sigmoid follow Eigen's scalar
+formulas (``complex_rsqrt``, ``expm1_impl``, the generic ``log1p``, ``1 / (1 + exp(-x))``
+with ``std::complex`` division).
 
 Eigen finishes an array whose length is not a multiple of the packet size with scalar
 code, where ``std::complex`` multiplication and division follow Annex G; these functions
@@ -40,6 +41,7 @@ __all__ = [
     "div_no_nan",
     "divide",
     "expm1",
+    "log1p",
     "multiply",
     "reciprocal",
     "register",
@@ -147,6 +149,23 @@ def expm1(x: Array, out: Array) -> Array:
     return _into(out, em1 - 2 * e * half * half, e * np.sin(b))
 
 
+def log1p(x: Array, out: Array) -> Array:
+    """Eigen's generic ``log1p``: ``x * (log(u) / (u - 1))`` with ``u = 1 + x`` (x itself
+    where u is 1 or log(u) is u), so a huge part gives what that quotient gives (a tiny
+    imaginary part, flushed terms included) rather than the exact ``atan2``."""
+    u = np.add(x, 1)
+    log_u = np.log(u)
+    keep = (u == 1) | (u == log_u)
+    a, b = _parts(x)
+    # numpy's quotient takes 1 / denominator first, which flushes to zero for a huge
+    # divisor; Eigen's scales the divisor instead, and so keeps the tiny quotient.
+    back = u - 1  # not x: the rounding of 1 + x is what the quotient corrects for
+    q_real, q_imag = _quotient(log_u.real, log_u.imag, back.real, back.imag)
+    real, imag = _product(a, b, q_real, q_imag)
+    _into(out, np.where(keep, a, real), np.where(keep, b, imag))
+    return out
+
+
 def sigmoid(x: Array, out: Array) -> Array:
     """``1 / (1 + exp(-x))``; Annex G division makes 1 / (a part infinite) zero."""
     denominator = np.exp(np.negative(x))
@@ -169,6 +188,7 @@ UNARY: tuple[tuple[str, Any], ...] = (
     ("Reciprocal", reciprocal),
     ("Rsqrt", rsqrt),
     ("Expm1", expm1),
+    ("Log1p", log1p),
     ("Sigmoid", sigmoid),
 )
 """The ops whose complex kernels are these; their other kernels leave complex out."""

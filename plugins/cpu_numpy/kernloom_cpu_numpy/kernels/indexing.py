@@ -428,7 +428,8 @@ def register(lib: KernelLibrary) -> None:
     cpu("Rank", "output", expensive=False)(rank)
     cpu("Range", "start", "limit", "delta")(range_)
     cpu("OneHot", "depth")(one_hot)
-    cpu("Where")(where)
+    # No float16: TensorFlow's CPU has no such Where kernel.
+    cpu("Where", type_constraints={"T": tuple(x for x in t.ALL if x.name != "float16")})(where)
     cpu("SelectV2", type_constraints={"T": t.ALL})(select_v2)
     cpu("StopGradient", expensive=False)(stop_gradient)
     cpu("PlaceholderWithDefault", expensive=False)(placeholder_with_default)
