@@ -16,7 +16,6 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tf_diff import grid, grid_arrays
