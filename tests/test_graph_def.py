@@ -167,7 +167,16 @@ def _shape_and_indexing_ops(s: kl.Tensor) -> list[kl.Tensor]:
         kl.ops.stop_gradient(s),
         kl.ops.placeholder_with_default(s, shape=[None, None]),
         *kl.ops.unique(kl.ops.reshape(s, [-1]), out_idx=kl.int64),
+        *kl.ops.identity_n([s, kl.ops.rank(s)]),
+        *_asserted(s),
     ]
+
+
+def _asserted(s: kl.Tensor) -> list[kl.Tensor]:
+    """An Assert (no outputs) and an Identity that waits for it."""
+    check = kl.ops.assert_(kl.ops.all(s > -1.0, [0, 1]), [s, kl.ops.rank(s)], summarize=5)
+    with kl.control_dependencies([check]):
+        return [kl.ops.identity(s)]
 
 
 def test_every_standard_op_survives_a_json_round_trip(tmp_path: Path) -> None:
