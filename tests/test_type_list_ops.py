@@ -19,6 +19,8 @@ import kernloom as kl
 import kernloom.plugin as klp
 from kernloom.tf import import_graph_def
 
+assert_op = kl.ops.assert_  # TensorFlow's Assert (`assert` is a keyword)
+
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"
 BACKENDS: dict[str, Callable[[], klp.Registry]] = {
     "numpy": klp.default_registry,
@@ -36,7 +38,7 @@ def _guarded(registry: klp.Registry | None = None) -> tuple[kl.Graph, dict[str, 
         n = kl.placeholder(kl.int64, [], name="n")
         xs, ns, flags = kl.ops.identity_n([x, n, np.array([True, False])], name="ident")
         ok = kl.ops.all(kl.ops.greater_equal(xs, 0.0), [0, 1], name="ok")
-        check = kl.ops.assert_(ok, [np.float32(7.5), ns, flags], summarize=2, name="check")
+        check = assert_op(ok, [np.float32(7.5), ns, flags], summarize=2, name="check")
         with kl.control_dependencies([check]):
             y = kl.ops.mul(xs, 2.0, name="doubled")
     return graph, {"x": x, "n": n, "xs": xs, "ns": ns, "flags": flags, "y": y}
@@ -87,7 +89,7 @@ def test_a_false_assert_fails_the_step_naming_the_node_and_showing_the_data(
 def test_summarize_limits_the_values_shown(summarize: int, shown: str) -> None:
     graph = kl.Graph()
     with graph.as_default():
-        check = kl.ops.assert_(
+        check = assert_op(
             False, [np.array([[1, 2], [3, 4]], np.int32), 2.5], summarize=summarize, name="a"
         )
     with kl.Session(graph) as session, pytest.raises(kl.InvalidArgumentError) as info:
@@ -102,9 +104,9 @@ def test_the_condition_must_be_a_scalar() -> None:
             kl.InvalidArgumentError,
             match=r"node 'a' \(op Assert\).*condition must be a scalar bool, got shape \(1,\)",
         ):
-            kl.ops.assert_([True], [1.0], name="a")
+            assert_op([True], [1.0], name="a")
         unknown = kl.placeholder(kl.bool_, None, name="c")
-        check = kl.ops.assert_(unknown, [1.0], name="b")
+        check = assert_op(unknown, [1.0], name="b")
     with (
         kl.Session(graph) as session,
         pytest.raises(kl.InvalidArgumentError, match=r"node 'b' \(op Assert\).*got shape \[2\]"),

@@ -11,7 +11,9 @@ MXCSR is per thread and Python has no way to set it, so this module maps a page 
 executable memory holding three tiny functions (System V x86-64 calling convention):
 
 - ``flush() -> old``: ``stmxcsr``; ``old |= FTZ | DAZ``; ``ldmxcsr``; returns the old value;
-- ``restore(old)``: ``ldmxcsr old``;
+- ``clear()``: both bits off again (how a scope ends on a thread that had neither: no
+  argument to convert, the cheapest call);
+- ``restore(old)``: ``ldmxcsr old`` (a thread that had only one of the two bits);
 - ``read() -> current``: ``stmxcsr`` (for tests and diagnostics).
 
 Everything else in MXCSR (rounding mode, exception masks) is kept. Where this cannot work
@@ -34,8 +36,10 @@ __all__ = [
     "FLUSH_SUPPORTED",
     "UNSUPPORTED_REASON",
     "FlushDenormals",
+    "end_flush",
     "read_mxcsr",
     "set_flush_permanently",
+    "start_flush",
 ]
 
 FLUSH_BITS: Final = 0x8040
@@ -44,6 +48,8 @@ FLUSH_BITS: Final = 0x8040
 # stmxcsr [rsp-4]; mov eax, [rsp-4]; or dword [rsp-4], 0x8040; ldmxcsr [rsp-4]; ret
 # (the 128 bytes below rsp are the System V red zone: a leaf function may use them)
 _FLUSH_CODE: Final = bytes.fromhex("0fae5c24fc8b4424fc814c24fc408000000fae5424fcc3")
+# stmxcsr [rsp-4]; and dword [rsp-4], ~0x8040; ldmxcsr [rsp-4]; ret
+_CLEAR_CODE: Final = bytes.fromhex("0fae5c24fc816424fcbf7fffff0fae5424fcc3")
 # mov [rsp-4], edi; ldmxcsr [rsp-4]; ret
 _RESTORE_CODE: Final = bytes.fromhex("897c24fc0fae5424fcc3")
 # stmxcsr [rsp-4]; mov eax, [rsp-4]; ret
@@ -51,33 +57,40 @@ _READ_CODE: Final = bytes.fromhex("0fae5c24fc8b4424fcc3")
 
 _Getter = Callable[[], int]
 _Setter = Callable[[int], None]
+_Action = Callable[[], None]
 
 
-def _load() -> tuple[_Getter, _Setter, _Getter, mmap.mmap | None, str]:
+def _load() -> tuple[_Getter, _Action, _Setter, _Getter, mmap.mmap | None, str]:
     """The three functions and the page that holds them, or why they cannot be had."""
     if platform.machine().lower() not in ("x86_64", "amd64") or os.name != "posix":
         reason = (
             f"flushing subnormals needs x86-64 with the System V ABI; this is "
             f"{platform.machine() or 'an unknown machine'} ({os.name})"
         )
-        return _no_flush, _no_restore, _no_read, None, reason
+        return _no_flush, _no_clear, _no_restore, _no_read, None, reason
     try:
         page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
     except (OSError, ValueError, AttributeError) as exc:  # W^X systems refuse the mapping
-        return _no_flush, _no_restore, _no_read, None, f"no executable page for MXCSR: {exc}"
-    code = _FLUSH_CODE + _RESTORE_CODE + _READ_CODE
-    page.write(code)
+        reason = f"no executable page for MXCSR: {exc}"
+        return _no_flush, _no_clear, _no_restore, _no_read, None, reason
+    codes = (_FLUSH_CODE, _CLEAR_CODE, _RESTORE_CODE, _READ_CODE)
+    page.write(b"".join(codes))
     base = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    starts = [base + sum(len(c) for c in codes[:i]) for i in range(len(codes))]
     getter = ctypes.CFUNCTYPE(ctypes.c_uint32)
-    setter = ctypes.CFUNCTYPE(None, ctypes.c_uint32)
-    flush = getter(base)
-    restore = setter(base + len(_FLUSH_CODE))
-    read = getter(base + len(_FLUSH_CODE) + len(_RESTORE_CODE))
-    return flush, restore, read, page, ""
+    flush = getter(starts[0])
+    clear = ctypes.CFUNCTYPE(None)(starts[1])
+    restore = ctypes.CFUNCTYPE(None, ctypes.c_uint32)(starts[2])
+    read = getter(starts[3])
+    return flush, clear, restore, read, page, ""
 
 
 def _no_flush() -> int:
     return FLUSH_BITS  # "already flushing": the scope then restores nothing
+
+
+def _no_clear() -> None:
+    pass
 
 
 def _no_restore(value: int) -> None:
@@ -88,7 +101,7 @@ def _no_read() -> int:
     return 0
 
 
-_flush, _restore, _read, _PAGE, UNSUPPORTED_REASON = _load()
+_flush, _clear, _restore, _read, _PAGE, UNSUPPORTED_REASON = _load()
 FLUSH_SUPPORTED: Final = not UNSUPPORTED_REASON
 """True where kernels run with subnormals flushed (x86-64, an executable page allowed)."""
 
@@ -110,9 +123,21 @@ class FlushDenormals:
         self._saved = _flush()
 
     def __exit__(self, *exc_info: object) -> None:
-        saved = self._saved
-        if saved & FLUSH_BITS != FLUSH_BITS:
-            _restore(saved)
+        end_flush(self._saved)
+
+
+start_flush: Final[_Getter] = _flush
+"""Set FTZ and DAZ on this thread; returns what to give ``end_flush`` (for a scope that
+enters other state too and would pay for a second context object)."""
+
+
+def end_flush(saved: int) -> None:
+    """Put back what ``start_flush`` found: nothing to do on a thread that was flushing."""
+    kept = saved & FLUSH_BITS
+    if not kept:
+        _clear()
+    elif kept != FLUSH_BITS:
+        _restore(saved)
 
 
 def set_flush_permanently() -> None:

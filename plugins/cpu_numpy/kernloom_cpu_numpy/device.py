@@ -10,10 +10,12 @@ import numpy as np
 
 import kernloom.plugin
 from kernloom_cpu_numpy.denormals import (
+    FLUSH_BITS,
     FLUSH_SUPPORTED,
     UNSUPPORTED_REASON,
-    FlushDenormals,
+    end_flush,
     set_flush_permanently,
+    start_flush,
 )
 from kernloom_cpu_numpy.float_errors import ignore_float_errors
 from kernloom_cpu_numpy.threadpool import IntraOpPool
@@ -109,19 +111,20 @@ class NumpyCPUDevice(kernloom.plugin.Device):
 
 @final
 class _FlushingScope:
-    """``ignore_float_errors()`` and ``FlushDenormals()`` as one context (one object fewer
-    to make and enter per run of kernels)."""
+    """``ignore_float_errors()`` and FTZ/DAZ as one context: the flag is two foreign calls
+    per step and thread, made directly (no second context object to build and enter)."""
 
-    __slots__ = ("_errors", "_flush")
+    __slots__ = ("_errors", "_saved")
 
     def __enter__(self) -> None:
-        self._errors = ignore_float_errors()
-        self._errors.__enter__()
-        self._flush = FlushDenormals()
-        self._flush.__enter__()
+        errors = self._errors = ignore_float_errors()
+        errors.__enter__()
+        self._saved = start_flush()
 
     def __exit__(self, *exc_info: object) -> None:
-        self._flush.__exit__()
+        saved = self._saved
+        if saved & FLUSH_BITS != FLUSH_BITS:  # a thread that flushes already stays so
+            end_flush(saved)
         self._errors.__exit__(None, None, None)
 
 

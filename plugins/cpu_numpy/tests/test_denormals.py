@@ -124,3 +124,15 @@ def test_the_torch_kernels_on_the_cpu_device_see_the_flag() -> None:
         flushed = (t * 3).tolist()
     assert flushed[0] == 0.0  # DAZ/FTZ hold for torch's vectorised arithmetic too
     assert (t * 3).tolist()[0] == pytest.approx(3e-40, rel=1e-3)
+
+
+def test_a_thread_with_only_one_of_the_two_bits_gets_exactly_that_back() -> None:
+    before = read_mxcsr()
+    ftz_only = (before & ~FLUSH_BITS) | 0x8000
+    denormals._restore(ftz_only)  # as a library that sets FTZ alone would leave it
+    try:
+        log_and_product()
+        assert read_mxcsr() & CONTROL == ftz_only & CONTROL
+    finally:
+        denormals._restore(before)
+    assert read_mxcsr() & FLUSH_BITS == 0
