@@ -17,6 +17,8 @@ CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 INDEPENDENT = {
     "Const",
     "Identity",
+    "IdentityN",
+    "Assert",
     "NoOp",
     "Placeholder",
     "_Send",

@@ -12,6 +12,8 @@ import pytest
 import kernloom as kl
 from kernloom.op_library import standard_ops
 
+assert_op = kl.ops.assert_  # TensorFlow's Assert (`assert` is a keyword)
+
 BROKEN = Path(__file__).parent / "fixtures" / "broken_graphs"
 EXPECTED: dict[str, str] = json.loads((BROKEN / "expected_errors.json").read_text())
 
@@ -167,7 +169,16 @@ def _shape_and_indexing_ops(s: kl.Tensor) -> list[kl.Tensor]:
         kl.ops.stop_gradient(s),
         kl.ops.placeholder_with_default(s, shape=[None, None]),
         *kl.ops.unique(kl.ops.reshape(s, [-1]), out_idx=kl.int64),
+        *kl.ops.identity_n([s, kl.ops.rank(s)]),
+        *_asserted(s),
     ]
+
+
+def _asserted(s: kl.Tensor) -> list[kl.Tensor]:
+    """An Assert (no outputs) and an Identity that waits for it."""
+    check = assert_op(kl.ops.all(s > -1.0, [0, 1]), [s, kl.ops.rank(s)], summarize=5)
+    with kl.control_dependencies([check]):
+        return [kl.ops.identity(s)]
 
 
 def test_every_standard_op_survives_a_json_round_trip(tmp_path: Path) -> None:

@@ -75,6 +75,10 @@ def test_malformed_specs_name_the_op_and_the_spec(build: object, message: str) -
             "takes its dtype from attr 'T', which is of type int",
         ),
         (lambda b: b.input("a: N * float32"), "needs an int attr 'N'"),
+        (
+            lambda b: b.input("a: N * T").attr("T: list(type)").attr("N: int"),
+            "a list\\(type\\) attr gives each tensor its own dtype",
+        ),
         (lambda b: b.input("a: float32").output("a: float32"), "argument name 'a' is used twice"),
     ],
 )
@@ -133,6 +137,31 @@ def test_type_and_length_attrs_are_inferred_from_inputs() -> None:
         kl.InvalidArgumentError, match="input 'condition: bool' must be bool, got float32"
     ):
         klp.Registry().op_def("Select").infer_attrs([kl.float32, kl.float32, kl.float32], {}, "s")
+
+
+def test_a_list_type_attr_declares_a_list_of_tensors_of_several_dtypes() -> None:
+    op = (
+        OpDefBuilder("MyIdentityN")
+        .input("input: T")
+        .output("output: T")
+        .attr("T: list(type) >= 1")
+        .finalize()
+    )
+    (arg,) = op.inputs
+    assert (arg.type_list_attr, arg.type_attr, arg.is_list) == ("T", None, True)
+    assert op.signature() == "MyIdentityN(input: T) -> (output: T)"
+    attrs = op.infer_attrs([[kl.float32, kl.int64, kl.bool_]], {}, "n")
+    assert attrs["T"] == [kl.float32, kl.int64, kl.bool_]
+    assert op.output_dtypes(attrs) == [kl.float32, kl.int64, kl.bool_]
+    assert op.arg_ranges(True, attrs) == {"output": (0, 3)}
+    # an explicit T must agree with the inputs; an empty list is below the minimum
+    assert op.infer_attrs([[kl.int32]], {"T": ["int32"]}, "n")["T"] == [kl.int32]
+    with pytest.raises(kl.InvalidArgumentError, match=r"has T=\[float32\], but T=\[int32\]"):
+        op.infer_attrs([[kl.float32]], {"T": [kl.int32]}, "n")
+    with pytest.raises(kl.InvalidArgumentError, match="length 0 is below the minimum 1"):
+        op.infer_attrs([[]], {}, "n")
+    with pytest.raises(kl.InvalidArgumentError, match="takes a list of tensors"):
+        op.infer_attrs([kl.float32], {}, "n")
 
 
 def test_unknown_op_suggests_the_nearest() -> None:

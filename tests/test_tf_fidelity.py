@@ -262,6 +262,41 @@ def test_mean_of_a_long_int8_vector_neither_wraps_nor_overflows(backend: str) ->
     assert mean.dtype == np.int8 and int(mean) == 127
 
 
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_where_of_a_scalar_is_refused_as_by_tensorflows_kernel(backend: str) -> None:
+    with pytest.raises(kl.InvalidArgumentError, match="Where takes a tensor of rank 1 or more"):
+        _run_dynamic(BACKENDS[backend](), "Where", [np.bool_(True)])
+    (found,) = _run_dynamic(BACKENDS[backend](), "Where", [np.array([True])])
+    np.testing.assert_array_equal(found, [[0]])
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs"),
+    [
+        ("ClipByValue", [np.array([5], np.uint32), np.uint32(1), np.uint32(4)]),
+        ("ClipByValue", [np.array([5], np.uint64), np.uint64(1), np.uint64(4)]),
+        ("Where", [np.array([1.0, 0.0], np.float16)]),
+    ],
+)
+def test_the_cpu_has_no_kernel_where_tensorflows_cpu_has_none(op: str, inputs: list[Any]) -> None:
+    dtype = np.asarray(inputs[0]).dtype.name
+    with pytest.raises(
+        kl.KernloomError, match=rf"node 'op' \(op {op}\): CPU: constraint T"
+    ) as info:
+        _run_dynamic(klp.default_registry(), op, inputs)
+    assert f"does not hold for T={dtype}" in str(info.value)
+
+
+def test_complex_to_complex_truncation_keeps_infinite_and_nan_parts_apart() -> None:
+    x = np.array([complex(1, np.nan), complex(3.0, np.inf), complex(np.nan, -2.0)], np.complex128)
+    (out,) = _run_dynamic(
+        klp.default_registry(), "Cast", [x], {"DstT": kl.complex64, "Truncate": True}
+    )
+    assert out.dtype == np.complex64
+    np.testing.assert_array_equal(out.real, [1, 3, np.nan])  # NaN only where it was
+    np.testing.assert_array_equal(out.imag, [np.nan, np.inf, -2])
+
+
 # -- the op names current TensorFlow emits ----------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from kernloom.errors import did_you_mean
 from kernloom.framework.op_def import OpDef, OpRegistry
 from kernloom.graph.builder import make_wrapper
-from kernloom.graph.graph import snake_case
+from kernloom.graph.graph import wrapper_name
 from kernloom.op_library import standard_ops
 from kernloom.registry import default_registry
 
@@ -36,7 +36,7 @@ def wrapper(op_def: OpDef) -> Callable[..., Any]:
 
 def _public(ops: OpRegistry) -> dict[str, OpDef]:
     return {
-        snake_case(r.op_def.name): r.op_def
+        wrapper_name(r.op_def.name): r.op_def
         for r in ops.registrations()
         if not r.op_def.name.startswith("_")
     }

@@ -502,6 +502,31 @@ def _new_op_cases() -> Iterator[DiffCase]:
             )
 
 
+def _type_list_cases() -> Iterator[DiffCase]:
+    """IdentityN and Assert: lists of tensors of different dtypes (``T: list(type)``)."""
+    lists: tuple[tuple[tuple[Any, tuple[int, ...]], ...], ...] = (
+        ((np.float32, (2, 3)),),
+        ((np.float32, (2, 3)), (np.int64, ())),
+        ((np.bool_, (4,)), (np.complex64, (0, 2)), (np.uint8, (1,))),
+        ((np.float16, ()), (np.float64, (3,)), (np.int8, (2, 2)), (np.uint64, (0,))),
+    )
+    for dtype in ALL:
+        yield DiffCase(
+            "IdentityN", [[edges(dtype), sample((), dtype)]], id=f"IdentityN-{np.dtype(dtype).name}"
+        )
+    for i, items in enumerate(lists):
+        data = [sample(shape, dtype) for dtype, shape in items]
+        yield DiffCase("IdentityN", [data], id=f"IdentityN-list-{i}")
+        for condition in (True, False, [True], [False], [True, True], [[False]]):
+            for summarize in (3, 1, -1):
+                yield DiffCase(
+                    "Assert",
+                    [np.array(condition), data],
+                    {"summarize": summarize},
+                    id=f"Assert-{i}-{condition}-{summarize}",
+                )
+
+
 def cases() -> Iterator[DiffCase]:
     """The whole grid, in a fixed order."""
     yield from _unary_cases()
@@ -512,3 +537,4 @@ def cases() -> Iterator[DiffCase]:
     yield from _select_cases()
     yield from _shape_op_cases()
     yield from _new_op_cases()
+    yield from _type_list_cases()

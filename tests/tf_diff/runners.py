@@ -55,8 +55,11 @@ def run_kernloom(case: DiffCase, dynamic: bool) -> Outcome:
                 )
             attrs = {k: _kl_attr(v) for k, v in case.attrs.items()}
             out = apply_op(case.op, args, attrs, name="op")
-        fetches = list(out) if isinstance(out, tuple) else [out]
         with kl.Session(graph) as session:
+            if isinstance(out, kl.Node):  # no outputs (Assert): run it as a target
+                session.run([], feeds, targets=[out])
+                return Outcome(values=[])
+            fetches = list(out) if isinstance(out, tuple) else [out]
             values = session.run(fetches, feeds)
         return Outcome(values=[np.asarray(v) for v in values])
     except kl.KernloomError as exc:
@@ -113,7 +116,9 @@ def run_tensorflow(case: DiffCase, dynamic: bool) -> Outcome:
             _, _, op, _ = op_def_library._apply_op_helper(case.op, name="op", **keywords)
             fetches = list(op.outputs)
         with tf.compat.v1.Session(graph=graph, config=config) as session:
-            values = session.run(fetches, feeds)
+            values = session.run(fetches or op, feeds)  # no outputs (Assert): the op itself
+        if not fetches:
+            return Outcome(values=[])
         return Outcome(values=[np.asarray(v) for v in values])
     except (tf.errors.OpError, ValueError, TypeError) as exc:
         return Outcome(error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")

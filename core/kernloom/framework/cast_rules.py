@@ -48,8 +48,12 @@ def tf_cast(xp: ModuleType, x: Any, dst: np.dtype[Any], *, truncate: bool = Fals
     if src.kind == "c" and dst.kind == "c":
         if truncate:
             part = np.dtype(dst.type(0).real.dtype)
-            real, imag = _truncated(xp, x.real, part), _truncated(xp, x.imag, part)
-            return (real + 1j * imag).astype(dst)
+            out = xp.empty(x.shape, dst)
+            # Part by part: `real + 1j * imag` would turn an infinite or NaN imaginary
+            # part into a NaN real part (1j * inf is nan + inf j).
+            out.real[...] = _truncated(xp, x.real, part)
+            out.imag[...] = _truncated(xp, x.imag, part)
+            return out
         return x.astype(dst)
     if src.kind == "c":
         x, src = x.real, x.real.dtype  # TensorFlow keeps the real part

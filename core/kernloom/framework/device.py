@@ -107,6 +107,10 @@ class DeviceOptions(BaseModel):
     """Bytes per device of a type, instead of what the hardware has."""
     factory_overrides: dict[str, str] = Field(default_factory=dict)
     """Device type -> plugin name (entry-point or distribution name)."""
+    flush_denormals: bool = True
+    """Kernels on CPU devices see subnormal floats as zero and make zero of results too
+    small for a normal float (FTZ/DAZ), as TensorFlow's CPU kernels do; False keeps IEEE
+    subnormals. A device that cannot flush (not x86-64) ignores it and says so."""
 
 
 _NUMPY_TYPES: Final = (np.ndarray, np.generic)

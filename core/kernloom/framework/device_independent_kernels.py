@@ -32,12 +32,14 @@ from kernloom.framework.origin import Origin
 __all__ = [
     "DEVICE_INDEPENDENT_PRIORITY",
     "ArgKernel",
+    "AssertKernel",
     "ConstKernel",
     "PlaceholderKernel",
     "RecvKernel",
     "RetvalKernel",
     "SendKernel",
     "identity",
+    "identity_n",
     "merge",
     "no_op",
     "register_control_flow_kernels",
@@ -88,6 +90,52 @@ class ConstKernel(OpKernel):
 
 def identity(ctx: OpKernelContext) -> None:
     ctx.forward_input_to_output(0, 0)
+
+
+def identity_n(ctx: OpKernelContext) -> None:
+    """IdentityN: every input forwarded, whatever its dtype."""
+    for i in range(ctx.num_inputs):
+        ctx.forward_input_to_output(i, i)
+
+
+def summarize(value: Any, limit: int) -> str:
+    """A tensor as TensorFlow's ``SummarizeValue`` prints it in an Assert's message: the
+    first ``limit`` elements (all of them when ``limit`` is negative), flat, separated by
+    spaces, and ``...`` when some were left out."""
+    flat = np.asarray(value).reshape(-1)
+    shown = flat if limit < 0 else flat[:limit]
+    text = " ".join(_element(v) for v in shown.tolist())
+    return text + ("..." if shown.size < flat.size else "")
+
+
+def _element(v: Any) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"  # as TensorFlow prints bool tensors
+    if isinstance(v, float):
+        return f"{v:.9g}"
+    return str(v)
+
+
+class AssertKernel(OpKernel):
+    """Fails the step when its condition is false, showing the data (TensorFlow's
+    AssertOp); its inputs are in host memory on every device, so it reads them directly."""
+
+    is_expensive = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._summarize = int(ctx.attr("summarize"))
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        condition = np.asarray(ctx.input(0))
+        if condition.ndim != 0:
+            raise ctx.fail(
+                f"the condition must be a scalar bool, got shape {list(condition.shape)}"
+            )
+        if bool(condition.reshape(())):
+            return
+        data = " ".join(f"[{summarize(d, self._summarize)}]" for d in ctx.input_list("data"))
+        raise ctx.fail(f"assertion failed: {data}")
 
 
 def host_bool(ctx: OpKernelContext, value: Any) -> bool:
@@ -287,12 +335,16 @@ def register_graph_kernels(
 def register_device_independent_kernels(
     lib: KernelLibrary, device_type: str, *, backend: str | None = None
 ) -> None:
-    """Const, Identity, _Send, _Recv, _Arg, _Retval and the control-flow kernels for
-    ``device_type``."""
+    """Const, Identity, IdentityN, Assert, _Send, _Recv, _Arg, _Retval and the
+    control-flow kernels for ``device_type``."""
     lib.kernel("Const", device=device_type, backend=backend)(ConstKernel)
     lib.kernel("_Arg", device=device_type, backend=backend)(ArgKernel)
     lib.kernel("_Retval", device=device_type, backend=backend)(RetvalKernel)
     lib.kernel("Identity", device=device_type, backend=backend, expensive=False)(identity)
+    lib.kernel("IdentityN", device=device_type, backend=backend, expensive=False)(identity_n)
+    lib.kernel("Assert", device=device_type, backend=backend, host_memory=("condition", "data"))(
+        AssertKernel
+    )
     register_sendrecv_kernels(lib, device_type, backend=backend)
     register_control_flow_kernels(lib, device_type, backend=backend)
 

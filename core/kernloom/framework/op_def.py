@@ -9,7 +9,9 @@ An op is declared once, with spec strings parsed the way TensorFlow parses them:
         .shape_fn(matmul_shape)
 
 Input and output specs: ``name: T`` (the dtype is attr ``T``), ``name: float32`` (a fixed
-dtype), ``name: N * T`` (a list of ``N`` tensors of dtype ``T``). Attr specs:
+dtype), ``name: N * T`` (a list of ``N`` tensors of dtype ``T``), and ``name: T`` where
+``T`` is a ``list(type)`` attr (a list of tensors of any dtypes, one per entry of ``T``:
+IdentityN, Assert). Attr specs:
 ``name: TYPE``, ``name: TYPE = DEFAULT``, ``name: {float32, int32}`` (a type with allowed
 values), ``name: {'SAME', 'VALID'}`` (a string with allowed values), ``name: int >= 2``.
 
@@ -20,6 +22,7 @@ has the right type, defaults are allowed values), and nothing is registered othe
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,7 +31,13 @@ from typing import TYPE_CHECKING, Any, Final, final
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernloom.dtypes import DType, all_dtypes, as_dtype
-from kernloom.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError, did_you_mean
+from kernloom.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    KernloomError,
+    NotFoundError,
+    did_you_mean,
+)
 from kernloom.framework.attr import AttrKind, AttrType, check_attr_value, format_attr_value
 from kernloom.framework.origin import Origin
 
@@ -64,14 +73,22 @@ class ArgDef(BaseModel):
     """The fixed dtype; None when it comes from ``type_attr``."""
     number_attr: str | None = None
     """For a list argument, the int attr holding its length (``N``)."""
+    type_list_attr: str | None = None
+    """For a list of tensors of mixed dtypes, the ``list(type)`` attr holding them."""
     description: str = ""
 
     @property
     def is_list(self) -> bool:
-        return self.number_attr is not None
+        return self.number_attr is not None or self.type_list_attr is not None
+
+    def count(self, attrs: Mapping[str, Any]) -> int:
+        """How many tensors this argument stands for, given a node's attrs."""
+        if self.type_list_attr is not None:
+            return len(attrs[self.type_list_attr])
+        return int(attrs[self.number_attr]) if self.number_attr else 1
 
     def spec(self) -> str:
-        dtype = self.type_attr or (self.dtype.name if self.dtype else "?")
+        dtype = self.type_attr or self.type_list_attr or (self.dtype.name if self.dtype else "?")
         return f"{self.name}: " + (f"{self.number_attr} * " if self.number_attr else "") + dtype
 
 
@@ -221,6 +238,9 @@ class OpDef(BaseModel):
                     raise InvalidArgumentError(
                         f"{where}: input {arg.spec()!r} takes a list of tensors"
                     )
+                if arg.type_list_attr is not None:
+                    self._unify(inferred, arg.type_list_attr, list(dtypes), where, arg)
+                    continue
                 self._unify(inferred, arg.number_attr or "", len(dtypes), where, arg)
                 items = dtypes
             else:
@@ -244,6 +264,9 @@ class OpDef(BaseModel):
             current = attrs[name]
             if isinstance(value, DType):
                 current = as_dtype(current)
+            elif isinstance(value, list) and isinstance(current, list | tuple):
+                with contextlib.suppress(TypeError, ValueError, KernloomError):
+                    current = [as_dtype(c) for c in current]  # else check_attrs says why
             if current != value:
                 raise InvalidArgumentError(
                     f"{where}: input {arg.spec()!r} has {name}={format_attr_value(value)}, but "
@@ -255,9 +278,11 @@ class OpDef(BaseModel):
     def _arg_dtypes(self, args: tuple[ArgDef, ...], attrs: Mapping[str, Any]) -> list[DType]:
         out: list[DType] = []
         for arg in args:
+            if arg.type_list_attr is not None:
+                out.extend(as_dtype(d) for d in attrs[arg.type_list_attr])
+                continue
             dtype = arg.dtype if arg.dtype is not None else as_dtype(attrs[arg.type_attr or ""])
-            count = int(attrs[arg.number_attr]) if arg.number_attr else 1
-            out.extend([dtype] * count)
+            out.extend([dtype] * arg.count(attrs))
         return out
 
     def input_dtypes(self, attrs: Mapping[str, Any]) -> list[DType]:
@@ -272,7 +297,7 @@ class OpDef(BaseModel):
         ranges: dict[str, tuple[int, int]] = {}
         start = 0
         for arg in self.outputs if outputs else self.inputs:
-            count = int(attrs[arg.number_attr]) if arg.number_attr else 1
+            count = arg.count(attrs)
             ranges[arg.name] = (start, start + count)
             start += count
         return ranges
@@ -481,10 +506,17 @@ class OpDefBuilder:
                         f"which is not declared; add .attr('{arg.type_attr}: type') or use a "
                         f"dtype name." + did_you_mean(arg.type_attr, [*attrs, *_DTYPE_NAMES])
                     )
-                if attr.type != "type":
+                if attr.type not in ("type", "list(type)"):
                     raise InvalidArgumentError(
                         f"op {op}: argument {arg.spec()!r} takes its dtype from attr "
-                        f"{arg.type_attr!r}, which is of type {attr.type}, not type"
+                        f"{arg.type_attr!r}, which is of type {attr.type}, not type or "
+                        f"list(type)"
+                    )
+                if attr.type == "list(type)" and arg.number_attr is not None:
+                    raise InvalidArgumentError(
+                        f"op {op}: argument {arg.spec()!r}: a list(type) attr gives each "
+                        f"tensor its own dtype, so it takes no length attr; write "
+                        f"'{arg.name}: {arg.type_attr}'"
                     )
             if arg.number_attr is not None:
                 attr = attrs.get(arg.number_attr)
@@ -493,10 +525,16 @@ class OpDefBuilder:
                         f"op {op}: list argument {arg.spec()!r} needs an int attr "
                         f"{arg.number_attr!r}; add .attr('{arg.number_attr}: int >= 1')"
                     )
+
+        def typed(arg: ArgDef) -> ArgDef:  # `name: T` with T a list(type): a type list
+            if arg.type_attr is not None and attrs[arg.type_attr].type == "list(type)":
+                return arg.model_copy(update={"type_attr": None, "type_list_attr": arg.type_attr})
+            return arg
+
         return OpDef(
             name=op,
-            inputs=tuple(self._inputs),
-            outputs=tuple(self._outputs),
+            inputs=tuple(typed(a) for a in self._inputs),
+            outputs=tuple(typed(a) for a in self._outputs),
             attrs=tuple(self._attrs),
             shape_fn=self._shape_fn,
             **self._flags,

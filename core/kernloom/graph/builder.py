@@ -19,7 +19,7 @@ from typing import Any
 
 from kernloom.dtypes import DType, as_dtype
 from kernloom.framework.op_def import OpDef
-from kernloom.graph.graph import Graph, Node, get_default_graph, snake_case
+from kernloom.graph.graph import Graph, Node, get_default_graph, wrapper_name
 from kernloom.graph.op_inputs import make_constant
 from kernloom.graph.tensor import Tensor
 from kernloom.shapes import as_shape
@@ -96,6 +96,8 @@ def _inferred_attrs(op_def: OpDef) -> set[str]:
             names.add(arg.type_attr)
         if arg.number_attr:
             names.add(arg.number_attr)
+        if arg.type_list_attr:
+            names.add(arg.type_list_attr)
     return names
 
 
@@ -123,14 +125,14 @@ def make_wrapper(op_def: OpDef) -> Callable[..., OpResult]:
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"{snake_case(op_def.name)}{signature}: {exc}") from None
+            raise TypeError(f"{wrapper_name(op_def.name)}{signature}: {exc}") from None
         bound.apply_defaults()
         values = [bound.arguments[n] for n in input_names]
         attrs = {n: bound.arguments[n] for n in attr_names}
         return apply_op(op_def.name, values, attrs, name=bound.arguments["name"])
 
     wrapper.__signature__ = signature  # type: ignore[attr-defined]
-    wrapper.__name__ = wrapper.__qualname__ = snake_case(op_def.name)
+    wrapper.__name__ = wrapper.__qualname__ = wrapper_name(op_def.name)
     wrapper.__module__ = "kernloom.ops"
     lines = [op_def.summary or f"The {op_def.name} op.", "", f"Op: {op_def.signature()}"]
     if op_def.inputs:

@@ -11,6 +11,7 @@ values. A node that fails any of this is not added, and the error names it.
 from __future__ import annotations
 
 import contextlib
+import keyword
 import os
 import re
 import threading
@@ -619,6 +620,13 @@ def constant_value(tensor: Tensor) -> np.ndarray[Any, Any] | None:
         value: np.ndarray[Any, Any] = tensor.node.attrs["value"]
         return value
     return None
+
+
+def wrapper_name(op: str) -> str:
+    """The name of an op's generated wrapper in ``kl.ops``: its ``snake_case``, with an
+    underscore after a Python keyword (``Assert`` -> ``assert_``)."""
+    name = snake_case(op)
+    return name + "_" if keyword.iskeyword(name) else name
 
 
 def snake_case(op: str) -> str:

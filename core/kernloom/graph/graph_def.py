@@ -488,7 +488,7 @@ class _Loader:
         position = 0
         for arg in op_def.inputs:
             if arg.is_list:
-                count = attrs.get(arg.number_attr)
+                count = _list_length(attrs, arg)
                 if not isinstance(count, int):
                     count = len(data) - fixed if len(lists) == 1 else None
                 if count is None or count < 0 or position + count > len(data):
@@ -512,6 +512,15 @@ class _Loader:
                 node,
             )
         return out
+
+
+def _list_length(attrs: Mapping[str, Any], arg: Any) -> int | None:
+    """How many inputs a list argument takes, from its ``N`` or ``list(type)`` attr."""
+    if arg.type_list_attr is not None:
+        types = attrs.get(arg.type_list_attr)
+        return len(types) if isinstance(types, list | tuple) else None
+    count = attrs.get(arg.number_attr)
+    return count if isinstance(count, int) else None
 
 
 def graph_from_json(

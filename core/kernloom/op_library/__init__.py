@@ -19,6 +19,7 @@ from kernloom.op_library import (
     fused_ops,
     image_ops,
     linalg_ops,
+    logging_ops,
     math_ops,
     nn_ops,
     resource_variable_ops,
@@ -51,6 +52,7 @@ def standard_ops() -> OpRegistry:
                 control_flow_ops,
                 resource_variable_ops,
                 fused_ops,
+                logging_ops,
             ):
                 family.define(lib)
             registry = OpRegistry()

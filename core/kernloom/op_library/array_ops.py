@@ -866,7 +866,8 @@ def define_indexing(lib: OpLibrary) -> None:
         .doc(
             "The coordinates of the true (non-zero) elements of input, in row-major order: "
             "an int64 matrix [n, rank(input)]; n is known only when it runs.",
-            "A scalar gives [1, 0] or [0, 0] and float16 is taken (TensorFlow's CPU refuses both).",
+            "A scalar is refused when it runs, as by TensorFlow's kernel; the CPU has no "
+            "float16 kernel, as TensorFlow's (the GPU plugins take float16).",
         )
     )
     (

@@ -14,10 +14,11 @@ dtypes (the groups of ``kernloom.op_library.types``):
 - Cast: any type to any type, with TensorFlow's CPU conversions (NaN, inf and out-of-range
   floats to integers, Truncate; ``kernloom.framework.cast_rules``).
 
-kernloom keeps IEEE subnormals where TensorFlow's CPU kernels flush them to zero (FTZ/DAZ):
-numpy, torch and CuPy compute with them, and a kernel that flushed would need a second pass
-over its output. Complex values with infinite or NaN parts follow numpy, not Eigen's
-``std::complex`` arithmetic. Both are listed in ``docs/tensorflow_fidelity.md``.
+Like TensorFlow's, the CPU device's kernels flush subnormals to zero (FTZ/DAZ, set once
+per step on the thread that runs them; ``SessionConfig(flush_denormals=False)`` keeps them).
+Complex products and quotients with infinite or NaN parts follow Eigen's packet formulas, as
+TensorFlow's CPU kernels do. The cases that still differ are listed in
+``docs/tensorflow_fidelity.md`` and in the op's doc.
 - Mean of an integer tensor sums in 64 bits and truncates toward zero, as TensorFlow's does.
 
 The ops added for real models (issue 18) and those current TensorFlow emits (issue 21:
@@ -265,18 +266,36 @@ def define(lib: OpLibrary) -> None:
         commutative=True,
     )
     binary("Sub", numbers, "x - y, broadcasting.")
-    binary("Mul", numbers, "x * y, broadcasting.", commutative=True)
-    binary("RealDiv", inexact, "x / y, broadcasting (floating and complex types).")
+    binary(
+        "Mul",
+        numbers,
+        "x * y, broadcasting. Complex: (ac - bd) + (ad + bc)i with no recovery of infinities "
+        "(Eigen's, so (big + inf j)^2 is nan + inf j; numpy's complex128 gives -inf + inf j).",
+        commutative=True,
+    )
+    binary(
+        "RealDiv",
+        inexact,
+        "x / y, broadcasting (floating and complex types). Complex: Eigen's quotient, the "
+        "divisor scaled by the larger magnitude of its parts (1 / (inf + 0j) is nan + nan j).",
+    )
     binary("Maximum", reals, "The larger of x and y, elementwise, broadcasting.", commutative=True)
     binary("Minimum", reals, "The smaller of x and y, elementwise, broadcasting.", commutative=True)
     binary(
         "Pow",
         spec((*FLOATS, *SIGNED_INTEGERS, *COMPLEX)),
-        "x ** y, broadcasting (no unsigned, as TF).",
+        "x ** y, broadcasting (no unsigned, as TF). A subnormal float reads as 0 (CPU: "
+        "flushed); TensorFlow's vectorised pow reads it exactly (0^tiny is 0 here, 1 there).",
     )
     unary("Neg", spec(SIGNED), "-x.")
     unary("Exp", inexact, "e ** x.")
-    unary("Log", inexact, "The natural logarithm of x.")
+    unary(
+        "Log",
+        inexact,
+        "The natural logarithm of x. A float32 subnormal reads as 0 on the CPU (-inf), where "
+        "TensorFlow's vectorised float32 log reads it exactly (log(1e-40) = -92.1); complex "
+        "with a part near the largest float is exact here (NaN real part in TensorFlow).",
+    )
     unary("Sqrt", inexact, "The square root of x.")
     unary("Square", numbers, "x * x.")
     unary("Tanh", inexact, "The hyperbolic tangent of x.")
@@ -412,19 +431,27 @@ def _define_model_ops(lib: OpLibrary) -> None:
         floats,
         "The Gauss error function of x; erf(+-inf) = +-1 (TensorFlow's float64 gives NaN).",
     )
-    unary("Rsqrt", inexact, "1 / sqrt(x): inf at 0, NaN below 0.")
+    unary(
+        "Rsqrt",
+        inexact,
+        "1 / sqrt(x): inf at 0, NaN below 0. Complex: Eigen's complex_rsqrt (0 where a part "
+        "is infinite, (inf, nan) at 0, -0j read as +0j on the negative real axis).",
+    )
     unary(
         "Reciprocal",
         signed,
         "1 / x. TF's op def takes signed integers but its CPU kernels only floating and "
-        "complex types; so do kernloom's kernels.",
+        "complex types; so do kernloom's kernels. Complex: Eigen's packet quotient for "
+        "every element (TensorFlow's last, scalar-path elements use C99 Annex G division).",
     )
     unary("Abs", spec((*FLOATS, *SIGNED_INTEGERS)), "|x|; the most negative integer stays itself.")
     unary(
         "Sign",
         signed,
         "-1, 0 or 1 as x is negative, zero or positive; x / |x| for complex (0 at 0). NaN "
-        "gives NaN (numpy's and current Eigen's answer; TensorFlow 1.x documented 0).",
+        "gives NaN (numpy's and current Eigen's answer; TensorFlow 1.x documented 0). "
+        "Complex with infinite or NaN parts: numpy's x / |x| (TensorFlow's Eigen gives other "
+        "NaN parts).",
     )
     unary("Floor", floats, "The largest integer not greater than x.")
     unary("Ceil", floats, "The smallest integer not less than x.")
@@ -444,8 +471,18 @@ def _define_model_ops(lib: OpLibrary) -> None:
         "The arctangent of x. TF's op def takes complex too, its CPU kernels only floating "
         "types; so do kernloom's kernels.",
     )
-    unary("Expm1", inexact, "exp(x) - 1, accurate near 0.")
-    unary("Log1p", inexact, "log(1 + x), accurate near 0.")
+    unary(
+        "Expm1",
+        inexact,
+        "exp(x) - 1, accurate near 0. Complex: Eigen's expm1(a) - 2 e^a sin(b/2)^2 + "
+        "e^a sin(b) i (expm1(inf + 0j) is nan + nan j).",
+    )
+    unary(
+        "Log1p",
+        inexact,
+        "log(1 + x), accurate near 0. Complex: Eigen's x * log(u) / (u - 1), u = 1 + x, as "
+        "TensorFlow (a huge part gives a tiny imaginary part, not atan2's).",
+    )
     unary("IsNan", floats, "Whether x is NaN.", out="bool")
     unary("IsInf", floats, "Whether x is +inf or -inf.", out="bool")
     unary("IsFinite", floats, "Whether x is neither NaN nor infinite.", out="bool")
@@ -524,8 +561,8 @@ def _define_model_ops(lib: OpLibrary) -> None:
             "min(max(t, clip_value_min), clip_value_max) as TF computes it "
             "(max(min(t, hi), lo): where lo > hi the result is lo). The bounds are scalars "
             "or have t's shape: the raw op does not broadcast (tf.clip_by_value's Python "
-            "does). NaN in t stays NaN. No complex kernels (as TF's CPU); uint32 and uint64 "
-            "have kernels here, where TensorFlow's CPU has none."
+            "does). NaN in t stays NaN. No complex, uint32 or uint64 CPU kernels (as TF's "
+            "CPU); the GPU plugins take uint32 and uint64."
         )
     )
     reduction("Prod", numbers, "The product over the given axes (1 over an empty dimension).")

@@ -51,7 +51,11 @@ def define(lib: OpLibrary) -> None:
         .output("activations: T")
         .attr(f"T: {spec(REALS)}")
         .shape_fn(unchanged_shape)
-        .doc("max(features, 0).")
+        .doc(
+            "max(features, 0).",
+            "A subnormal reads as 0 on the CPU (flushed); TensorFlow's scalar tail (the "
+            "elements after its last SIMD packet) returns it unchanged.",
+        )
     )
     (
         lib.register_op("Sigmoid")
@@ -59,7 +63,10 @@ def define(lib: OpLibrary) -> None:
         .output("y: T")
         .attr(f"T: {spec(INEXACT)}")
         .shape_fn(unchanged_shape)
-        .doc("1 / (1 + exp(-x)); complex too, as TensorFlow's CPU kernels.")
+        .doc(
+            "1 / (1 + exp(-x)); complex too, as TensorFlow's CPU kernels (0 where exp(-x) "
+            "has an infinite part, as C99 complex division gives)."
+        )
     )
     (
         lib.register_op("Softmax")
@@ -98,7 +105,11 @@ def _define_activations(lib: OpLibrary) -> None:
         )
 
     floats = spec(FLOATS)
-    activation("Relu6", spec(REALS), "min(max(features, 0), 6); NaN stays NaN.")
+    activation(
+        "Relu6",
+        spec(REALS),
+        "min(max(features, 0), 6); NaN stays NaN. A subnormal reads as 0 on the CPU (as Relu).",
+    )
     activation("Elu", floats, "features where > 0, else exp(features) - 1.")
     activation(
         "Selu",

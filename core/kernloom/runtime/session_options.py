@@ -74,6 +74,9 @@ class SessionConfig(BaseModel):
     placing it; False runs the graph exactly as built."""
     disabled_passes: tuple[str, ...] = ()
     """Graph passes to skip, by name (``("constant_folding", "elementwise_fusion")``)."""
+    flush_denormals: bool = True
+    """CPU kernels flush subnormal floats to zero, as TensorFlow's do (``log(1e-40f)`` is
+    ``-inf``); False keeps IEEE subnormals. The caller's thread is restored after ``run``."""
 
     def device_options(self) -> DeviceOptions:
         return DeviceOptions(
@@ -81,6 +84,7 @@ class SessionConfig(BaseModel):
             device_count=self.device_count,
             memory_limit=self.memory_limit,
             factory_overrides=self.factory_overrides,
+            flush_denormals=self.flush_denormals,
         )
 
     def resolved_inter_op_threads(self) -> int:

@@ -206,7 +206,9 @@ class _Importer:
         position = 0
         for arg in op_def.inputs:
             if arg.is_list:
-                count = attrs.get(arg.number_attr)
+                count = attrs.get(arg.type_list_attr or arg.number_attr)
+                if isinstance(count, list | tuple):  # a list(type) attr: one per dtype
+                    count = len(count)
                 if not isinstance(count, int) and lists == 1:
                     count = len(data) - fixed
                 if not isinstance(count, int) or count < 0 or position + count > len(data):

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 
 import kernloom.plugin
+from kernloom_cpu_numpy.denormals import (
+    FLUSH_BITS,
+    FLUSH_SUPPORTED,
+    UNSUPPORTED_REASON,
+    end_flush,
+    set_flush_permanently,
+    start_flush,
+)
 from kernloom_cpu_numpy.float_errors import ignore_float_errors
 from kernloom_cpu_numpy.threadpool import IntraOpPool
 
@@ -23,16 +31,31 @@ def _physical_memory() -> int:
 
 
 class NumpyCPUDevice(kernloom.plugin.Device):
-    """The process's CPU, with an intra-op thread pool kernels can split work over."""
+    """The process's CPU, with an intra-op thread pool kernels can split work over.
+
+    Kernels run with subnormal floats flushed to zero, as TensorFlow's CPU kernels do
+    (``kernloom_cpu_numpy.denormals``), unless ``flush_denormals=False``: the flag is set
+    on a thread when a step's kernels start running there and the thread's own setting is
+    put back when they stop, so user code after ``Session.run`` is not affected; the
+    intra-op pool's threads keep it.
+    """
 
     memory_is_host = True
 
     def __init__(
-        self, attributes: kernloom.plugin.DeviceAttributes, intra_op_threads: int | None
+        self,
+        attributes: kernloom.plugin.DeviceAttributes,
+        intra_op_threads: int | None,
+        *,
+        flush_denormals: bool = True,
     ) -> None:
         super().__init__(attributes)
+        self.flush_denormals = flush_denormals and FLUSH_SUPPORTED
+        """True when kernels see subnormals as zero (asked for, and possible here)."""
         self.intra_op_pool = IntraOpPool(
-            intra_op_threads, name=f"{attributes.device_type}-intra-op"
+            intra_op_threads,
+            name=f"{attributes.device_type}-intra-op",
+            worker_setup=set_flush_permanently if self.flush_denormals else None,
         )
 
     def _allocate(
@@ -76,11 +99,33 @@ class NumpyCPUDevice(kernloom.plugin.Device):
 
     def compute_scope(self) -> contextlib.AbstractContextManager[object]:
         # Like TensorFlow, 1/0 is inf and log(-1) nan: no numpy warnings, set once per run
-        # of many kernels rather than per kernel (see float_errors for the cost).
+        # of many kernels rather than per kernel (see float_errors for the cost); and, like
+        # TensorFlow, subnormals flushed to zero (see denormals).
+        if self.flush_denormals:
+            return _FlushingScope()
         return ignore_float_errors()
 
     def close(self) -> None:
         self.intra_op_pool.close()
+
+
+@final
+class _FlushingScope:
+    """``ignore_float_errors()`` and FTZ/DAZ as one context: the flag is two foreign calls
+    per step and thread, made directly (no second context object to build and enter)."""
+
+    __slots__ = ("_errors", "_saved")
+
+    def __enter__(self) -> None:
+        errors = self._errors = ignore_float_errors()
+        errors.__enter__()
+        self._saved = start_flush()
+
+    def __exit__(self, *exc_info: object) -> None:
+        saved = self._saved
+        if saved & FLUSH_BITS != FLUSH_BITS:  # a thread that flushes already stays so
+            end_flush(saved)
+        self._errors.__exit__(None, None, None)
 
 
 class NumpyCPUDeviceFactory(kernloom.plugin.DeviceFactory):
@@ -102,6 +147,17 @@ class NumpyCPUDeviceFactory(kernloom.plugin.DeviceFactory):
             device_type="CPU",
             backend="numpy",
             memory_limit=options.memory_limit.get("CPU", _physical_memory()),
-            physical_device_desc=f"numpy {np.__version__}, {threads} intra-op threads",
+            physical_device_desc=(
+                f"numpy {np.__version__}, {threads} intra-op threads, "
+                + _subnormals_description(options.flush_denormals)
+            ),
         )
-        return [NumpyCPUDevice(attributes, threads)]
+        return [NumpyCPUDevice(attributes, threads, flush_denormals=options.flush_denormals)]
+
+
+def _subnormals_description(asked: bool) -> str:
+    if not asked:
+        return "IEEE subnormals (flush_denormals=False)"
+    if FLUSH_SUPPORTED:
+        return "subnormals flushed to zero"
+    return f"IEEE subnormals ({UNSUPPORTED_REASON})"

@@ -21,13 +21,22 @@ __all__ = ["IntraOpPool"]
 class IntraOpPool:
     """A fixed number of threads that one kernel at a time may split its work over."""
 
-    __slots__ = ("_executor", "_local", "_lock", "_name", "_num_threads")
+    __slots__ = ("_executor", "_local", "_lock", "_name", "_num_threads", "_worker_setup")
 
-    def __init__(self, num_threads: int | None = None, *, name: str = "intra-op") -> None:
+    def __init__(
+        self,
+        num_threads: int | None = None,
+        *,
+        name: str = "intra-op",
+        worker_setup: Callable[[], None] | None = None,
+    ) -> None:
+        """``worker_setup`` runs once on each worker thread as it starts (the CPU device
+        makes its workers flush subnormals, as the threads running the step do)."""
         if num_threads is not None and num_threads < 1:
             raise ValueError(f"intra_op_threads must be >= 1, got {num_threads}")
         self._num_threads = num_threads or os.cpu_count() or 1
         self._name = name
+        self._worker_setup = worker_setup
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -49,6 +58,8 @@ class IntraOpPool:
 
     def _mark_worker(self) -> None:
         self._local.worker = True
+        if self._worker_setup is not None:
+            self._worker_setup()
 
     def parallel_for(
         self, total: int, fn: Callable[[int, int], None], *, min_shard_size: int = 1

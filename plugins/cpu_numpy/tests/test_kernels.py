@@ -46,7 +46,8 @@ def test_every_standard_op_is_covered() -> None:
     # Placeholder and NoOp are tested below; control flow and variables only mean something
     # inside a step (frames, deadness, the session's ResourceMgr): tests/test_control_flow.py
     # and tests/test_variables.py run them through the session against Python references.
-    assert public - covered == {"Placeholder", "NoOp"} | CONTROL_FLOW_OPS | VARIABLE_OPS
+    # Assert has no outputs to compare: tests/test_type_list_ops.py runs it in sessions.
+    assert public - covered == {"Placeholder", "NoOp", "Assert"} | CONTROL_FLOW_OPS | VARIABLE_OPS
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -167,7 +168,9 @@ def test_no_op_has_no_outputs() -> None:
 )
 def test_broadcasting_binary_ops_match_numpy(data: st.DataObject, op: str, dtype: type) -> None:
     shapes = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4))
-    elements = st.integers(-100, 100) if dtype is np.int32 else st.floats(-1e3, 1e3)
+    # No subnormals: the CPU device flushes them, as TensorFlow's kernels do.
+    floats = st.floats(-1e3, 1e3, allow_subnormal=False)
+    elements = st.integers(-100, 100) if dtype is np.int32 else floats
     x = data.draw(hnp.arrays(dtype, shapes.input_shapes[0], elements=elements))
     y = data.draw(hnp.arrays(dtype, shapes.input_shapes[1], elements=elements))
     fn = {"Add": np.add, "Mul": np.multiply, "Maximum": np.maximum, "Sub": np.subtract}[op]

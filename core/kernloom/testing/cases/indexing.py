@@ -610,13 +610,23 @@ def _selection_cases() -> Iterator[Case]:
         np.array([[True, False], [False, True], [True, True]]),
         np.array([0.0, -0.0, np.nan, 1.5, 0.0], np.float32),
         np.array([[0, 3, 0], [-1, 0, 0]], I32),
-        np.array(True),
+        np.array([True]),
         np.zeros((2, 0, 3), np.bool_),
         np.array([0, 1j, 0], np.complex64),
         np.zeros((3, 2), np.uint8),
     ]
     for x in where_inputs:
         yield Case("Where", [x], reference=_where_reference, id=f"Where-{x.dtype}-{x.shape}")
+    # IdentityN: a list of tensors of several dtypes (T: list(type)), each passed through.
+    mixed = [
+        sample((2, 3), kl.float32),
+        np.array([np.nan, -0.0, np.inf], np.float64),
+        np.int64(-7),
+        np.zeros((0, 2), np.bool_),
+        sample((2,), kl.complex64),
+    ]
+    yield Case("IdentityN", [mixed], reference=lambda xs: tuple(xs), id="IdentityN-mixed")
+    yield Case("IdentityN", [mixed[:1]], reference=lambda xs: tuple(xs), id="IdentityN-one")
     for dtype in (kl.float32, kl.int32, kl.bool_, kl.complex128):
         for sc, st, se in (((2, 1, 3), (1, 4, 1), (3,)), ((), (2, 2), (2, 1)), ((4,), (), ())):
             yield Case(

@@ -9,6 +9,7 @@ from kernloom.plugin import (
 from kernloom_cpu_numpy.kernels import (
     activations,
     array,
+    complex_rules,
     conv,
     elementwise,
     fused,
@@ -41,6 +42,7 @@ def build_library() -> KernelLibrary:
         image,
         linalg,
         fused,
+        complex_rules,
     ):
         family.register(lib)
     register_variable_kernels(lib, "CPU", backend="numpy")

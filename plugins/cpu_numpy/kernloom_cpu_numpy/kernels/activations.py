@@ -161,8 +161,8 @@ UNARY: tuple[tuple[str, Callable[..., Any], tuple[Any, ...]], ...] = (
     ("Softplus", _softplus, t.FLOATS),
     ("Softsign", _softsign, t.FLOATS),
     ("Erf", _erf, t.FLOATS),
-    ("Rsqrt", _rsqrt, t.INEXACT),
-    ("Reciprocal", _reciprocal, t.INEXACT),
+    ("Rsqrt", _rsqrt, t.FLOATS),  # complex: complex_rules
+    ("Reciprocal", _reciprocal, t.FLOATS),
     ("Abs", np.absolute, SIGNED_REALS),
     ("Sign", _sign, t.SIGNED),
     ("Floor", np.floor, t.FLOATS),
@@ -171,8 +171,8 @@ UNARY: tuple[tuple[str, Callable[..., Any], tuple[Any, ...]], ...] = (
     ("Sin", np.sin, t.INEXACT),
     ("Cos", np.cos, t.INEXACT),
     ("Atan", np.arctan, t.FLOATS),
-    ("Expm1", np.expm1, t.INEXACT),
-    ("Log1p", np.log1p, t.INEXACT),
+    ("Expm1", np.expm1, t.FLOATS),
+    ("Log1p", np.log1p, t.FLOATS),
 )
 PREDICATES: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("IsNan", np.isnan),

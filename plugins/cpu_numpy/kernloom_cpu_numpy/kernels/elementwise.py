@@ -139,8 +139,8 @@ _WIDE_UNSIGNED = ("uint16", "uint32", "uint64")
 BINARY: Table = (
     ("Add", np.add, tuple(x for x in t.NUMBERS if x.name not in _WIDE_UNSIGNED)),
     ("Sub", np.subtract, t.NUMBERS),
-    ("Mul", np.multiply, t.NUMBERS),
-    ("RealDiv", np.true_divide, t.INEXACT),
+    ("Mul", np.multiply, t.REALS),  # complex: complex_rules
+    ("RealDiv", np.true_divide, t.FLOATS),
     ("Maximum", np.maximum, t.REALS),
     ("Minimum", np.minimum, t.REALS),
     ("Pow", np.power, tuple(x for x in t.NUMBERS if not x.is_unsigned)),
@@ -150,9 +150,9 @@ UNARY: Table = (
     ("Exp", np.exp, t.INEXACT),
     ("Log", np.log, t.INEXACT),
     ("Sqrt", np.sqrt, t.INEXACT),
-    ("Square", np.square, t.NUMBERS),
+    ("Square", np.square, t.REALS),
     ("Tanh", np.tanh, t.INEXACT),
-    ("Sigmoid", _sigmoid, t.INEXACT),
+    ("Sigmoid", _sigmoid, t.FLOATS),
     ("Relu", _relu, t.REALS),
 )
 COMPARISONS: Table = (

@@ -23,6 +23,11 @@ from kernloom.plugin import types as t
 
 __all__ = ["register"]
 
+WHERE_SCALAR = (
+    "Where takes a tensor of rank 1 or more (TensorFlow's kernel refuses a scalar); "
+    "reshape it to [1]"
+)
+
 CPU = "CPU"
 Array = np.ndarray[Any, Any]
 MASKS = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
@@ -360,7 +365,10 @@ def one_hot(ctx: OpKernelContext) -> None:
 
 
 def where(ctx: OpKernelContext) -> None:
-    found = np.argwhere(ctx.input(0))
+    x = ctx.input(0)
+    if x.ndim == 0:
+        raise ctx.fail(WHERE_SCALAR)
+    found = np.argwhere(x)
     ctx.allocate_output(0, found.shape)[...] = found
 
 
@@ -420,7 +428,8 @@ def register(lib: KernelLibrary) -> None:
     cpu("Rank", "output", expensive=False)(rank)
     cpu("Range", "start", "limit", "delta")(range_)
     cpu("OneHot", "depth")(one_hot)
-    cpu("Where")(where)
+    # No float16: TensorFlow's CPU has no such Where kernel.
+    cpu("Where", type_constraints={"T": tuple(x for x in t.ALL if x.name != "float16")})(where)
     cpu("SelectV2", type_constraints={"T": t.ALL})(select_v2)
     cpu("StopGradient", expensive=False)(stop_gradient)
     cpu("PlaceholderWithDefault", expensive=False)(placeholder_with_default)

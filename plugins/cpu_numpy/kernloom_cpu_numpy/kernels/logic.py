@@ -69,9 +69,7 @@ def _floor_mod(x: Array, y: Array, out: Array) -> Array:
 
 def _squared_difference(x: Array, y: Array, out: Array) -> Array:
     np.subtract(x, y, out=out)
-    if out.dtype.kind == "c":  # conj(x - y) * (x - y), as TF
-        return np.multiply(out, np.conjugate(out), out=out)
-    return np.square(out, out=out)
+    return np.square(out, out=out)  # complex: complex_rules.squared_difference
 
 
 def _div_no_nan(x: Array, y: Array, out: Array) -> Array:
@@ -150,13 +148,13 @@ def clip_by_value(ctx: OpKernelContext) -> None:
 
 ARITHMETIC: tuple[tuple[str, Fn, tuple[Any, ...]], ...] = (
     ("AddV2", np.add, t.NUMBERS),
-    ("SquaredDifference", _squared_difference, (*t.FLOATS, *t.INDEX, *t.COMPLEX)),
-    ("DivNoNan", _div_no_nan, t.INEXACT),
+    ("SquaredDifference", _squared_difference, (*t.FLOATS, *t.INDEX)),  # complex: elsewhere
+    ("DivNoNan", _div_no_nan, t.FLOATS),
     ("LogicalAnd", np.logical_and, ()),
     ("LogicalOr", np.logical_or, ()),
 )
 DIVISIONS: tuple[tuple[str, Fn, tuple[Any, ...]], ...] = (
-    ("Div", _truncate_divide, t.NUMBERS),
+    ("Div", _truncate_divide, t.REALS),  # complex: complex_rules
     ("FloorDiv", _floor_divide, t.REALS),
     ("FloorMod", _floor_mod, t.REALS),
 )
@@ -182,4 +180,7 @@ def register(lib: KernelLibrary) -> None:
     cpu("NotEqual", t.ALL)(_equality(np.not_equal, True))
     cpu("Equal", t.ALL)(_equality(np.equal, False))
     cpu("LogicalNot", (), direct=_unary_in_place(np.logical_not))(_unary(np.logical_not))
-    cpu("ClipByValue", t.REALS)(clip_by_value)
+    # TensorFlow's CPU has no ClipByValue for uint32 and uint64; so neither does kernloom's.
+    cpu("ClipByValue", tuple(d for d in t.REALS if d.name not in ("uint32", "uint64")))(
+        clip_by_value
+    )

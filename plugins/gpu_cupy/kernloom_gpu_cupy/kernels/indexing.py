@@ -28,6 +28,11 @@ from kernloom.plugin import types as kl_types
 
 __all__ = ["register"]
 
+WHERE_SCALAR = (
+    "Where takes a tensor of rank 1 or more (TensorFlow's kernel refuses a scalar); "
+    "reshape it to [1]"
+)
+
 GPU = "GPU"
 BACKEND = "cupy"
 GPU_POLICIES = ("", "DEFAULT", "IGNORE")
@@ -341,7 +346,10 @@ class _Kernels:
         xp.copyto(last, on, where=indices[..., None] == xp.arange(depth))
 
     def where(self, ctx: OpKernelContext) -> None:
-        found = self.xp.argwhere(ctx.input(0))
+        x = ctx.input(0)
+        if x.ndim == 0:
+            raise ctx.fail(WHERE_SCALAR)
+        found = self.xp.argwhere(x)
         ctx.allocate_output(0, found.shape)[...] = found
 
     def select_v2(self, ctx: OpKernelContext) -> None:

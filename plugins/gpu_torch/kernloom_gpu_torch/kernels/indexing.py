@@ -24,6 +24,11 @@ from kernloom_gpu_torch.kernels._util import host_input, output, result, tensor_
 
 __all__ = ["register"]
 
+WHERE_SCALAR = (
+    "Where takes a tensor of rank 1 or more (TensorFlow's kernel refuses a scalar); "
+    "reshape it to [1]"
+)
+
 GPU = "GPU"
 BACKEND = "torch"
 GPU_POLICIES = ("", "DEFAULT", "IGNORE")
@@ -342,7 +347,10 @@ def one_hot(ctx: OpKernelContext) -> None:
 
 
 def where(ctx: OpKernelContext) -> None:
-    result(ctx, 0, torch.argwhere(tensor_input(ctx, 0)))
+    x = tensor_input(ctx, 0)
+    if x.ndim == 0:
+        raise ctx.fail(WHERE_SCALAR)
+    result(ctx, 0, torch.argwhere(x))
 
 
 def select_v2(ctx: OpKernelContext) -> None:
