@@ -90,6 +90,13 @@ def identity(ctx: OpKernelContext) -> None:
     ctx.forward_input_to_output(0, 0)
 
 
+def pass_through(reuse: int, x: Any) -> Any:
+    """The direct entry (``OpKernel.direct``) of ``identity``: the input is the output.
+    Identity, Enter, Exit and NextIteration run this way without a context -- a loop runs
+    three of them every iteration."""
+    return x
+
+
 def host_bool(ctx: OpKernelContext, value: Any) -> bool:
     """A scalar predicate as a Python bool, wherever the device keeps it."""
     if not ctx.device.is_host_value(value):
@@ -106,11 +113,24 @@ def switch(ctx: OpKernelContext) -> None:
     ctx.set_output_dead(1 - taken)
 
 
+_MERGE_INDICES: list[Any] = []
+"""Merge's ``value_index`` outputs, made once each: read-only, and held here, so the
+executor never hands one to a kernel to overwrite."""
+
+
+def _merge_index(index: int) -> Any:
+    while len(_MERGE_INDICES) <= index:
+        value = np.array(len(_MERGE_INDICES), np.int32)
+        value.flags.writeable = False
+        _MERGE_INDICES.append(value)
+    return _MERGE_INDICES[index]
+
+
 def merge(ctx: OpKernelContext) -> None:
     for index in range(ctx.num_inputs):
         if not ctx.is_input_dead(index):
             ctx.forward_input_to_output(index, 0)
-            ctx.set_output(1, np.array(index, np.int32))
+            ctx.set_output(1, _merge_index(index))
             return
     # Unreachable through the executor (a Merge with no live input does not run).
     raise ctx.fail("every input is dead")
@@ -268,7 +288,12 @@ def register_control_flow_kernels(
         ("LoopCond", loop_cond, ("input", "output")),
     ):
         lib.kernel(
-            op, device=device_type, backend=backend, host_memory=host_memory, expensive=False
+            op,
+            device=device_type,
+            backend=backend,
+            host_memory=host_memory,
+            expensive=False,
+            direct=pass_through if fn is identity else None,
         )(fn)
 
 
@@ -292,7 +317,9 @@ def register_device_independent_kernels(
     lib.kernel("Const", device=device_type, backend=backend)(ConstKernel)
     lib.kernel("_Arg", device=device_type, backend=backend)(ArgKernel)
     lib.kernel("_Retval", device=device_type, backend=backend)(RetvalKernel)
-    lib.kernel("Identity", device=device_type, backend=backend, expensive=False)(identity)
+    lib.kernel(
+        "Identity", device=device_type, backend=backend, expensive=False, direct=pass_through
+    )(identity)
     register_sendrecv_kernels(lib, device_type, backend=backend)
     register_control_flow_kernels(lib, device_type, backend=backend)
 

@@ -18,9 +18,13 @@ in ``propagator.py``; its tagged node is ``(node id, frame, iteration, dead)``.
   child frame of it is alive and (for iteration 0) every Enter has arrived. The frame
   instance ends after its last iteration; the step, after the root frame's.
 
-One lock guards all of this state; kernels run outside it. Inputs are never forwarded
-here (``forward`` is False): Merge and dead inputs are rewritten into new lists, and a
-loop invariant is delivered to every iteration, so a reference count proves nothing.
+One lock guards all of this state; kernels run outside it. Taken inputs may be
+forwarded (``forward`` is True), by the same reference-count rule as the simple
+propagator's: every place this propagator keeps a value holds a reference of its own --
+a slot until the consumer takes it, ``invariants`` for a loop invariant (delivered to
+every iteration, so never the last holder), ``deferred`` for a value waiting for its
+iteration -- and Merge's rewritten input list holds the same values as the slots did.
+An ``i + 1`` in a loop body therefore writes into ``i``'s buffer, as in a straight line.
 """
 
 from __future__ import annotations
@@ -35,10 +39,14 @@ from kernloom.runtime.frame_layout import (
     EXIT,
     MERGE,
     NEXT,
+    NORMAL,
     ROOT_ID,
     SEND,
     FrameLayout,
 )
+
+_SAME_ITERATION: Final = frozenset({NORMAL, MERGE, SEND})
+"""Kinds whose outputs go to consumers in their own frame and iteration."""
 from kernloom.runtime.graph_view import NodeItem
 from kernloom.runtime.step import Step
 
@@ -47,10 +55,13 @@ __all__ = ["FramePropagator", "Tagged"]
 
 @final
 class _Iteration:
-    __slots__ = ("children", "dead", "k", "outstanding", "pending", "slots")
+    __slots__ = ("children", "dead", "frame_iter", "k", "outstanding", "pending", "slots")
 
-    def __init__(self, k: int, layout: FrameLayout, frame: FrameInfo) -> None:
+    def __init__(self, k: int, layout: FrameLayout, frame: FrameInfo, frame_id: str) -> None:
         self.k = k
+        self.frame_iter = (frame_id, k)
+        """What a context of this iteration carries (rendezvous keys): made once here,
+        not per node."""
         self.slots: list[Any] = [None] * layout.num_slots[id(frame)]
         self.pending = layout.pending[id(frame)].copy()
         self.dead = [0] * len(self.pending)
@@ -106,7 +117,7 @@ class FramePropagator:
     """Frames, iterations and deadness of one step of one control-flow partition."""
 
     tags_are_ids: Final = False
-    forward: Final = False
+    forward: Final = True
 
     def __init__(self, layout: FrameLayout, step: Step) -> None:
         self.layout = layout
@@ -143,7 +154,7 @@ class FramePropagator:
             inputs = [DEAD if v is None else v for v in inputs]
         elif dead:  # a _Send of a dead node sends deadness, whatever its input
             inputs = [DEAD] * len(inputs)
-        ctx.frame_iter = (frame.id, iteration.k)
+        ctx.frame_iter = iteration.frame_iter
         return inputs
 
     def propagate(
@@ -151,9 +162,21 @@ class FramePropagator:
     ) -> bool:
         node, frame, iteration, dead = tagged
         with self.lock:
-            self._propagate(node, frame, iteration, outputs, dead, ready)
-            self._node_done(frame, iteration, ready)
-            return self._end_due()
+            if self.layout.nodes[node].kind in _SAME_ITERATION:
+                self._deliver(node, outputs, dead, frame, iteration, ready)
+            else:
+                self._propagate(node, frame, iteration, outputs, dead, ready)
+            # the node is done (``_node_done``, written out: this runs once per node)
+            self.inflight -= 1
+            iteration.outstanding -= 1
+            if iteration.outstanding == 0:
+                self._maybe_end_iteration(frame, iteration, ready)
+            if self.step.stopped and self.inflight == 0 and not ready:
+                self._end_locked()
+            if self.end_due:
+                self.end_due = False
+                return True
+            return False
 
     def finish(self, tagged: Tagged, ready: list[Tagged]) -> bool:
         _, frame, iteration, _ = tagged
@@ -172,7 +195,7 @@ class FramePropagator:
     # -- frames and iterations (under the lock) ---------------------------------------------
 
     def _new_iteration(self, frame: _Frame, k: int, ready: list[Tagged]) -> _Iteration:
-        iteration = _Iteration(k, self.layout, frame.info)
+        iteration = _Iteration(k, self.layout, frame.info, frame.id)
         frame.iterations[k] = iteration
         frame.newest = k
         for node, value in frame.invariants:
@@ -255,6 +278,7 @@ class FramePropagator:
         flow = self.layout.nodes[node]
         single = flow.kind in (ENTER, EXIT, NEXT)
         slots, pending, deads = iteration.slots, iteration.pending, iteration.dead
+        before = len(ready)
         for output, consumer, slot, local, is_merge in flow.edges:
             value = values if single else values[output]
             if dead:
@@ -265,12 +289,12 @@ class FramePropagator:
                     deads[local] += 1
                     if count == 1 and deads[local] == self._merge_expects(consumer, iteration):
                         pending[local] = -1
-                        self._make_ready(consumer, frame, iteration, True, ready)
+                        ready.append((consumer, frame, iteration, True))
                 elif count > 0 and count & 1:
                     slots[slot] = value
                     pending[local] = count - 1
                     if count == 1:
-                        self._make_ready(consumer, frame, iteration, False, ready)
+                        ready.append((consumer, frame, iteration, False))
                 continue
             slots[slot] = value
             if value is DEAD:
@@ -278,23 +302,26 @@ class FramePropagator:
             count = pending[local] - 1
             pending[local] = count
             if count == 0:
-                self._make_ready(consumer, frame, iteration, deads[local] > 0, ready)
+                ready.append((consumer, frame, iteration, deads[local] > 0))
         for consumer, local, is_merge in flow.controls:
             if is_merge:
                 count = pending[local] - 2
                 pending[local] = count
                 if count == 0:
-                    self._make_ready(consumer, frame, iteration, False, ready)
+                    ready.append((consumer, frame, iteration, False))
                 elif count == 1 and deads[local] == self._merge_expects(consumer, iteration):
                     pending[local] = -1
-                    self._make_ready(consumer, frame, iteration, True, ready)
+                    ready.append((consumer, frame, iteration, True))
                 continue
             if dead:
                 deads[local] += 1
             count = pending[local] - 1
             pending[local] = count
             if count == 0:
-                self._make_ready(consumer, frame, iteration, deads[local] > 0, ready)
+                ready.append((consumer, frame, iteration, deads[local] > 0))
+        made = len(ready) - before  # (``_make_ready``'s accounting, once for all of them)
+        iteration.outstanding += made
+        self.inflight += made
 
     def _merge_expects(self, merge: int, iteration: _Iteration) -> int:
         """How many dead inputs make a Merge dead: all it can get in this iteration."""

@@ -163,8 +163,11 @@ class StraightLine:
                     if kind == _BINARY:
                         x = values[a]
                         y = values[b]
-                        reuse = 0
-                        if take:
+                        if take == 1:  # a chain: the running value is read last, c is not
+                            values[a] = None
+                            value = direct(1 if getrefcount(x) == 2 else 0, x, y)
+                        elif take:
+                            reuse = 0
                             if take & 1:
                                 values[a] = None
                             if take & 2:
@@ -173,7 +176,9 @@ class StraightLine:
                                 reuse = 1
                             if take & 2 and getrefcount(y) == 2:
                                 reuse |= 2
-                        value = direct(reuse, x, y)
+                            value = direct(reuse, x, y)
+                        else:
+                            value = direct(0, x, y)
                         if value is NotImplemented:
                             given = [x, y]
                             del x, y
