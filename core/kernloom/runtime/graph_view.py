@@ -63,7 +63,8 @@ class NodeItem:
     is_async: bool
     direct: Callable[..., Any] | None
     """The kernel's context-free entry (``OpKernel.direct``) where the executors may call
-    it: one output, one or two inputs, no device ``compute`` that wraps every kernel."""
+    it: one output, one or two inputs, no device ``compute`` that wraps every kernel, no
+    host-memory input to move first (that is ``OpKernelContext.prepare``'s job)."""
     direct_dtype: Any
     """The output's numpy dtype, which a direct entry's result is checked against (an
     identity test first; ``OpKernelContext.outputs`` explains a mismatch)."""
@@ -136,7 +137,13 @@ class GraphView:
                     pending=len(node.inputs) + len(node.control_inputs),
                     is_expensive=bool(kernel.is_expensive),
                     is_async=is_async,
-                    direct=_direct_entry(kernel, node, compute_overridden or is_async),
+                    direct=_direct_entry(
+                        kernel,
+                        node,
+                        compute_overridden
+                        or is_async
+                        or bool(kernel.signature.host_memory_inputs and not device.memory_is_host),
+                    ),
                     direct_dtype=(kernel.signature.output_numpy_dtypes or (None,))[0],
                 )
             )

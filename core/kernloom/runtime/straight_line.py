@@ -124,9 +124,17 @@ class StraightLine:
                     last_reader[value] = consumer
         program = []
         plain = not view.compute_overridden
+        # A constant's kernel keeps its value for every step: taking it out of its slot
+        # frees nothing and could never make it overwritable, so its reader leaves it
+        # (a chain's ``y + c`` then takes only ``y``: the loop's cheapest case).
+        kept = {
+            slot_of[(item.id, 0)]
+            for item in items
+            if plain and type(item.kernel) is ConstKernel and (item.id, 0) in slot_of
+        }
         for node in order:
             item = items[node]
-            taken = [last_reader[value] == node for value in inputs[node]]
+            taken = [last_reader[value] == node and value not in kept for value in inputs[node]]
             outputs = tuple(
                 (output, slot_of[(node, output)])
                 for output in range(len(item.node.outputs))
@@ -293,14 +301,10 @@ def _entry(
 
 
 def _through_context(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> list[Any]:
-    """Run a node through the executor's node step (``compute``, not the direct entry) on
-    the step's context and return its outputs. ``given`` holds the inputs: one that nothing
-    but the list holds was taken and may be forwarded."""
-    try:
-        return run_compute(ctx, item, given)
-    finally:
-        # The context must not keep this node's values alive (or block their forwarding).
-        ctx.release()
+    """Run a node through the node loop's own step (``run_compute``: ``compute`` on the
+    step's context, outputs checked, context released) and return its outputs. ``given``
+    holds the inputs: one that nothing but the list holds was taken and may be forwarded."""
+    return run_compute(ctx, item, given)
 
 
 def _check_direct_output(view: GraphView, args: RunArgs, node: int, value: Any) -> None:
