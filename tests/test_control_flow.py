@@ -442,3 +442,46 @@ def test_a_next_iteration_that_feeds_no_merge_is_rejected(registry: klp.Registry
 
     with pytest.raises(kl.InvalidArgumentError, match=r"'again' feeds node 'wrong'.*must feed"):
         run_raw(registry, build)
+
+
+# -- buffers in loop frames ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parallel_iterations", [1, 10])
+def test_a_loop_body_overwrites_its_own_values_but_never_an_invariant_or_the_feed(
+    registry: klp.Registry, parallel_iterations: int
+) -> None:
+    """The frame-aware propagator forwards by the simple one's rule: ``v * k + 1`` in the
+    body writes into ``v``'s buffer (nothing else holds it once taken), while ``k`` -- a loop
+    invariant delivered to every iteration -- and the fed start value stay intact."""
+    n = 5
+    g = kl.Graph(registry)
+    with g.as_default():
+        v0 = kl.placeholder(kl.float32, [64], name="v0")
+        k = kl.placeholder(kl.float32, [64], name="k")
+        _, out = kl.while_loop(
+            lambda i, v: i < n,
+            lambda i, v: (i + 1, ops.add(ops.mul(v, k, name="scale"), kl.constant(1.0))),
+            [kl.constant(0), v0],
+            parallel_iterations=parallel_iterations,
+        )
+    rng = np.random.default_rng(11)
+    v0v = rng.standard_normal(64).astype(np.float32)
+    kv = rng.uniform(0.5, 1.5, 64).astype(np.float32)
+    v0_before, k_before = v0v.copy(), kv.copy()
+    want = v0v.astype(np.float64)
+    for _ in range(n):  # the loop computed directly
+        want = want * kv + 1.0
+    md = kl.RunMetadata()
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)) as sess:
+        got = sess.run(out, {v0: v0v, k: kv}, kl.RunOptions(trace=True), run_metadata=md)
+        again = sess.run(out, {v0: v0v, k: kv})  # untraced: the same node loop
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_allclose(again, want, rtol=1e-5)
+    np.testing.assert_array_equal(v0v, v0_before)
+    np.testing.assert_array_equal(kv, k_before)
+    scale = [s.forwarded for s in md.step_stats.nodes if s.node.endswith("scale")]
+    assert len(scale) == n
+    # The first iteration's v is the caller's feed (never overwritten); every later one
+    # is the previous iteration's own result, overwritten in place.
+    assert scale.count(((0, 0),)) == n - 1
