@@ -13,11 +13,12 @@ place that decides how a step runs it:
 
 The node loop (``ExecutorState._process``), per ready node: prepare its inputs (the
 propagator takes them out of their slots: a value is alive exactly while a consumer that
-has not run yet, or the caller, a fetch, a constant, still holds it; the context's
-``prepare`` marks the ones nothing else holds as forwardable), compute (the kernel's
-direct entry or its ``compute``, or ``start_async`` for an asynchronous kernel, which
-continues through its callback), process the outputs (checked), propagate them (the
-propagator says what became ready), and schedule what became ready: inexpensive nodes
+has not run yet, or the caller, a fetch, a constant, still holds it; one that nothing
+else holds may be overwritten), compute and process the outputs (``node_run.run_sync``:
+the kernel's direct entry or its ``compute`` on the step's one reused context, outputs
+checked; or ``start_async`` for an asynchronous kernel, which continues through its
+callback), propagate them (the propagator says what became ready), and schedule what
+became ready: inexpensive nodes
 run inline on this thread; of the expensive nodes that become ready together one stays
 inline and the rest are handed to the step (the caller's thread and the inter-op pool
 take them). The first failure stops the step (``Step.stop``); the loop then skips what is

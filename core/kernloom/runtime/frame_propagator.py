@@ -44,11 +44,11 @@ from kernloom.runtime.frame_layout import (
     SEND,
     FrameLayout,
 )
+from kernloom.runtime.graph_view import NodeItem
+from kernloom.runtime.step import Step
 
 _SAME_ITERATION: Final = frozenset({NORMAL, MERGE, SEND})
 """Kinds whose outputs go to consumers in their own frame and iteration."""
-from kernloom.runtime.graph_view import NodeItem
-from kernloom.runtime.step import Step
 
 __all__ = ["FramePropagator", "Tagged"]
 
@@ -141,7 +141,7 @@ class FramePropagator:
             return ready, self._end_due()
 
     def take(self, tagged: Tagged, item: NodeItem, ctx: OpKernelContext) -> list[Any] | None:
-        node, frame, iteration, dead = tagged
+        node, _, iteration, dead = tagged
         flow = self.layout.nodes[node]
         start, end = flow.slot_start, flow.slot_end
         slots = iteration.slots

@@ -9,7 +9,8 @@ early), and a step walks it with one list of values:
 
 - every output that has consumers owns a slot; a node reads its inputs from slots, and
   the node that uses a value last (known at build time) takes it out of its slot, so the
-  value is released after its last use, as in the general executor;
+  value is released after its last use, as in the general executor (a constant, which
+  its kernel keeps anyway, is never taken: a chain's ``y + c`` takes only ``y``);
 - a taken input whose reference count shows nothing else holds it may be overwritten:
   that is the forwarding rule of the general executor (TensorFlow's ``RefCountIsOne``);
 - a kernel with a ``direct`` entry (``OpKernel.direct``) and one or two inputs and one
@@ -20,10 +21,13 @@ early), and a step walks it with one list of values:
 It is a schedule, not an executor of its own: ``Executor.straight_line_for`` decides when
 a step runs on it (tracing and node-output callbacks off; partitions with asynchronous
 kernels or control flow never do), and every node that is not a direct entry, a constant
-or a call-frame node runs through the executor's own node step (``run_compute``, with the
-context's ``prepare`` and output check). Only the direct entries are interpreted here,
-without a context: that is the dispatch fast path, where one call more per node would
-cost a tenth of its time.
+or a call-frame node -- and a direct entry that declines -- runs through the node loop's
+own step (``node_run.run_compute``: the context's ``prepare``, ``compute``, the output
+check, the context released). Only the direct entries' call is written out here, as the
+loop's specialisation for a static schedule (slots fixed, which input is read last known,
+the output dtype to check fixed): that is the dispatch fast path, where one Python call
+more per node would cost a fifth of its time (``node_run.run_sync`` is the same step,
+unspecialised, which the general loop calls).
 """
 
 from __future__ import annotations
