@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from kernloom.framework.device import Device
+from kernloom.framework.device_independent_kernels import ConstKernel
 from kernloom.framework.op_kernel import (
     _UNSET,
     AsyncOpKernel,
@@ -64,7 +65,8 @@ class NodeItem:
     direct: Callable[..., Any] | None
     """The kernel's context-free entry (``OpKernel.direct``) where the executors may call
     it: one output, one or two inputs, no device ``compute`` that wraps every kernel, no
-    host-memory input to move first (that is ``OpKernelContext.prepare``'s job)."""
+    host-memory input to move first (that is ``OpKernelContext.prepare``'s job). A
+    ``Const`` gets one too, which returns its value."""
     direct_dtype: Any
     """The output's numpy dtype, which a direct entry's result is checked against (an
     identity test first; ``OpKernelContext.outputs`` explains a mismatch)."""
@@ -169,7 +171,19 @@ class GraphView:
 
 
 def _direct_entry(kernel: OpKernel, node: Node, excluded: bool) -> Callable[..., Any] | None:
-    if excluded or len(node.outputs) != 1 or len(node.inputs) not in (1, 2):
+    if excluded or len(node.outputs) != 1:
+        return None
+    if type(kernel) is ConstKernel:
+        # The constant as an entry of its own: a Const in a loop body (it runs every
+        # iteration, after its control input) needs no context either. (The straight
+        # line puts the value into its program instead.)
+        value = kernel.value
+
+        def constant(reuse: int) -> Any:
+            return value
+
+        return constant
+    if len(node.inputs) not in (1, 2):
         return None
     return kernel.direct
 

@@ -104,7 +104,7 @@ def run_sync(ctx: OpKernelContext, item: NodeItem, inputs: list[Any], forward: b
                 if _getrefcount(value) == 3:
                     reuse |= bit
                 bit <<= 1
-            del value
+            value = None  # the loop's name must not hold an input while the kernel runs
         value = direct(reuse, *inputs)
         if value is not NotImplemented:
             ctx.forwarded = ()  # (a direct entry's reuse is read off its result: _forwarded)

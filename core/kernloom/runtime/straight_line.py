@@ -294,7 +294,7 @@ def _entry(
         if isinstance(kernel, RetvalKernel) and exact is RetvalKernel:
             take = 1 if taken[0] else 0
             return Entry(_RETVAL, None, inputs[0], kernel.index, take, -1, None, node)
-    if item.direct is not None:  # one or two inputs, one output
+    if item.direct is not None and len(inputs) in (1, 2):  # one output
         take = sum(1 << i for i, t in enumerate(taken) if t)
         dtype = kernel.signature.output_numpy_dtypes[0]
         if len(inputs) == 1:
