@@ -40,6 +40,7 @@ __all__ = [
     "identity",
     "merge",
     "no_op",
+    "pass_through",
     "register_control_flow_kernels",
     "register_device_independent_kernels",
     "register_graph_kernels",

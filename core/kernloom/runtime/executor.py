@@ -145,8 +145,11 @@ class ExecutorState:
         self.done = done
         self.error: BaseException | None = None
         layout = view.frame_layout
+        observed = args.stats is not None or args.node_outputs is not None
         self.propagator: Propagator = (
-            SimplePropagator(view) if layout is None else FramePropagator(layout, args.step)
+            SimplePropagator(view)
+            if layout is None
+            else FramePropagator(layout, args.step, None if observed else view.passes)
         )
 
     def start(self) -> None:

@@ -25,11 +25,17 @@ a slot until the consumer takes it, ``invariants`` for a loop invariant (deliver
 every iteration, so never the last holder), ``deferred`` for a value waiting for its
 iteration -- and Merge's rewritten input list holds the same values as the slots did.
 An ``i + 1`` in a loop body therefore writes into ``i``'s buffer, as in a straight line.
+
+A step that nobody observes node by node (no trace, no node-outputs callback) passes
+``passes``: the nodes whose kernel is the core's pass-through (Identity, Enter, Exit,
+NextIteration). When one becomes ready, its input is delivered on at once, under the
+same lock, as if it had run -- a loop iteration saves two node runs of the node loop.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any, Final, final
 
 from kernloom.framework.op_kernel import DEAD, OpKernelContext
@@ -119,9 +125,15 @@ class FramePropagator:
     tags_are_ids: Final = False
     forward: Final = True
 
-    def __init__(self, layout: FrameLayout, step: Step) -> None:
+    def __init__(
+        self, layout: FrameLayout, step: Step, passes: Sequence[bool] | None = None
+    ) -> None:
+        """``passes``: per node, whether it is a pass-through (the core's Identity, Enter,
+        Exit or NextIteration kernel: its output is its input) that this step may
+        deliver through without running it -- a step nobody observes node by node."""
         self.layout = layout
         self.step = step
+        self.passes = passes
         self.lock = threading.Lock()
         self.inflight = 0
         self.ended = False
@@ -278,6 +290,8 @@ class FramePropagator:
         flow = self.layout.nodes[node]
         single = flow.kind in (ENTER, EXIT, NEXT)
         slots, pending, deads = iteration.slots, iteration.pending, iteration.dead
+        passes = self.passes
+        through: list[tuple[int, bool]] = []
         before = len(ready)
         for output, consumer, slot, local, is_merge in flow.edges:
             value = values if single else values[output]
@@ -302,7 +316,10 @@ class FramePropagator:
             count = pending[local] - 1
             pending[local] = count
             if count == 0:
-                ready.append((consumer, frame, iteration, deads[local] > 0))
+                if passes is not None and passes[consumer]:
+                    through.append((consumer, deads[local] > 0))
+                else:
+                    ready.append((consumer, frame, iteration, deads[local] > 0))
         for consumer, local, is_merge in flow.controls:
             if is_merge:
                 count = pending[local] - 2
@@ -318,10 +335,21 @@ class FramePropagator:
             count = pending[local] - 1
             pending[local] = count
             if count == 0:
-                ready.append((consumer, frame, iteration, deads[local] > 0))
+                if passes is not None and passes[consumer]:
+                    through.append((consumer, deads[local] > 0))
+                else:
+                    ready.append((consumer, frame, iteration, deads[local] > 0))
         made = len(ready) - before  # (``_make_ready``'s accounting, once for all of them)
         iteration.outstanding += made
         self.inflight += made
+        # Pass-throughs that became ready deliver their input on, as if they had run
+        # (after the accounting above: what they make ready is accounted by their own).
+        for consumer, consumer_dead in through:
+            consumer_flow = self.layout.nodes[consumer]
+            start = consumer_flow.slot_start
+            value = slots[start]
+            slots[start] = None
+            self._propagate(consumer, frame, iteration, [value], consumer_dead, ready)
 
     def _merge_expects(self, merge: int, iteration: _Iteration) -> int:
         """How many dead inputs make a Merge dead: all it can get in this iteration."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from kernloom.framework.device import Device
-from kernloom.framework.device_independent_kernels import ConstKernel
+from kernloom.framework.device_independent_kernels import ConstKernel, pass_through
 from kernloom.framework.op_kernel import (
     _UNSET,
     AsyncOpKernel,
@@ -160,6 +160,11 @@ class GraphView:
         self.num_slots = total
         self.pending = [item.pending for item in items]
         self.roots = [item.id for item in items if item.pending == 0]
+        self.passes = [item.direct is pass_through for item in items]
+        """Per node, whether it is the core's pass-through kernel (Identity, Enter, Exit,
+        NextIteration: the output is the input) run without a device wrapping it: a
+        frame-aware step nobody observes delivers through such a node without running
+        it."""
         if control_flow is None:
             control_flow = has_control_flow(graph)
         self.frame_layout: FrameLayout | None = FrameLayout(graph) if control_flow else None
