@@ -141,6 +141,17 @@ def loop_cond(ctx: OpKernelContext) -> None:
     ctx.set_output(0, np.array(host_bool(ctx, ctx.input(0))))
 
 
+_BOOL = np.dtype(np.bool_)
+
+
+def loop_cond_direct(reuse: int, x: Any) -> Any:
+    """LoopCond's direct entry: a host bool scalar (what a comparison gives) is already
+    the output; anything else goes through ``loop_cond``, which converts or explains."""
+    if type(x) is np.ndarray and x.dtype is _BOOL and x.shape == ():
+        return x
+    return NotImplemented
+
+
 class _CallFrameKernel(OpKernel):
     """Reads or writes slot ``index`` of the step's call frame."""
 
@@ -280,13 +291,13 @@ def register_control_flow_kernels(
 ) -> None:
     """Switch, Merge, Enter, Exit, NextIteration and LoopCond; predicates and Merge's
     value_index live in host memory, as in TensorFlow's GPU kernels."""
-    for op, fn, host_memory in (
-        ("Switch", switch, ("pred",)),
-        ("Merge", merge, ("value_index",)),
-        ("Enter", identity, ()),
-        ("Exit", identity, ()),
-        ("NextIteration", identity, ()),
-        ("LoopCond", loop_cond, ("input", "output")),
+    for op, fn, host_memory, direct in (
+        ("Switch", switch, ("pred",), None),
+        ("Merge", merge, ("value_index",), None),
+        ("Enter", identity, (), pass_through),
+        ("Exit", identity, (), pass_through),
+        ("NextIteration", identity, (), pass_through),
+        ("LoopCond", loop_cond, ("input", "output"), loop_cond_direct),
     ):
         lib.kernel(
             op,
@@ -294,7 +305,7 @@ def register_control_flow_kernels(
             backend=backend,
             host_memory=host_memory,
             expensive=False,
-            direct=pass_through if fn is identity else None,
+            direct=direct,
         )(fn)
 
 
