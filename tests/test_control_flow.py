@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import kernloom as kl
 import kernloom.plugin as klp
 from kernloom import ops
 from kernloom.graph.builder import apply_op
+from kernloom.runtime import executor as executor_module
 
 
 @pytest.fixture(scope="module")
@@ -442,3 +444,84 @@ def test_a_next_iteration_that_feeds_no_merge_is_rejected(registry: klp.Registry
 
     with pytest.raises(kl.InvalidArgumentError, match=r"'again' feeds node 'wrong'.*must feed"):
         run_raw(registry, build)
+
+
+# -- buffers in loop frames ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parallel_iterations", [1, 10])
+def test_a_loop_body_overwrites_its_own_values_but_never_an_invariant_or_the_feed(
+    registry: klp.Registry, parallel_iterations: int
+) -> None:
+    """The frame-aware propagator forwards by the simple one's rule: ``v * k + 1`` in the
+    body writes into ``v``'s buffer (nothing else holds it once taken), while ``k`` -- a loop
+    invariant delivered to every iteration -- and the fed start value stay intact."""
+    n = 5
+    g = kl.Graph(registry)
+    with g.as_default():
+        v0 = kl.placeholder(kl.float32, [64], name="v0")
+        k = kl.placeholder(kl.float32, [64], name="k")
+        _, out = kl.while_loop(
+            lambda i, v: i < n,
+            lambda i, v: (i + 1, ops.add(ops.mul(v, k, name="scale"), kl.constant(1.0))),
+            [kl.constant(0), v0],
+            parallel_iterations=parallel_iterations,
+        )
+    rng = np.random.default_rng(11)
+    v0v = rng.standard_normal(64).astype(np.float32)
+    kv = rng.uniform(0.5, 1.5, 64).astype(np.float32)
+    v0_before, k_before = v0v.copy(), kv.copy()
+    want = v0v.astype(np.float64)
+    for _ in range(n):  # the loop computed directly
+        want = want * kv + 1.0
+    md = kl.RunMetadata()
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)) as sess:
+        got = sess.run(out, {v0: v0v, k: kv}, kl.RunOptions(trace=True), run_metadata=md)
+        again = sess.run(out, {v0: v0v, k: kv})  # untraced: the same node loop
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_allclose(again, want, rtol=1e-5)
+    np.testing.assert_array_equal(v0v, v0_before)
+    np.testing.assert_array_equal(kv, k_before)
+    scale = [s.forwarded for s in md.step_stats.nodes if s.node.endswith("scale")]
+    assert len(scale) == n
+    # The first iteration's v is the caller's feed (never overwritten); every later one
+    # is the previous iteration's own result, overwritten in place.
+    assert scale.count(((0, 0),)) == n - 1
+
+
+def test_an_unobserved_loop_delivers_through_pass_throughs_a_traced_one_runs_them(
+    registry: klp.Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Identity and NextIteration (the core's pass-through kernels) are delivered through
+    without a node run when nobody observes the step; a traced step runs and reports each
+    of them every iteration, and both give the loop's result."""
+    n = 4
+    ran: list[tuple[str, str]] = []
+    run_sync = executor_module.run_sync
+
+    def spy(ctx: Any, item: Any, inputs: list[Any], forward: bool) -> list[Any]:
+        ran.append((item.name, item.node.op))
+        return run_sync(ctx, item, inputs, forward)
+
+    monkeypatch.setattr(executor_module, "run_sync", spy)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        _, out = kl.while_loop(
+            lambda i, v: i < n,
+            lambda i, v: (i + 1, ops.identity(ops.mul(v, kl.constant(2.0)), name="copy")),
+            [kl.constant(0), x],
+        )
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        plain = sess.run(out, {x: X})
+        unobserved = list(ran)
+        md = kl.RunMetadata()
+        traced = sess.run(out, {x: X}, kl.RunOptions(trace=True), run_metadata=md)
+    np.testing.assert_array_equal(plain, X * 2.0**n)
+    np.testing.assert_array_equal(traced, X * 2.0**n)
+    assert sum(1 for _, op in unobserved if op == "Mul") == n  # the body ran
+    passes = {"Identity", "Enter", "Exit", "NextIteration"}
+    assert not [name for name, op in unobserved if op in passes]
+    seen = [s.node for s in md.step_stats.nodes]  # a traced step reports the live runs
+    assert sum(1 for name in seen if name.endswith("copy")) == n
+    assert sum(1 for name in seen if "next_iteration" in name) == 2 * n

@@ -127,3 +127,15 @@ def test_control_flow_runs_on_the_new_device(loop: bool) -> None:
     with kl.Session(g, config=kl.SessionConfig(allow_soft_placement=True)) as sess:
         out = sess.run(result, {x: np.ones(2, np.float32)})
     np.testing.assert_array_equal(out, [16, 16] if loop else [2, 2])
+
+
+def test_loop_conds_direct_entry_passes_a_bool_scalar_and_declines_anything_else() -> None:
+    """What a comparison gives (a 0-d bool array) is LoopCond's output as it is; a numpy
+    bool scalar, a one-element vector or an int goes through ``compute``, which converts
+    or explains."""
+    from kernloom.framework.device_independent_kernels import loop_cond_direct
+
+    flag = np.array(True)
+    assert loop_cond_direct(0, flag) is flag
+    for other in (np.bool_(True), np.array([True]), np.array(1, np.int32), True):
+        assert loop_cond_direct(0, other) is NotImplemented

@@ -58,7 +58,7 @@ def test_the_program_follows_the_general_executors_order_and_frees_values_at_las
     with g.as_default():
         x = kl.constant(np.float32(2), name="x")
         a = kl.ops.neg(x, name="a")
-        b = kl.ops.add(a, x, name="b")  # x's last reader: takes it? no, a constant is held
+        b = kl.ops.add(a, x, name="b")  # x's last reader, but a constant is never taken
         kl.ops.mul(b, a, name="c")  # a's last reader
     view = view_of(registry, g)
     straight = StraightLine.compile(view)
@@ -70,9 +70,9 @@ def test_the_program_follows_the_general_executors_order_and_frees_values_at_las
     assert kinds["x"] == 3  # a constant: its device value is in the program
     assert np.asarray(straight.program[0][2]) == 2
     entry = {view.items[e[-1]].name: e for e in straight.program}
-    # b reads a (still needed by c: not taken) and x (its last reader: taken);
-    # c is the last reader of both b and a.
-    assert entry["b"][4] == 0b10
+    # b reads a (still needed by c: not taken) and x (its last reader, but x is a
+    # constant, which its kernel keeps: not taken either); c is the last reader of b and a.
+    assert entry["b"][4] == 0
     assert entry["c"][4] == 0b11
     assert straight.num_values == 3  # x, a, b; c's output has no consumer
     assert entry["c"][5] == -1
@@ -310,7 +310,73 @@ def test_a_node_reading_one_value_twice_never_overwrites_it_while_reading(
     assert straight_runs
 
 
-def test_broadcasting_declines_the_direct_entry_and_runs_compute(
+CHAIN = 6
+
+
+@pytest.mark.parametrize(
+    ("fed", "constant"),
+    [
+        ((16,), ()),  # a 0-d constant (a scalar)
+        ((16,), (1,)),
+        ((16,), (16,)),
+        ((4, 1), (1, 16)),  # the first Add grows the value to [4, 16]
+        ((), (16,)),  # a fed scalar
+        ((2, 16), (16,)),  # rank mismatch
+    ],
+    ids=["scalar", "one", "vector", "outer", "fed-scalar", "rank"],
+)
+@pytest.mark.parametrize("running_first", [True, False], ids=["y+c", "c+y"])
+def test_a_chain_with_broadcasting_operands_stays_on_the_direct_entries(
+    registry: klp.Registry,
+    monkeypatch: pytest.MonkeyPatch,
+    fed: tuple[int, ...],
+    constant: tuple[int, ...],
+    running_first: bool,
+) -> None:
+    """Whatever the operands' shapes, every Add of the chain is a direct entry of the
+    program and runs as one -- except the first, whose inputs are the caller's feed and a
+    constant (neither may be overwritten), so it allocates through ``compute``."""
+    through_compute: list[str] = []
+    original = straight_line.run_compute
+
+    def spy(ctx: Any, item: Any, given: list[Any], forward: bool = True) -> list[Any]:
+        through_compute.append(item.name)
+        return original(ctx, item, given, forward)
+
+    monkeypatch.setattr(straight_line, "run_compute", spy)
+    rng = np.random.default_rng(7)
+    constants = [rng.standard_normal(constant).astype(np.float32) for _ in range(CHAIN)]
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, list(fed), name="x")
+        y = x
+        for i, c in enumerate(constants):
+            k = kl.constant(c, name=f"c{i}")
+            y = kl.ops.add(y, k, name=f"add{i}") if running_first else kl.ops.add(k, y)
+    xv = rng.standard_normal(fed).astype(np.float32)
+    original_xv = xv.copy()
+    want = original_xv.astype(np.float64)
+    for c in constants:  # the reference: numpy broadcasting, one add after another
+        want = want + c
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
+    with kl.Session(g, config) as sess:
+        executor = sess.make_callable(y, [x])
+        got = executor(xv)
+        through_compute.clear()
+        got = executor(xv)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_array_equal(xv, original_xv)  # the feed was never written
+    assert len(through_compute) == 1  # the first Add; the other five ran directly
+    # The plan: every Add is a binary direct entry (kind 1) that takes the running value.
+    view = view_of(registry, g)
+    program = StraightLine.compile(view)
+    assert program is not None
+    adds = [e for e in program.program if view.items[e[-1]].node.op in ("Add", "AddV2")]
+    assert len(adds) == CHAIN and all(e[0] == 1 for e in adds)
+    assert [e[4] for e in adds[1:]] == [1 if running_first else 2] * (CHAIN - 1)
+
+
+def test_broadcasting_to_a_shape_larger_than_both_operands_runs_compute(
     registry: klp.Registry, straight_runs: list[str]
 ) -> None:
     g = kl.Graph(registry)

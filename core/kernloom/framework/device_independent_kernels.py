@@ -42,6 +42,7 @@ __all__ = [
     "identity_n",
     "merge",
     "no_op",
+    "pass_through",
     "register_control_flow_kernels",
     "register_device_independent_kernels",
     "register_graph_kernels",
@@ -138,6 +139,13 @@ class AssertKernel(OpKernel):
         raise ctx.fail(f"assertion failed: {data}")
 
 
+def pass_through(reuse: int, x: Any) -> Any:
+    """The direct entry (``OpKernel.direct``) of ``identity``: the input is the output.
+    Identity, Enter, Exit and NextIteration run this way without a context -- a loop runs
+    three of them every iteration."""
+    return x
+
+
 def host_bool(ctx: OpKernelContext, value: Any) -> bool:
     """A scalar predicate as a Python bool, wherever the device keeps it."""
     if not ctx.device.is_host_value(value):
@@ -154,11 +162,24 @@ def switch(ctx: OpKernelContext) -> None:
     ctx.set_output_dead(1 - taken)
 
 
+_MERGE_INDICES: list[Any] = []
+"""Merge's ``value_index`` outputs, made once each: read-only, and held here, so the
+executor never hands one to a kernel to overwrite."""
+
+
+def _merge_index(index: int) -> Any:
+    while len(_MERGE_INDICES) <= index:
+        value = np.array(len(_MERGE_INDICES), np.int32)
+        value.flags.writeable = False
+        _MERGE_INDICES.append(value)
+    return _MERGE_INDICES[index]
+
+
 def merge(ctx: OpKernelContext) -> None:
     for index in range(ctx.num_inputs):
         if not ctx.is_input_dead(index):
             ctx.forward_input_to_output(index, 0)
-            ctx.set_output(1, np.array(index, np.int32))
+            ctx.set_output(1, _merge_index(index))
             return
     # Unreachable through the executor (a Merge with no live input does not run).
     raise ctx.fail("every input is dead")
@@ -166,6 +187,17 @@ def merge(ctx: OpKernelContext) -> None:
 
 def loop_cond(ctx: OpKernelContext) -> None:
     ctx.set_output(0, np.array(host_bool(ctx, ctx.input(0))))
+
+
+_BOOL = np.dtype(np.bool_)
+
+
+def loop_cond_direct(reuse: int, x: Any) -> Any:
+    """LoopCond's direct entry: a host bool scalar (what a comparison gives) is already
+    the output; anything else goes through ``loop_cond``, which converts or explains."""
+    if type(x) is np.ndarray and x.dtype is _BOOL and x.shape == ():
+        return x
+    return NotImplemented
 
 
 class _CallFrameKernel(OpKernel):
@@ -307,16 +339,21 @@ def register_control_flow_kernels(
 ) -> None:
     """Switch, Merge, Enter, Exit, NextIteration and LoopCond; predicates and Merge's
     value_index live in host memory, as in TensorFlow's GPU kernels."""
-    for op, fn, host_memory in (
-        ("Switch", switch, ("pred",)),
-        ("Merge", merge, ("value_index",)),
-        ("Enter", identity, ()),
-        ("Exit", identity, ()),
-        ("NextIteration", identity, ()),
-        ("LoopCond", loop_cond, ("input", "output")),
+    for op, fn, host_memory, direct in (
+        ("Switch", switch, ("pred",), None),
+        ("Merge", merge, ("value_index",), None),
+        ("Enter", identity, (), pass_through),
+        ("Exit", identity, (), pass_through),
+        ("NextIteration", identity, (), pass_through),
+        ("LoopCond", loop_cond, ("input", "output"), loop_cond_direct),
     ):
         lib.kernel(
-            op, device=device_type, backend=backend, host_memory=host_memory, expensive=False
+            op,
+            device=device_type,
+            backend=backend,
+            host_memory=host_memory,
+            expensive=False,
+            direct=direct,
         )(fn)
 
 
@@ -340,7 +377,9 @@ def register_device_independent_kernels(
     lib.kernel("Const", device=device_type, backend=backend)(ConstKernel)
     lib.kernel("_Arg", device=device_type, backend=backend)(ArgKernel)
     lib.kernel("_Retval", device=device_type, backend=backend)(RetvalKernel)
-    lib.kernel("Identity", device=device_type, backend=backend, expensive=False)(identity)
+    lib.kernel(
+        "Identity", device=device_type, backend=backend, expensive=False, direct=pass_through
+    )(identity)
     lib.kernel("IdentityN", device=device_type, backend=backend, expensive=False)(identity_n)
     lib.kernel("Assert", device=device_type, backend=backend, host_memory=("condition", "data"))(
         AssertKernel

@@ -506,7 +506,7 @@ class OpKernelContext:
         """Every output, after checking the kernel set each one with the declared dtype."""
         outputs = self._outputs
         for value, expected in zip(outputs, self.signature.output_numpy_dtypes, strict=True):
-            if getattr(value, "dtype", None) is not expected:
+            if getattr(value, "dtype", None) is not expected and value is not DEAD:
                 return self._checked_outputs()  # the general check (and its errors)
         return outputs
 

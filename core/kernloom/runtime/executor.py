@@ -13,11 +13,12 @@ place that decides how a step runs it:
 
 The node loop (``ExecutorState._process``), per ready node: prepare its inputs (the
 propagator takes them out of their slots: a value is alive exactly while a consumer that
-has not run yet, or the caller, a fetch, a constant, still holds it; the context's
-``prepare`` marks the ones nothing else holds as forwardable), compute (the kernel's
-direct entry or its ``compute``, or ``start_async`` for an asynchronous kernel, which
-continues through its callback), process the outputs (checked), propagate them (the
-propagator says what became ready), and schedule what became ready: inexpensive nodes
+has not run yet, or the caller, a fetch, a constant, still holds it; one that nothing
+else holds may be overwritten), compute and process the outputs (``node_run.run_sync``:
+the kernel's direct entry or its ``compute`` on the step's one reused context, outputs
+checked; or ``start_async`` for an asynchronous kernel, which continues through its
+callback), propagate them (the propagator says what became ready), and schedule what
+became ready: inexpensive nodes
 run inline on this thread; of the expensive nodes that become ready together one stays
 inline and the rest are handed to the step (the caller's thread and the inter-op pool
 take them). The first failure stops the step (``Step.stop``); the loop then skips what is
@@ -39,7 +40,9 @@ from kernloom.runtime.node_run import (
     Done,
     RunArgs,
     end_step,
+    forwarded,
     node_error,
+    run_sync,
     start_async,
     step_context,
 )
@@ -142,8 +145,11 @@ class ExecutorState:
         self.done = done
         self.error: BaseException | None = None
         layout = view.frame_layout
+        observed = args.stats is not None or args.node_outputs is not None
         self.propagator: Propagator = (
-            SimplePropagator(view) if layout is None else FramePropagator(layout, args.step)
+            SimplePropagator(view)
+            if layout is None
+            else FramePropagator(layout, args.step, None if observed else view.passes)
         )
 
     def start(self) -> None:
@@ -197,35 +203,14 @@ class ExecutorState:
                 continue
             else:
                 record = stats.start(item, self.device) if stats is not None else None
-                try:
-                    # compute: the direct entry where the node has one and it accepts,
-                    # else the kernel's compute; the context checks the outputs
-                    outputs = item.unset_outputs.copy()
-                    ctx.prepare(item.kernel, inputs, outputs, forward)
-                    direct = item.direct
-                    if direct is None:
-                        item.run(ctx)
-                        ctx.outputs()
-                    else:
-                        value = direct(ctx.forwardable, *inputs)
-                        if value is NotImplemented:
-                            item.run(ctx)
-                            ctx.outputs()
-                        else:
-                            outputs[0] = value
-                            try:  # the output check, inline for the one output
-                                checked = value.dtype is item.direct_dtype
-                            except AttributeError:  # not an array at all
-                                checked = False
-                            del value
-                            if not checked:
-                                ctx.outputs()  # the general check: explains the error
+                try:  # compute and process the outputs (checked)
+                    outputs = run_sync(ctx, item, inputs, forward)
                 except BaseException as exc:
                     del inputs
                     self._fail(tagged, exc, ready)
                     continue
                 if record is not None:
-                    record.finish(outputs, _forwarded(ctx, item, inputs, outputs))
+                    record.finish(outputs, forwarded(ctx, item, inputs, outputs))
             del inputs
             if node_outputs is not None and propagator.live(tagged):
                 node_outputs(item.node.name, outputs)
@@ -288,16 +273,6 @@ class ExecutorState:
 
     def _end(self) -> None:
         end_step(self.device, self.step, self.error, self.done)
-
-
-def _forwarded(
-    ctx: OpKernelContext, item: NodeItem, inputs: list[Any], outputs: list[Any]
-) -> tuple[tuple[int, int], ...]:
-    """What step stats report as forwarded: the context's record, or for a direct entry
-    (which writes into an input without a context) the input it returned."""
-    if ctx.forwarded or item.direct is None:
-        return ctx.forwarded
-    return tuple((i, 0) for i, x in enumerate(inputs) if x is outputs[0])
 
 
 @final

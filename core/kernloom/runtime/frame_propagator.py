@@ -18,14 +18,24 @@ in ``propagator.py``; its tagged node is ``(node id, frame, iteration, dead)``.
   child frame of it is alive and (for iteration 0) every Enter has arrived. The frame
   instance ends after its last iteration; the step, after the root frame's.
 
-One lock guards all of this state; kernels run outside it. Inputs are never forwarded
-here (``forward`` is False): Merge and dead inputs are rewritten into new lists, and a
-loop invariant is delivered to every iteration, so a reference count proves nothing.
+One lock guards all of this state; kernels run outside it. Taken inputs may be
+forwarded (``forward`` is True), by the same reference-count rule as the simple
+propagator's: every place this propagator keeps a value holds a reference of its own --
+a slot until the consumer takes it, ``invariants`` for a loop invariant (delivered to
+every iteration, so never the last holder), ``deferred`` for a value waiting for its
+iteration -- and Merge's rewritten input list holds the same values as the slots did.
+An ``i + 1`` in a loop body therefore writes into ``i``'s buffer, as in a straight line.
+
+A step that nobody observes node by node (no trace, no node-outputs callback) passes
+``passes``: the nodes whose kernel is the core's pass-through (Identity, Enter, Exit,
+NextIteration). When one becomes ready, its input is delivered on at once, under the
+same lock, as if it had run -- a loop iteration saves two node runs of the node loop.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any, Final, final
 
 from kernloom.framework.op_kernel import DEAD, OpKernelContext
@@ -35,6 +45,7 @@ from kernloom.runtime.frame_layout import (
     EXIT,
     MERGE,
     NEXT,
+    NORMAL,
     ROOT_ID,
     SEND,
     FrameLayout,
@@ -42,15 +53,21 @@ from kernloom.runtime.frame_layout import (
 from kernloom.runtime.graph_view import NodeItem
 from kernloom.runtime.step import Step
 
+_SAME_ITERATION: Final = frozenset({NORMAL, MERGE, SEND})
+"""Kinds whose outputs go to consumers in their own frame and iteration."""
+
 __all__ = ["FramePropagator", "Tagged"]
 
 
 @final
 class _Iteration:
-    __slots__ = ("children", "dead", "k", "outstanding", "pending", "slots")
+    __slots__ = ("children", "dead", "frame_iter", "k", "outstanding", "pending", "slots")
 
-    def __init__(self, k: int, layout: FrameLayout, frame: FrameInfo) -> None:
+    def __init__(self, k: int, layout: FrameLayout, frame: FrameInfo, frame_id: str) -> None:
         self.k = k
+        self.frame_iter = (frame_id, k)
+        """What a context of this iteration carries (rendezvous keys): made once here,
+        not per node."""
         self.slots: list[Any] = [None] * layout.num_slots[id(frame)]
         self.pending = layout.pending[id(frame)].copy()
         self.dead = [0] * len(self.pending)
@@ -106,11 +123,17 @@ class FramePropagator:
     """Frames, iterations and deadness of one step of one control-flow partition."""
 
     tags_are_ids: Final = False
-    forward: Final = False
+    forward: Final = True
 
-    def __init__(self, layout: FrameLayout, step: Step) -> None:
+    def __init__(
+        self, layout: FrameLayout, step: Step, passes: Sequence[bool] | None = None
+    ) -> None:
+        """``passes``: per node, whether it is a pass-through (the core's Identity, Enter,
+        Exit or NextIteration kernel: its output is its input) that this step may
+        deliver through without running it -- a step nobody observes node by node."""
         self.layout = layout
         self.step = step
+        self.passes = passes
         self.lock = threading.Lock()
         self.inflight = 0
         self.ended = False
@@ -130,7 +153,7 @@ class FramePropagator:
             return ready, self._end_due()
 
     def take(self, tagged: Tagged, item: NodeItem, ctx: OpKernelContext) -> list[Any] | None:
-        node, frame, iteration, dead = tagged
+        node, _, iteration, dead = tagged
         flow = self.layout.nodes[node]
         start, end = flow.slot_start, flow.slot_end
         slots = iteration.slots
@@ -143,7 +166,7 @@ class FramePropagator:
             inputs = [DEAD if v is None else v for v in inputs]
         elif dead:  # a _Send of a dead node sends deadness, whatever its input
             inputs = [DEAD] * len(inputs)
-        ctx.frame_iter = (frame.id, iteration.k)
+        ctx.frame_iter = iteration.frame_iter
         return inputs
 
     def propagate(
@@ -151,9 +174,21 @@ class FramePropagator:
     ) -> bool:
         node, frame, iteration, dead = tagged
         with self.lock:
-            self._propagate(node, frame, iteration, outputs, dead, ready)
-            self._node_done(frame, iteration, ready)
-            return self._end_due()
+            if self.layout.nodes[node].kind in _SAME_ITERATION:
+                self._deliver(node, outputs, dead, frame, iteration, ready)
+            else:
+                self._propagate(node, frame, iteration, outputs, dead, ready)
+            # the node is done (``_node_done``, written out: this runs once per node)
+            self.inflight -= 1
+            iteration.outstanding -= 1
+            if iteration.outstanding == 0:
+                self._maybe_end_iteration(frame, iteration, ready)
+            if self.step.stopped and self.inflight == 0 and not ready:
+                self._end_locked()
+            if self.end_due:
+                self.end_due = False
+                return True
+            return False
 
     def finish(self, tagged: Tagged, ready: list[Tagged]) -> bool:
         _, frame, iteration, _ = tagged
@@ -172,7 +207,7 @@ class FramePropagator:
     # -- frames and iterations (under the lock) ---------------------------------------------
 
     def _new_iteration(self, frame: _Frame, k: int, ready: list[Tagged]) -> _Iteration:
-        iteration = _Iteration(k, self.layout, frame.info)
+        iteration = _Iteration(k, self.layout, frame.info, frame.id)
         frame.iterations[k] = iteration
         frame.newest = k
         for node, value in frame.invariants:
@@ -255,6 +290,9 @@ class FramePropagator:
         flow = self.layout.nodes[node]
         single = flow.kind in (ENTER, EXIT, NEXT)
         slots, pending, deads = iteration.slots, iteration.pending, iteration.dead
+        passes = self.passes
+        through: list[tuple[int, bool]] = []
+        before = len(ready)
         for output, consumer, slot, local, is_merge in flow.edges:
             value = values if single else values[output]
             if dead:
@@ -265,12 +303,12 @@ class FramePropagator:
                     deads[local] += 1
                     if count == 1 and deads[local] == self._merge_expects(consumer, iteration):
                         pending[local] = -1
-                        self._make_ready(consumer, frame, iteration, True, ready)
+                        ready.append((consumer, frame, iteration, True))
                 elif count > 0 and count & 1:
                     slots[slot] = value
                     pending[local] = count - 1
                     if count == 1:
-                        self._make_ready(consumer, frame, iteration, False, ready)
+                        ready.append((consumer, frame, iteration, False))
                 continue
             slots[slot] = value
             if value is DEAD:
@@ -278,23 +316,40 @@ class FramePropagator:
             count = pending[local] - 1
             pending[local] = count
             if count == 0:
-                self._make_ready(consumer, frame, iteration, deads[local] > 0, ready)
+                if passes is not None and passes[consumer]:
+                    through.append((consumer, deads[local] > 0))
+                else:
+                    ready.append((consumer, frame, iteration, deads[local] > 0))
         for consumer, local, is_merge in flow.controls:
             if is_merge:
                 count = pending[local] - 2
                 pending[local] = count
                 if count == 0:
-                    self._make_ready(consumer, frame, iteration, False, ready)
+                    ready.append((consumer, frame, iteration, False))
                 elif count == 1 and deads[local] == self._merge_expects(consumer, iteration):
                     pending[local] = -1
-                    self._make_ready(consumer, frame, iteration, True, ready)
+                    ready.append((consumer, frame, iteration, True))
                 continue
             if dead:
                 deads[local] += 1
             count = pending[local] - 1
             pending[local] = count
             if count == 0:
-                self._make_ready(consumer, frame, iteration, deads[local] > 0, ready)
+                if passes is not None and passes[consumer]:
+                    through.append((consumer, deads[local] > 0))
+                else:
+                    ready.append((consumer, frame, iteration, deads[local] > 0))
+        made = len(ready) - before  # (``_make_ready``'s accounting, once for all of them)
+        iteration.outstanding += made
+        self.inflight += made
+        # Pass-throughs that became ready deliver their input on, as if they had run
+        # (after the accounting above: what they make ready is accounted by their own).
+        for consumer, consumer_dead in through:
+            consumer_flow = self.layout.nodes[consumer]
+            start = consumer_flow.slot_start
+            value = slots[start]
+            slots[start] = None
+            self._propagate(consumer, frame, iteration, [value], consumer_dead, ready)
 
     def _merge_expects(self, merge: int, iteration: _Iteration) -> int:
         """How many dead inputs make a Merge dead: all it can get in this iteration."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from kernloom.framework.device import Device
+from kernloom.framework.device_independent_kernels import ConstKernel, pass_through
 from kernloom.framework.op_kernel import (
     _UNSET,
     AsyncOpKernel,
@@ -63,7 +64,9 @@ class NodeItem:
     is_async: bool
     direct: Callable[..., Any] | None
     """The kernel's context-free entry (``OpKernel.direct``) where the executors may call
-    it: one output, one or two inputs, no device ``compute`` that wraps every kernel."""
+    it: one output, one or two inputs, no device ``compute`` that wraps every kernel, no
+    host-memory input to move first (that is ``OpKernelContext.prepare``'s job). A
+    ``Const`` gets one too, which returns its value."""
     direct_dtype: Any
     """The output's numpy dtype, which a direct entry's result is checked against (an
     identity test first; ``OpKernelContext.outputs`` explains a mismatch)."""
@@ -136,7 +139,13 @@ class GraphView:
                     pending=len(node.inputs) + len(node.control_inputs),
                     is_expensive=bool(kernel.is_expensive),
                     is_async=is_async,
-                    direct=_direct_entry(kernel, node, compute_overridden or is_async),
+                    direct=_direct_entry(
+                        kernel,
+                        node,
+                        compute_overridden
+                        or is_async
+                        or bool(kernel.signature.host_memory_inputs and not device.memory_is_host),
+                    ),
                     direct_dtype=(kernel.signature.output_numpy_dtypes or (None,))[0],
                 )
             )
@@ -151,6 +160,11 @@ class GraphView:
         self.num_slots = total
         self.pending = [item.pending for item in items]
         self.roots = [item.id for item in items if item.pending == 0]
+        self.passes = [item.direct is pass_through for item in items]
+        """Per node, whether it is the core's pass-through kernel (Identity, Enter, Exit,
+        NextIteration: the output is the input) run without a device wrapping it: a
+        frame-aware step nobody observes delivers through such a node without running
+        it."""
         if control_flow is None:
             control_flow = has_control_flow(graph)
         self.frame_layout: FrameLayout | None = FrameLayout(graph) if control_flow else None
@@ -162,7 +176,19 @@ class GraphView:
 
 
 def _direct_entry(kernel: OpKernel, node: Node, excluded: bool) -> Callable[..., Any] | None:
-    if excluded or len(node.outputs) != 1 or len(node.inputs) not in (1, 2):
+    if excluded or len(node.outputs) != 1:
+        return None
+    if type(kernel) is ConstKernel:
+        # The constant as an entry of its own: a Const in a loop body (it runs every
+        # iteration, after its control input) needs no context either. (The straight
+        # line puts the value into its program instead.)
+        value = kernel.value
+
+        def constant(reuse: int) -> Any:
+            return value
+
+        return constant
+    if len(node.inputs) not in (1, 2):
         return None
     return kernel.direct
 

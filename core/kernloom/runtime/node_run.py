@@ -5,18 +5,20 @@ step's executor ends.
 - ``RunArgs``: what one step gives each of its executors.
 - ``step_context``: the one ``OpKernelContext`` an executor reuses node after node
   (``OpKernelContext.prepare`` points it at the next node; nothing else sets it up).
-- ``run_compute``: one synchronous node through ``compute``; the outputs come back
-  checked. (The node loop writes the same three steps inline, after the direct entry.)
+- ``run_sync``: one synchronous node -- its direct entry, or ``compute`` on the reused
+  context (``run_compute``) -- with its outputs checked: the "compute" and "process
+  outputs" steps of every executor's node loop.
 - ``start_async``: one asynchronous node, its outputs checked when it calls back.
 - ``node_error``/``step_error``/``end_step``: how failures are named and a step ends.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from kernloom.errors import (
     InvalidArgumentError,
@@ -37,12 +39,16 @@ __all__ = [
     "NodeOutputsCallback",
     "RunArgs",
     "end_step",
+    "forwarded",
     "node_error",
     "run_compute",
+    "run_sync",
     "start_async",
     "step_context",
     "step_error",
 ]
+
+_getrefcount: Final = sys.getrefcount
 
 NodeOutputsCallback = Callable[[str, Sequence[Any]], None]
 Done = Callable[[BaseException | None], None]
@@ -80,14 +86,66 @@ def step_context(view: GraphView, args: RunArgs) -> OpKernelContext:
     )
 
 
-def run_compute(ctx: OpKernelContext, item: NodeItem, inputs: list[Any]) -> list[Any]:
+def run_sync(ctx: OpKernelContext, item: NodeItem, inputs: list[Any], forward: bool) -> list[Any]:
+    """Compute and process the outputs of one synchronous node: its direct entry where it
+    has one and the entry accepts (no context is prepared for it), else ``compute`` on
+    ``ctx`` (``run_compute``). Returns the checked outputs.
+
+    ``forward``: ``inputs`` was taken out of the step's slots, so an input whose only
+    reference is that list may be overwritten -- the rule ``OpKernelContext.prepare``
+    applies, counted here the same way (the list, the loop variable, getrefcount's
+    argument) for the direct entry's ``reuse`` mask."""
+    direct = item.direct
+    if direct is not None:
+        reuse = 0
+        if forward:
+            bit = 1
+            for value in inputs:
+                if _getrefcount(value) == 3:
+                    reuse |= bit
+                bit <<= 1
+            value = None  # the loop's name must not hold an input while the kernel runs
+        value = direct(reuse, *inputs)
+        if value is not NotImplemented:
+            ctx.forwarded = ()  # (a direct entry's reuse is read off its result: _forwarded)
+            try:  # the output check, inline for the one output
+                if value.dtype is item.direct_dtype:
+                    return [value]
+            except AttributeError:  # not an array at all
+                pass
+            outputs = [value]
+            del value
+            ctx.prepare(item.kernel, [], outputs)
+            try:
+                return ctx.outputs()  # the general check: explains the error
+            finally:
+                ctx.release()
+    return run_compute(ctx, item, inputs, forward)
+
+
+def run_compute(
+    ctx: OpKernelContext, item: NodeItem, inputs: list[Any], forward: bool = True
+) -> list[Any]:
     """Run one synchronous node through ``compute`` on ``ctx`` and return its checked
-    outputs. ``inputs`` was taken out of the step's slots: an input whose only reference is
-    that list may be forwarded (``OpKernelContext.prepare`` applies the rule). The node
-    loop does the same, trying the node's direct entry first (see ``ExecutorState``)."""
-    ctx.prepare(item.kernel, inputs, item.unset_outputs.copy(), True)
-    item.run(ctx)
-    return ctx.outputs()
+    outputs (``forward`` as for ``run_sync``: ``OpKernelContext.prepare`` applies the
+    rule). The context is released afterwards: a reused context must not keep the node's
+    values alive, or count as a holder that stops their buffers being forwarded."""
+    ctx.prepare(item.kernel, inputs, item.unset_outputs.copy(), forward)
+    try:
+        item.run(ctx)
+        return ctx.outputs()
+    finally:
+        ctx.release()
+
+
+def forwarded(
+    ctx: OpKernelContext, item: NodeItem, inputs: list[Any], outputs: list[Any]
+) -> tuple[tuple[int, int], ...]:
+    """What step stats report as forwarded: the context's record, or for a direct entry
+    (which writes into an input without a context) the input it returned."""
+    if ctx.forwarded or item.direct is None:
+        return ctx.forwarded
+    return tuple((i, 0) for i, x in enumerate(inputs) if x is outputs[0])
 
 
 def start_async(

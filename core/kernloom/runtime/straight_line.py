@@ -9,7 +9,8 @@ early), and a step walks it with one list of values:
 
 - every output that has consumers owns a slot; a node reads its inputs from slots, and
   the node that uses a value last (known at build time) takes it out of its slot, so the
-  value is released after its last use, as in the general executor;
+  value is released after its last use, as in the general executor (a constant, which
+  its kernel keeps anyway, is never taken: a chain's ``y + c`` takes only ``y``);
 - a taken input whose reference count shows nothing else holds it may be overwritten:
   that is the forwarding rule of the general executor (TensorFlow's ``RefCountIsOne``);
 - a kernel with a ``direct`` entry (``OpKernel.direct``) and one or two inputs and one
@@ -20,10 +21,13 @@ early), and a step walks it with one list of values:
 It is a schedule, not an executor of its own: ``Executor.straight_line_for`` decides when
 a step runs on it (tracing and node-output callbacks off; partitions with asynchronous
 kernels or control flow never do), and every node that is not a direct entry, a constant
-or a call-frame node runs through the executor's own node step (``run_compute``, with the
-context's ``prepare`` and output check). Only the direct entries are interpreted here,
-without a context: that is the dispatch fast path, where one call more per node would
-cost a tenth of its time.
+or a call-frame node -- and a direct entry that declines -- runs through the node loop's
+own step (``node_run.run_compute``: the context's ``prepare``, ``compute``, the output
+check, the context released). Only the direct entries' call is written out here, as the
+loop's specialisation for a static schedule (slots fixed, which input is read last known,
+the output dtype to check fixed): that is the dispatch fast path, where one Python call
+more per node would cost a fifth of its time (``node_run.run_sync`` is the same step,
+unspecialised, which the general loop calls).
 """
 
 from __future__ import annotations
@@ -124,9 +128,17 @@ class StraightLine:
                     last_reader[value] = consumer
         program = []
         plain = not view.compute_overridden
+        # A constant's kernel keeps its value for every step: taking it out of its slot
+        # frees nothing and could never make it overwritable, so its reader leaves it
+        # (a chain's ``y + c`` then takes only ``y``: the loop's cheapest case).
+        kept = {
+            slot_of[(item.id, 0)]
+            for item in items
+            if plain and type(item.kernel) is ConstKernel and (item.id, 0) in slot_of
+        }
         for node in order:
             item = items[node]
-            taken = [last_reader[value] == node for value in inputs[node]]
+            taken = [last_reader[value] == node and value not in kept for value in inputs[node]]
             outputs = tuple(
                 (output, slot_of[(node, output)])
                 for output in range(len(item.node.outputs))
@@ -163,8 +175,11 @@ class StraightLine:
                     if kind == _BINARY:
                         x = values[a]
                         y = values[b]
-                        reuse = 0
-                        if take:
+                        if take == 1:  # a chain: the running value is read last, c is not
+                            values[a] = None
+                            value = direct(1 if getrefcount(x) == 2 else 0, x, y)
+                        elif take:
+                            reuse = 0
                             if take & 1:
                                 values[a] = None
                             if take & 2:
@@ -173,7 +188,9 @@ class StraightLine:
                                 reuse = 1
                             if take & 2 and getrefcount(y) == 2:
                                 reuse |= 2
-                        value = direct(reuse, x, y)
+                            value = direct(reuse, x, y)
+                        else:
+                            value = direct(0, x, y)
                         if value is NotImplemented:
                             given = [x, y]
                             del x, y
@@ -277,7 +294,7 @@ def _entry(
         if isinstance(kernel, RetvalKernel) and exact is RetvalKernel:
             take = 1 if taken[0] else 0
             return Entry(_RETVAL, None, inputs[0], kernel.index, take, -1, None, node)
-    if item.direct is not None:  # one or two inputs, one output
+    if item.direct is not None and len(inputs) in (1, 2):  # one output
         take = sum(1 << i for i, t in enumerate(taken) if t)
         dtype = kernel.signature.output_numpy_dtypes[0]
         if len(inputs) == 1:
@@ -288,14 +305,10 @@ def _entry(
 
 
 def _through_context(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> list[Any]:
-    """Run a node through the executor's node step (``compute``, not the direct entry) on
-    the step's context and return its outputs. ``given`` holds the inputs: one that nothing
-    but the list holds was taken and may be forwarded."""
-    try:
-        return run_compute(ctx, item, given)
-    finally:
-        # The context must not keep this node's values alive (or block their forwarding).
-        ctx.release()
+    """Run a node through the node loop's own step (``run_compute``: ``compute`` on the
+    step's context, outputs checked, context released) and return its outputs. ``given``
+    holds the inputs: one that nothing but the list holds was taken and may be forwarded."""
+    return run_compute(ctx, item, given)
 
 
 def _check_direct_output(view: GraphView, args: RunArgs, node: int, value: Any) -> None:

@@ -54,14 +54,23 @@ def _binary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
 
 def _binary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The direct entry (``OpKernel.direct``): ``fn`` written into an input nothing else
-    holds, when both inputs have one shape (the common case); else ``compute`` runs."""
+    holds, whenever the broadcast result has that input's shape -- equal shapes, or the
+    other operand a scalar, a vector or of lower rank. numpy checks that itself: an
+    ``out`` the result does not fit is a ValueError before anything is written (no shape
+    comparison here, which would cost more than the check it saves). Otherwise -- no input
+    may be reused, or the result is larger than both -- ``compute`` runs."""
 
     def direct(reuse: int, x: Array, y: Array) -> Any:
-        if reuse and x.shape == y.shape:
-            if reuse & 1 and x.base is None and x.flags.writeable:
+        if reuse & 1 and x.base is None and x.flags.writeable:
+            try:
                 return fn(x, y, out=x)
-            if reuse & 2 and y.base is None and y.flags.writeable:
+            except ValueError:  # the result is larger than x: try y, else compute
+                pass
+        if reuse & 2 and y.base is None and y.flags.writeable:
+            try:
                 return fn(x, y, out=y)
+            except ValueError:
+                pass
         return NotImplemented
 
     return direct
@@ -81,7 +90,8 @@ def _unary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _compare(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     def compute(ctx: OpKernelContext) -> None:
         x, y = ctx.input(0), ctx.input(1)
-        out = ctx.allocate_output(0, broadcast_shape(ctx, x.shape, y.shape))
+        shape = x.shape if x.shape == y.shape else broadcast_shape(ctx, x.shape, y.shape)
+        out = ctx.allocate_output(0, shape)
         fn(x, y, out=out)
 
     return compute

@@ -94,12 +94,16 @@ def _checked(fn: Fn) -> Callable[[OpKernelContext], None]:
 
 def _checked_in_place(fn: Fn) -> Fn:
     """The direct entry of ``_checked(fn)``: declines a zero integer divisor, which
-    ``compute`` then reports."""
+    ``compute`` then reports. Of two ranks only the higher one's input is written: these
+    functions end with a ``copyto``, which would drop a leading 1 of a higher-rank result
+    where a ufunc's ``out`` raises."""
     in_place = _binary_in_place(fn)
 
     def direct(reuse: int, x: Array, y: Array) -> Any:
         if _is_integer(y) and not y.all():
             return NotImplemented
+        if x.ndim != y.ndim:
+            reuse &= 1 if x.ndim > y.ndim else 2
         return in_place(reuse, x, y)
 
     return direct

@@ -1,0 +1,110 @@
+"""The executor's per-node and per-iteration cost, timed in this thread's CPU time.
+
+    .venv/bin/python benchmarks/bench_executor.py          # about 20 s
+
+``bench_optimizer.py chain`` and ``bench_loop.py`` time wall-clock; on the shared 2-core
+machine, where other sessions' test suites take the cores away, their numbers move by 2x
+from one run to the next. This script times the same workloads by the CPU time of the
+thread that runs them (``time.thread_time``, best of many short runs), which a busy
+neighbour disturbs far less -- only through caches -- so before/after comparisons of the
+executor hold from one run to the next. Each ratio is taken against a plain numpy loop
+timed the same way in the same run.
+
+- chain: 1000 ``Add(y, c)`` (optimizer off, one inter-op thread) on float32[16] for ``c``
+  a vector, a 0-d scalar, a [1] vector, and for a [4, 1] feed with [1, 16] constants
+  (the first Add grows the value to [4, 16]); against ``v = np.add(v, c)`` in Python.
+- while_loop: ``i + 1`` while ``i < n``, 2000 iterations, against the same in numpy.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import kernloom as kl
+
+N = 1000
+ITERATIONS = 2000
+
+
+def cpu_best_of(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - started)
+    return best
+
+
+def chain(fed: tuple[int, ...], constant: tuple[int, ...]) -> tuple[float, float]:
+    """(kernloom, numpy) seconds per node."""
+    constants = [np.full(constant, 0.001 * i, np.float32) for i in range(N)]
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, list(fed), name="x")
+        y = x
+        for c in constants:
+            y = kl.ops.add(y, kl.constant(c))
+    xv = np.ones(fed, np.float32)
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
+    with kl.Session(g, config) as sess:
+        run = sess.make_callable(y, [x])
+        np.testing.assert_allclose(run(xv), xv + sum(constants), rtol=1e-4)
+        ours = cpu_best_of(lambda: run(xv), 40) / N
+
+    def loop() -> None:
+        v = xv
+        for c in constants:
+            v = np.add(v, c)
+
+    return ours, cpu_best_of(loop, 40) / N
+
+
+def while_loop() -> tuple[float, float]:
+    """(kernloom, numpy) seconds per iteration."""
+    g = kl.Graph()
+    with g.as_default():
+        n = kl.placeholder(kl.int32, [], name="n")
+        (out,) = kl.while_loop(lambda i: i < n, lambda i: i + 1, [0])
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        assert sess.run(out, {n: ITERATIONS}) == ITERATIONS
+        ours = cpu_best_of(lambda: sess.run(out, {n: ITERATIONS}), 25, 1) / ITERATIONS
+
+    def loop() -> None:
+        i = np.int32(0)
+        limit = np.int32(ITERATIONS)
+        while np.less(i, limit):
+            i = np.add(i, np.int32(1))
+
+    return ours, cpu_best_of(loop, 25, 1) / ITERATIONS
+
+
+def main() -> int:
+    print(f"executor, thread CPU time, best of runs (python {sys.version.split()[0]})")
+    for label, fed, constant in (
+        ("vector c [16]", (16,), (16,)),
+        ("scalar c (0-d)", (16,), ()),
+        ("c [1]", (16,), (1,)),
+        ("[4,1] feed, c [1,16]", (4, 1), (1, 16)),
+    ):
+        ours, plain = chain(fed, constant)
+        print(
+            f"chain of {N} Add, {label:22s} {ours * 1e6:6.3f} us/node; numpy loop "
+            f"{plain * 1e6:6.3f} us/node -> {ours / plain:5.2f}x"
+        )
+    ours, plain = while_loop()
+    print(
+        f"while_loop i + 1, {ITERATIONS} iterations   {ours * 1e6:6.2f} us/iteration; numpy "
+        f"loop {plain * 1e6:5.2f} us/iteration -> {ours / plain:5.1f}x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
