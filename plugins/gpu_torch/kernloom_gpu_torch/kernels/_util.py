@@ -29,9 +29,24 @@ __all__ = [
 
 
 def tensor(value: Any) -> torch.Tensor:
+    """``value`` as a torch tensor: itself on the torch device; a zero-copy view of a numpy
+    array, with the array's strides (an NCHW array in NHWC memory stays so, see
+    ``onednn``; only negative strides, which torch has not, are copied)."""
     if isinstance(value, torch.Tensor):
         return value
-    return torch.from_numpy(writable_host_view(np.asarray(value)))
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.ndim and not array.flags.c_contiguous and min(array.strides) >= 0:
+        if not array.flags.writeable:
+            array = array.view()
+            try:
+                array.flags.writeable = True
+            except ValueError:  # memory read-only at its source
+                return torch.from_numpy(np.ascontiguousarray(array))
+        try:
+            return torch.from_numpy(array)
+        except ValueError:  # strides torch cannot express (not whole elements)
+            return torch.from_numpy(np.ascontiguousarray(array))
+    return torch.from_numpy(writable_host_view(array))
 
 
 def tensor_input(ctx: OpKernelContext, index: int) -> torch.Tensor:

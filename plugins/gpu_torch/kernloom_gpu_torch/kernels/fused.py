@@ -22,7 +22,7 @@ from kernloom_gpu_torch import dtypes as d
 from kernloom_gpu_torch.kernels._util import output, tensor, tensor_input, tensor_inputs
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d
 
-__all__ = ["register"]
+__all__ = ["activate", "fused_conv2d", "register"]
 
 FUNCTIONS: Final[dict[str, Callable[..., torch.Tensor]]] = {
     "Add": torch.add,
@@ -66,9 +66,13 @@ def fused_matmul(ctx: OpKernelContext) -> None:
 
 
 def _activate(ctx: OpKernelContext, out: torch.Tensor) -> None:
-    """The fused activation, in ``out``'s own memory."""
+    """The node's fused activation, in ``out``'s own memory."""
     ops = [str(op) for op in ctx.attr("fused_ops")]
-    activation = ops[1] if len(ops) > 1 else ""
+    activate(ops[1] if len(ops) > 1 else "", out, ctx)
+
+
+def activate(activation: str, out: torch.Tensor, ctx: OpKernelContext) -> None:
+    """``activation`` (a ``fused_ops`` entry; "" for none) in ``out``'s own memory."""
     if activation == "Relu":
         torch.clamp(out, min=0, out=out)
     elif activation == "Relu6":
