@@ -140,10 +140,8 @@ def _same_layout_output(ctx: OpKernelContext, whole: list[Array], shape: Any) ->
     if min(strides) <= 0 or any(x.strides != strides for x in whole):
         return None
     order = sorted(range(len(shape)), key=lambda axis: -strides[axis])
-    buffer = ctx.allocate_temp(
-        tuple(shape[axis] for axis in order), ctx.signature.output_dtypes[0]
-    )
-    out = buffer.transpose(np.argsort(order))
+    buffer = ctx.allocate_temp(tuple(shape[axis] for axis in order), ctx.signature.output_dtypes[0])
+    out: Array = buffer.transpose(np.argsort(order))
     if not out.flags.c_contiguous and out.strides != strides:
         return None  # a layout with gaps (a sliced view): C order it is
     ctx.set_output(0, out)

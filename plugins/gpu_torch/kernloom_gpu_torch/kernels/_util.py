@@ -7,6 +7,7 @@ arrays, seen by torch through zero-copy ``torch.from_numpy``). These helpers hid
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "tensor",
     "tensor_input",
     "tensor_inputs",
+    "use_session_threads",
 ]
 
 
@@ -81,3 +83,24 @@ def result(ctx: OpKernelContext, index: int, value: torch.Tensor) -> None:
 
 def output_dtype(ctx: OpKernelContext, index: int) -> torch.dtype:
     return torch_dtype(ctx.signature.output_dtypes[index])
+
+
+_thread_lock = threading.Lock()
+
+
+def intra_op_threads(ctx: OpKernelContext) -> int | None:
+    """The session's intra-op thread count on this device, where the device says it (the
+    numpy CPU device's ``intra_op_pool``); None where it does not."""
+    pool = getattr(ctx.device, "intra_op_pool", None)
+    threads = getattr(pool, "num_threads", None)
+    return threads if isinstance(threads, int) and threads > 0 else None
+
+
+def use_session_threads(ctx: OpKernelContext) -> None:
+    """Make torch's (process-wide) thread count the session's ``intra_op_threads`` before
+    a torch call: torch, MKL and oneDNN share one OpenMP pool, set globally; two sessions
+    with different counts in one process take turns setting it."""
+    threads = intra_op_threads(ctx)
+    if threads is not None and torch.get_num_threads() != threads:
+        with _thread_lock:
+            torch.set_num_threads(threads)

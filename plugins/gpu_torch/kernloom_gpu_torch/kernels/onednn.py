@@ -28,7 +28,7 @@ the general kernels of ``conv`` and ``fused``.
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -43,7 +43,7 @@ from kernloom.plugin import (
     window_attrs,
 )
 from kernloom.plugin import types as t
-from kernloom_gpu_torch.kernels._util import result, tensor
+from kernloom_gpu_torch.kernels._util import result, tensor, use_session_threads
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d, filter_weights, pad_input
 from kernloom_gpu_torch.kernels.fused import activate, fused_conv2d
 
@@ -51,29 +51,15 @@ __all__ = ["OneDnnConv2D", "OneDnnFusedConv2D", "register"]
 
 CPU_LABEL: Final = "torch"
 
+_reorder_conv2d_weight: Final[Callable[..., torch.Tensor]] = (
+    torch._C._nn.mkldnn_reorder_conv2d_weight
+)
+"""oneDNN's weight reorder; its stub lacks the last argument, the input's shape, for which
+oneDNN picks the blocked format (as inductor's freezing passes it)."""
+
 _ONEDNN_ACTIVATIONS: Final[dict[str, str]] = {"": "none", "Relu": "relu"}
 """Fused activations oneDNN applies as a post-op. ReLU of NaN is 0 in oneDNN and NaN in
 TensorFlow, so ReLU is fused only where the input holds no NaN (see ``_activation``)."""
-
-_thread_lock = threading.Lock()
-
-
-def intra_op_threads(ctx: OpKernelContext) -> int | None:
-    """The session's intra-op thread count on this device, where the device says it (the
-    numpy CPU device's ``intra_op_pool``); None where it does not."""
-    pool = getattr(ctx.device, "intra_op_pool", None)
-    threads = getattr(pool, "num_threads", None)
-    return threads if isinstance(threads, int) and threads > 0 else None
-
-
-def use_session_threads(ctx: OpKernelContext) -> None:
-    """Make torch's (process-wide) thread count the session's ``intra_op_threads`` before
-    a torch call: torch, MKL and oneDNN share one OpenMP pool, set globally; two sessions
-    with different counts in one process take turns setting it."""
-    threads = intra_op_threads(ctx)
-    if threads is not None and torch.get_num_threads() != threads:
-        with _thread_lock:
-            torch.set_num_threads(threads)
 
 
 def is_constant(value: Any) -> bool:
@@ -193,7 +179,7 @@ class OneDnnConv2D(OpKernel):
         weights = filter_weights(tensor(raw_f))
         if not is_constant(raw_f):
             return weights
-        reordered = torch._C._nn.mkldnn_reorder_conv2d_weight(
+        reordered = _reorder_conv2d_weight(
             weights.to_mkldnn(),
             geometry.padding,
             geometry.stride,
@@ -237,6 +223,4 @@ def register(lib: KernelLibrary) -> None:
     f32: dict[str, Any] = {"T": tuple(dt for dt in t.FLOATS if dt.name == "float32")}
     for op, kernel in (("Conv2D", OneDnnConv2D), ("_FusedConv2D", OneDnnFusedConv2D)):
         for keywords in ({"label": CPU_LABEL, "priority": 1}, {"priority": CPU_PRIORITY + 1}):
-            lib.kernel(op, device="CPU", backend="numpy", type_constraints=f32, **keywords)(
-                kernel
-            )
+            lib.kernel(op, device="CPU", backend="numpy", type_constraints=f32, **keywords)(kernel)
