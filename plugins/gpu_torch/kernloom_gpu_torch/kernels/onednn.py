@@ -7,8 +7,8 @@ Three things make it fast where ``torch.nn.functional.conv2d`` on TF's layouts i
 - **A constant filter is reordered once per kernel**, into oneDNN's blocked weight format
   (``mkldnn_reorder_conv2d_weight``); otherwise every call pays a copy of the HWIO filter
   into torch's OIHW order and oneDNN reorders it again inside the call.
-- **Bias and ReLU run inside the convolution** (oneDNN's post-ops), the result is oneDNN's
-  own buffer, adopted as the output without a copy.
+- **The bias is added inside the convolution**, the activation in place on its result,
+  and that result (oneDNN's own buffer) is adopted as the output without a copy.
 - **Activations stay in channels_last memory** (NHWC in memory, oneDNN's fast layout):
   an NCHW node's output is an NCHW array with NHWC strides (as torch's channels_last
   tensors are), so a chain of NCHW convolutions (an imported ONNX model) never transposes
@@ -57,9 +57,11 @@ _reorder_conv2d_weight: Final[Callable[..., torch.Tensor]] = (
 """oneDNN's weight reorder; its stub lacks the last argument, the input's shape, for which
 oneDNN picks the blocked format (as inductor's freezing passes it)."""
 
-_ONEDNN_ACTIVATIONS: Final[dict[str, str]] = {"": "none", "Relu": "relu"}
-"""Fused activations oneDNN applies as a post-op. ReLU of NaN is 0 in oneDNN and NaN in
-TensorFlow, so ReLU is fused only where the input holds no NaN (see ``_activation``)."""
+_ACTIVATIONS: Final = ("", "Relu", "Relu6", "Elu", "LeakyRelu")
+"""The fused activations this kernel applies (``fused.activate``, in place on oneDNN's
+output). Not oneDNN's ReLU post-op: it makes NaN 0 where TensorFlow's ReLU keeps NaN, and
+checking the input for NaN first costs as much as the in-place pass (a ResNet-50 run
+could not tell the three apart on the shared machine)."""
 
 
 def is_constant(value: Any) -> bool:
@@ -133,8 +135,6 @@ class OneDnnConv2D(OpKernel):
             nchw = pad_input(nchw.contiguous(memory_format=torch.channels_last), geometry.pre_pad)
         nchw = nchw.contiguous(memory_format=torch.channels_last)
         weights = self._weights(raw_f, tuple(nchw.shape), geometry)
-        post_op = _ONEDNN_ACTIVATIONS.get(self._activation)
-        fuse_relu = post_op == "relu" and not bool(torch.isnan(nchw).any())
         y = torch.ops.mkldnn._convolution_pointwise(
             nchw,
             weights,
@@ -143,11 +143,11 @@ class OneDnnConv2D(OpKernel):
             geometry.stride,
             geometry.dilation,
             geometry.groups,
-            "relu" if fuse_relu else "none",
+            "none",
             [],
             "",
         )
-        if self._activation and not fuse_relu:
+        if self._activation:
             activate(self._activation, y, ctx)
         result(ctx, 0, y.permute(0, 2, 3, 1) if attrs.channels_last else y)
 
@@ -192,8 +192,8 @@ class OneDnnConv2D(OpKernel):
 
 
 class OneDnnFusedConv2D(OneDnnConv2D):
-    """``_FusedConv2D`` (Conv2D + BiasAdd [+ activation]): the bias, and ReLU where it can,
-    inside oneDNN's convolution; other activations in place on its output."""
+    """``_FusedConv2D`` (Conv2D + BiasAdd [+ activation]): the bias inside oneDNN's
+    convolution, the activation in place on its output."""
 
     fused = True
 
@@ -201,19 +201,13 @@ class OneDnnFusedConv2D(OneDnnConv2D):
         fused_conv2d(ctx)
 
     def _takes(self, x: Any, f: Any) -> bool:
-        return super()._takes(x, f) and (
-            self._activation in _ONEDNN_ACTIVATIONS or self._activation in _IN_PLACE
-        )
+        return super()._takes(x, f) and (self._activation in _ACTIVATIONS)
 
     def _bias(self, ctx: OpKernelContext, out_depth: int) -> torch.Tensor | None:
         bias = tensor(ctx.input(2))
         if tuple(bias.shape) != (out_depth,):
             raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({out_depth},)")
         return bias.float().contiguous()
-
-
-_IN_PLACE: Final = ("Relu6", "Elu", "LeakyRelu")
-"""The other activations ``fused.activate`` applies in place on the convolution's output."""
 
 
 def register(lib: KernelLibrary) -> None:
