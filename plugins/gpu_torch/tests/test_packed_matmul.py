@@ -38,7 +38,7 @@ def _dense(x: Any, w: Any, b: Any) -> np.ndarray[Any, Any]:
 
 
 def test_a_variable_weight_changed_between_runs_gives_the_new_result() -> None:
-    x, w1, w2, b = _floats(5, 4), _floats(4, 3), _floats(4, 3), _floats(3)
+    x, w1, w2, b = _floats(8, 4), _floats(4, 3), _floats(4, 3), _floats(3)
     g = kl.Graph()
     with g.as_default():
         xp = kl.placeholder(kl.float32, [None, 4])
@@ -54,10 +54,10 @@ def test_a_variable_weight_changed_between_runs_gives_the_new_result() -> None:
 
 
 def test_a_fed_weight_is_never_served_from_the_cache() -> None:
-    x, w, b = _floats(3, 4), _floats(4, 6), _floats(6)
+    x, w, b = _floats(8, 4), _floats(4, 6), _floats(6)
     g = kl.Graph()
     with g.as_default():
-        xp = kl.placeholder(kl.float32, [3, 4])
+        xp = kl.placeholder(kl.float32, [8, 4])
         wp = kl.placeholder(kl.float32, [4, 6])
         y = kl.ops.relu(kl.ops.bias_add(kl.ops.mat_mul(xp, wp), kl.constant(b)))
     with _session(g) as sess:
@@ -79,9 +79,9 @@ def test_constant_weights_with_transposes_and_batch_changes(
         y = kl.ops.mat_mul(xp, kl.constant(w), transpose_a=transpose_a, transpose_b=transpose_b)
     with _session(g) as sess:
         assert _kernel_of(
-            sess, y, {xp: _floats(*((4, 2) if transpose_a else (2, 4)))}, "MatMul"
+            sess, y, {xp: _floats(*((4, 9) if transpose_a else (9, 4)))}, "MatMul"
         ) == ("PackedMatMul")
-        for rows in (2, 7, 1, 2):  # the weight was packed for 2 rows: any count works
+        for rows in (9, 20, 1, 9, 8):  # packed for 9 rows: any count >= 8 uses it
             x = _floats(*((4, rows) if transpose_a else (rows, 4)))
             a = x.T if transpose_a else x
             b = w.T if transpose_b else w
@@ -89,7 +89,7 @@ def test_constant_weights_with_transposes_and_batch_changes(
 
 
 def test_relu_keeps_nan_and_other_activations() -> None:
-    x, w, b = _floats(3, 2), _floats(2, 4), _floats(4)
+    x, w, b = _floats(8, 2), _floats(2, 4), _floats(4)
     x[1, 0] = np.nan
     for activation, reference in (
         ("relu", lambda z: np.where(np.isnan(z), np.nan, np.maximum(z, 0))),
@@ -98,7 +98,7 @@ def test_relu_keeps_nan_and_other_activations() -> None:
     ):
         g = kl.Graph()
         with g.as_default():
-            xp = kl.placeholder(kl.float32, [3, 2])
+            xp = kl.placeholder(kl.float32, [8, 2])
             z = kl.ops.bias_add(kl.ops.mat_mul(xp, kl.constant(w)), kl.constant(b))
             y = getattr(kl.ops, activation)(z)
         with _session(g) as sess:
@@ -120,3 +120,15 @@ def test_empty_products_and_a_bad_bias() -> None:
             {"fused_ops": ["BiasAdd"]},
             registry=REGISTRY,
         )
+
+
+def test_equal_columns_stay_equal_for_one_row() -> None:
+    """A matrix-vector product (one row) does not take MKL's packed path, whose column
+    blocks sum in different orders: equal columns must give equal results (onnx's light
+    ResNet-50 feeds its classifier 3e17 everywhere)."""
+    x = np.full((1, 2048), 3.2070878e17, np.float32)
+    w = np.full((1000, 2048), 0.02, np.float32)
+    w.setflags(write=False)  # as a constant arrives
+    run = run_kernel("MatMul", [x, w], {"transpose_b": True}, registry=REGISTRY)
+    assert type(run.kernel).__name__ == "PackedMatMul"
+    assert np.unique(run.outputs[0]).size == 1

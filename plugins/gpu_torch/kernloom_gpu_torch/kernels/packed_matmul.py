@@ -38,6 +38,13 @@ PRIORITY: Final = CPU_PRIORITY + 1
 ``_FusedMatMul``, which keeps float64)."""
 
 
+MIN_PACKED_ROWS: Final = 8
+"""Fewer rows than this run MKL's plain GEMM: packing buys nothing for a matrix-vector
+product, and MKL's packed path for one row sums columns in different orders (equal
+columns of a huge-valued product came out unequal, which turned the uniform softmax of
+onnx's light ResNet-50 into a one-hot one)."""
+
+
 class _Packed:
     """A constant weight in MKL's packed layout, with the array it came from (held, so
     that its identity stays unique) and the [N, K] weight MKL reads beside it."""
@@ -70,7 +77,8 @@ class PackedMatMul(OpKernel):
         shape = matmul_shape(ctx, a.shape, b.shape, self._transpose_a, self._transpose_b)
         bias = self._bias(ctx, shape[1])
         a = a.T if self._transpose_a else a
-        packed = self._weights(raw_b, b, int(shape[0]))
+        rows = int(shape[0])
+        packed = self._weights(raw_b, b, rows) if rows >= MIN_PACKED_ROWS else None
         if packed is None or 0 in shape:
             out = output(ctx, 0, shape)
             weight = b.T if self._transpose_b else b
@@ -80,7 +88,7 @@ class PackedMatMul(OpKernel):
                 torch.addmm(bias, a, weight, out=out)
             activate(self._activation, out, ctx)
             return
-        y = torch.ops.mkl._mkl_linear(a, packed.packed, packed.original, bias, int(shape[0]))
+        y = torch.ops.mkl._mkl_linear(a, packed.packed, packed.original, bias, rows)
         activate(self._activation, y, ctx)
         result(ctx, 0, y)
 
@@ -96,9 +104,7 @@ class PackedMatMul(OpKernel):
         if not is_constant(raw_b) or b.dim() != 2 or 0 in b.shape:
             return None
         original = (b if self._transpose_b else b.T).contiguous()  # [N, K]
-        packed = _Packed(
-            raw_b, original, torch.ops.mkl._mkl_reorder_linear_weight(original, max(rows, 1))
-        )
+        packed = _Packed(raw_b, original, torch.ops.mkl._mkl_reorder_linear_weight(original, rows))
         self._packed = packed
         return packed
 
