@@ -270,3 +270,19 @@ def test_only_read_only_arrays_count_as_constant() -> None:
     view.setflags(write=False)
     assert is_constant(view)
     assert not is_constant(torch.zeros(3))
+
+
+def test_a_fed_bias_is_never_served_from_the_cache() -> None:
+    x, f, b = _floats(1, 4, 4, 2), _floats(1, 1, 2, 3), _floats(3)
+    attrs = {"strides": [1, 1, 1, 1], "padding": "VALID", "data_format": "NHWC"}
+    g = kl.Graph()
+    with g.as_default():
+        bp = kl.placeholder(kl.float32, [3])
+        y = kl.ops.bias_add(kl.ops.conv2d(kl.constant(x), kl.constant(f), **attrs), bp)
+    with _session(g) as sess:
+        assert _kernels(sess, y, {bp: b})["_FusedConv2D"] == "OneDnnFusedConv2D"
+        for step in (1.0, -4.0):
+            np.testing.assert_allclose(
+                sess.run(y, {bp: b}), _reference(x, f, **attrs) + b, atol=1e-5
+            )
+            b += step  # in place: the same array object, new content

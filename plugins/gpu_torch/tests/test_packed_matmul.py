@@ -132,3 +132,16 @@ def test_equal_columns_stay_equal_for_one_row() -> None:
     run = run_kernel("MatMul", [x, w], {"transpose_b": True}, registry=REGISTRY)
     assert type(run.kernel).__name__ == "PackedMatMul"
     assert np.unique(run.outputs[0]).size == 1
+
+
+def test_a_fed_bias_is_never_served_from_the_cache() -> None:
+    x, w, b = _floats(8, 4), _floats(4, 6), _floats(6)
+    g = kl.Graph()
+    with g.as_default():
+        bp = kl.placeholder(kl.float32, [6])
+        y = kl.ops.relu(kl.ops.bias_add(kl.ops.mat_mul(kl.constant(x), kl.constant(w)), bp))
+    with _session(g) as sess:
+        assert _kernel_of(sess, y, {bp: b}, "_FusedMatMul") == "PackedFusedMatMul"
+        for step in (1.0, -4.0):
+            np.testing.assert_allclose(sess.run(y, {bp: b}), _dense(x, w, b), atol=1e-5)
+            b += step  # in place: the same array object, new content

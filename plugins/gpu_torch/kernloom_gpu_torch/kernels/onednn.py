@@ -47,7 +47,7 @@ from kernloom_gpu_torch.kernels._util import result, tensor, use_session_threads
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d, filter_weights, pad_input
 from kernloom_gpu_torch.kernels.fused import activate, fused_conv2d
 
-__all__ = ["OneDnnConv2D", "OneDnnFusedConv2D", "register"]
+__all__ = ["ConstantInput", "OneDnnConv2D", "OneDnnFusedConv2D", "is_constant", "register"]
 
 CPU_LABEL: Final = "torch"
 
@@ -68,6 +68,27 @@ def is_constant(value: Any) -> bool:
     """Whether ``value`` is an array whose content cannot change while the same object is
     seen again: a read-only numpy array (the CPU device's constants and feeds)."""
     return isinstance(value, np.ndarray) and not value.flags.writeable
+
+
+class ConstantInput:
+    """One input as a contiguous torch tensor, kept while the same constant array comes
+    back (``is_constant``'s rule): a bias that is a constant is converted once (one whose
+    memory is read-only at its source would otherwise be copied on every call)."""
+
+    __slots__ = ("_source", "_tensor")
+
+    def __init__(self) -> None:
+        self._source: Any = None
+        self._tensor: torch.Tensor | None = None
+
+    def get(self, raw: Any) -> torch.Tensor:
+        cached = self._tensor
+        if cached is not None and self._source is raw:
+            return cached
+        value = tensor(raw).contiguous()
+        if is_constant(raw):
+            self._source, self._tensor = raw, value
+        return value
 
 
 class _Geometry:
@@ -109,6 +130,7 @@ class OneDnnConv2D(OpKernel):
         super().__init__(ctx)
         self._attrs = window_attrs(ctx)
         self._packed: _PackedFilter | None = None
+        self._bias_input = ConstantInput()
         fused_ops = [str(op) for op in ctx.attr("fused_ops")] if self.fused else []
         self._activation = fused_ops[1] if len(fused_ops) > 1 else ""
 
@@ -204,10 +226,10 @@ class OneDnnFusedConv2D(OneDnnConv2D):
         return super()._takes(x, f) and (self._activation in _ACTIVATIONS)
 
     def _bias(self, ctx: OpKernelContext, out_depth: int) -> torch.Tensor | None:
-        bias = tensor(ctx.input(2))
+        bias = self._bias_input.get(ctx.input(2))
         if tuple(bias.shape) != (out_depth,):
             raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({out_depth},)")
-        return bias.float().contiguous()
+        return bias
 
 
 def register(lib: KernelLibrary) -> None:

@@ -28,7 +28,7 @@ from kernloom.plugin import types as t
 from kernloom_gpu_torch.kernels._util import output, result, tensor, use_session_threads
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY
 from kernloom_gpu_torch.kernels.fused import activate
-from kernloom_gpu_torch.kernels.onednn import is_constant
+from kernloom_gpu_torch.kernels.onednn import ConstantInput, is_constant
 
 __all__ = ["PackedFusedMatMul", "PackedMatMul", "register"]
 
@@ -69,6 +69,7 @@ class PackedMatMul(OpKernel):
         ops = [str(op) for op in ctx.attr("fused_ops")] if self.fused else []
         self._activation = ops[1] if len(ops) > 1 else ""
         self._packed: _Packed | None = None
+        self._bias_input = ConstantInput()
 
     def compute(self, ctx: OpKernelContext) -> None:
         use_session_threads(ctx)
@@ -115,7 +116,7 @@ class PackedFusedMatMul(PackedMatMul):
     fused = True
 
     def _bias(self, ctx: OpKernelContext, columns: int) -> torch.Tensor | None:
-        bias = tensor(ctx.input(2))
+        bias = self._bias_input.get(ctx.input(2))
         if tuple(bias.shape) != (columns,):
             raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({columns},)")
         return bias
