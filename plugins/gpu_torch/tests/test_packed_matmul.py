@@ -12,8 +12,15 @@ from test_torch_labelled_cpu import REGISTRY
 
 import kernloom as kl
 from kernloom.testing import run_kernel
+from kernloom_gpu_torch.kernels import packed_matmul
 
 RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(autouse=True)
+def _torch_even_for_small_products(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These products are small; without this they would take numpy's GEMM."""
+    monkeypatch.setattr(packed_matmul, "SMALL_PRODUCT", 0)
 
 
 def _floats(*shape: int) -> np.ndarray[Any, Any]:
@@ -146,3 +153,22 @@ def test_a_fed_bias_is_never_served_from_the_cache() -> None:
         for step in (1.0, -4.0):
             np.testing.assert_allclose(sess.run(y, {bp: b}), _dense(x, w, b), atol=1e-5)
             b += step  # in place: the same array object, new content
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Relu6", ""])
+def test_small_products_take_numpy_s_gemm(monkeypatch: pytest.MonkeyPatch, activation: str) -> None:
+    """Under ``SMALL_PRODUCT`` multiply-adds the product, bias and activation are numpy's
+    (no torch call): same results, NaN kept by ReLU, a bad bias named."""
+    monkeypatch.setattr(packed_matmul, "SMALL_PRODUCT", 1 << 21)
+    if activation != "Relu6":  # (Relu6 alone runs in torch, in place on numpy's output)
+        monkeypatch.setattr(packed_matmul, "tensor", None)  # a torch conversion would fail
+    x, w, b = _floats(3, 2), _floats(4, 2), _floats(4)
+    x[0, 1] = np.nan
+    fused_ops = ["BiasAdd", activation] if activation else ["BiasAdd"]
+    attrs = {"transpose_b": True, "fused_ops": fused_ops}
+    (y,) = run_kernel("_FusedMatMul", [x, w, [b]], attrs, registry=REGISTRY).outputs
+    z = x.astype(np.float64) @ w.T + b
+    expected = {"Relu": np.maximum(z, 0), "Relu6": np.clip(z, 0, 6), "": z}[activation]
+    np.testing.assert_allclose(y, np.where(np.isnan(z), np.nan, expected), atol=1e-6)
+    with pytest.raises(kl.InvalidArgumentError, match=r"bias has shape \(3,\); it needs \(4,\)"):
+        run_kernel("_FusedMatMul", [x, w, [_floats(3)]], attrs, registry=REGISTRY)

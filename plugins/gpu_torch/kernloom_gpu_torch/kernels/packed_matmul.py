@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import numpy as np
 import torch
 
 from kernloom.plugin import (
@@ -45,6 +46,20 @@ columns of a huge-valued product came out unequal, which turned the uniform soft
 onnx's light ResNet-50 into a one-hot one)."""
 
 
+SMALL_PRODUCT: Final = 1 << 21
+"""Products of fewer multiply-adds (M * N * K) than this run numpy's GEMM: torch's call
+overhead outweighs them (a 128x128x128 product was already level)."""
+
+
+def _small(a: Any, b: Any, shape: Any) -> bool:
+    """Whether M * N * K (``a``'s size times N) is under ``SMALL_PRODUCT``, for host arrays."""
+    return (
+        isinstance(a, np.ndarray)
+        and isinstance(b, np.ndarray)
+        and a.size * int(shape[1]) < SMALL_PRODUCT
+    )
+
+
 class _Packed:
     """A constant weight in MKL's packed layout, with the array it came from (held, so
     that its identity stays unique) and the [N, K] weight MKL reads beside it."""
@@ -72,10 +87,13 @@ class PackedMatMul(OpKernel):
         self._bias_input = ConstantInput()
 
     def compute(self, ctx: OpKernelContext) -> None:
+        raw_a, raw_b = ctx.input(0), ctx.input(1)
+        shape = matmul_shape(ctx, raw_a.shape, raw_b.shape, self._transpose_a, self._transpose_b)
+        if _small(raw_a, raw_b, shape):
+            self._small_product(ctx, raw_a, raw_b, shape)
+            return
         use_session_threads(ctx)
-        raw_b = ctx.input(1)
-        a, b = tensor(ctx.input(0)), tensor(raw_b)
-        shape = matmul_shape(ctx, a.shape, b.shape, self._transpose_a, self._transpose_b)
+        a, b = tensor(raw_a), tensor(raw_b)
         bias = self._bias(ctx, shape[1])
         a = a.T if self._transpose_a else a
         rows = int(shape[0])
@@ -92,6 +110,21 @@ class PackedMatMul(OpKernel):
         y = torch.ops.mkl._mkl_linear(a, packed.packed, packed.original, bias, rows)
         activate(self._activation, y, ctx)
         result(ctx, 0, y)
+
+    def _small_product(self, ctx: OpKernelContext, a: Any, b: Any, shape: Any) -> None:
+        """numpy's GEMM straight into the output: below ``SMALL_PRODUCT`` a torch call
+        costs more than the product (8 µs a node on 4x4 to 32x32 MatMuls)."""
+        out = ctx.allocate_output(0, tuple(int(d) for d in shape))
+        np.matmul(a.T if self._transpose_a else a, b.T if self._transpose_b else b, out=out)
+        if self.fused:
+            bias = ctx.input(2)
+            if tuple(bias.shape) != (out.shape[1],):
+                raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({out.shape[1]},)")
+            out += bias
+        if self._activation == "Relu":
+            np.maximum(out, 0, out=out)  # NaN stays NaN
+        elif self._activation:
+            activate(self._activation, tensor(out), ctx)
 
     def _bias(self, ctx: OpKernelContext, columns: int) -> torch.Tensor | None:
         return None
