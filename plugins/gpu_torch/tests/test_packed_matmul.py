@@ -159,7 +159,7 @@ def test_a_fed_bias_is_never_served_from_the_cache() -> None:
 def test_small_products_take_numpy_s_gemm(monkeypatch: pytest.MonkeyPatch, activation: str) -> None:
     """Under ``SMALL_PRODUCT`` multiply-adds the product, bias and activation are numpy's
     (no torch call): same results, NaN kept by ReLU, a bad bias named."""
-    monkeypatch.setattr(packed_matmul, "SMALL_PRODUCT", 1 << 21)
+    monkeypatch.setattr(packed_matmul, "SMALL_PRODUCT", 1 << 22)
     if activation != "Relu6":  # (Relu6 alone runs in torch, in place on numpy's output)
         monkeypatch.setattr(packed_matmul, "tensor", None)  # a torch conversion would fail
     x, w, b = _floats(3, 2), _floats(4, 2), _floats(4)

@@ -46,9 +46,10 @@ columns of a huge-valued product came out unequal, which turned the uniform soft
 onnx's light ResNet-50 into a one-hot one)."""
 
 
-SMALL_PRODUCT: Final = 1 << 21
+SMALL_PRODUCT: Final = 1 << 22
 """Products of fewer multiply-adds (M * N * K) than this run numpy's GEMM: torch's call
-overhead outweighs them (a 128x128x128 product was already level)."""
+overhead outweighs them (numpy was faster up to 160x160x160, level at 256, slower at
+512, one thread each; benchmarks/OPTIMIZER.md)."""
 
 
 def _small(a: Any, b: Any, shape: Any) -> bool:
