@@ -20,6 +20,7 @@ from kernloom_gpu_torch.dtypes import torch_dtype
 
 __all__ = [
     "host_input",
+    "intra_op_threads",
     "output",
     "output_dtype",
     "result",

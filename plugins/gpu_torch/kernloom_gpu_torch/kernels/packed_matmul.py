@@ -26,7 +26,13 @@ from kernloom.plugin import (
     matmul_shape,
 )
 from kernloom.plugin import types as t
-from kernloom_gpu_torch.kernels._util import output, result, tensor, use_session_threads
+from kernloom_gpu_torch.kernels._util import (
+    intra_op_threads,
+    output,
+    result,
+    tensor,
+    use_session_threads,
+)
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY
 from kernloom_gpu_torch.kernels.fused import activate
 from kernloom_gpu_torch.kernels.onednn import ConstantInput, is_constant
@@ -52,13 +58,20 @@ overhead outweighs them (numpy was faster up to 160x160x160, level at 256, slowe
 512, one thread each; benchmarks/OPTIMIZER.md)."""
 
 
-def _small(a: Any, b: Any, shape: Any) -> bool:
-    """Whether M * N * K (``a``'s size times N) is under ``SMALL_PRODUCT``, for host arrays."""
-    return (
-        isinstance(a, np.ndarray)
-        and isinstance(b, np.ndarray)
-        and a.size * int(shape[1]) < SMALL_PRODUCT
-    )
+TINY_PRODUCT: Final = 1 << 16
+"""With more than one intra-op thread only products under this many multiply-adds take
+numpy's GEMM: OpenBLAS's threads spin after a product and starve the OpenMP threads of the
+next torch one (the MLP at 2 threads: 24 ms with its 256x1024x10 layer in OpenBLAS, 3.4
+ms with OpenBLAS held to one thread)."""
+
+
+def _small(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
+    """Whether the product is for numpy: host arrays, M * N * K (``a``'s size times N)
+    under ``SMALL_PRODUCT`` on one thread, under ``TINY_PRODUCT`` on more."""
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        return False
+    limit = SMALL_PRODUCT if threads == 1 else TINY_PRODUCT
+    return bool(a.size * int(shape[1]) < limit)
 
 
 class _Packed:
@@ -90,7 +103,7 @@ class PackedMatMul(OpKernel):
     def compute(self, ctx: OpKernelContext) -> None:
         raw_a, raw_b = ctx.input(0), ctx.input(1)
         shape = matmul_shape(ctx, raw_a.shape, raw_b.shape, self._transpose_a, self._transpose_b)
-        if _small(raw_a, raw_b, shape):
+        if _small(raw_a, raw_b, shape, intra_op_threads(ctx)):
             self._small_product(ctx, raw_a, raw_b, shape)
             return
         use_session_threads(ctx)
