@@ -7,8 +7,9 @@ the same run (the machine is shared and noisy: compare ratios, not times).
 - chain: 1000 ``Add(x, c)`` on float32[16], ``c`` a vector or a scalar constant: the
   step's time per *original* node with the optimizer on (the chain folds to one Add), and
   off, next to a plain numpy loop of the same adds. Also the optimizer's own time.
-- mlp: batch 256, 784-1024-1024-10 with MatMul+BiasAdd+Relu, BLAS 1 thread: optimizer on
-  (``_FusedMatMul``) against off.
+- mlp: batch 256, 784-1024-1024-10 with MatMul+BiasAdd+Relu, at 1 and 2 threads: kernloom
+  with the optimizer on (``_FusedMatMul``) and off, numpy by hand, ONNX Runtime and torch
+  eager (where installed), interleaved in one process per thread count.
 - elementwise: a chain of 8 elementwise ops (tanh, mul, add, sigmoid, sub, square, maximum,
   relu) on float32 vectors of 4 Ki, 1 Mi and 8 Mi elements: one ``_FusedElementwise``
   (blocked over cache-sized pieces) against op by op.
@@ -18,6 +19,7 @@ Each measurement runs in a fresh child interpreter with the BLAS thread count fi
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -76,32 +78,130 @@ def chain(scalar: bool) -> dict[str, float]:
     return results
 
 
-def mlp() -> dict[str, float]:
+MLP_SIZES = (784, 1024, 1024, 10)
+MLP_BATCH = 256
+
+
+def mlp(threads: int) -> dict[str, float]:
+    """The MLP on kernloom (optimizer on and off), numpy written by hand, ONNX Runtime (Gemm
+    and Relu nodes, which it fuses) and torch eager (``nn.Linear``/``ReLU`` under
+    ``inference_mode``), where installed: the same weights, ``threads`` threads each."""
     import numpy as np
 
     import kernloom as kl
 
     rng = np.random.default_rng(0)
-    sizes = [784, 1024, 1024, 10]
+    pairs = list(itertools.pairwise(MLP_SIZES))
+    weights = [(rng.standard_normal((a, b)) * 0.05).astype(np.float32) for a, b in pairs]
+    biases = [rng.standard_normal(b).astype(np.float32) for _, b in pairs]
     g = kl.Graph()
     with g.as_default():
-        x = kl.placeholder(kl.float32, [256, 784], name="x")
+        x = kl.placeholder(kl.float32, [MLP_BATCH, MLP_SIZES[0]], name="x")
         h = x
-        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
-            w = kl.constant((rng.standard_normal((a, b)) * 0.05).astype(np.float32))
-            bias = kl.constant(rng.standard_normal(b).astype(np.float32))
-            h = kl.ops.bias_add(kl.ops.mat_mul(h, w), bias)
-            if i < 2:
+        for i, (w, bias) in enumerate(zip(weights, biases, strict=True)):
+            h = kl.ops.bias_add(kl.ops.mat_mul(h, kl.constant(w)), kl.constant(bias))
+            if i < len(pairs) - 1:
                 h = kl.ops.relu(h)
         y = kl.ops.softmax(h)
-    xv = rng.standard_normal((256, 784)).astype(np.float32)
-    results: dict[str, float] = {}
+    xv = rng.standard_normal((MLP_BATCH, MLP_SIZES[0])).astype(np.float32)
+    runs: dict[str, Callable[[], Any]] = {}
+    sessions = []
     for label, on in (("on", True), ("off", False)):
-        config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=1, graph_optimizer=on)
-        with kl.Session(g, config) as sess:
-            run = sess.make_callable(y, [x])
-            results[label] = best_of(lambda run=run: run(xv), 20)
-    return results
+        config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads, graph_optimizer=on)
+        sess = kl.Session(g, config)
+        sessions.append(sess)
+        runs[label] = functools.partial(sess.make_callable(y, [x]), xv)
+
+    def numpy_mlp() -> Any:
+        h = xv
+        for i, (w, bias) in enumerate(zip(weights, biases, strict=True)):
+            h = h @ w
+            h += bias
+            if i < len(pairs) - 1:
+                np.maximum(h, 0, out=h)
+        e = np.exp(h - h.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    runs["numpy"] = numpy_mlp
+    expected = numpy_mlp()
+    ort = _ort_mlp(weights, biases, threads)
+    if ort is not None:
+        runs["ort"] = lambda: ort.run(None, {"x": xv})
+    torch_run = _torch_mlp(weights, biases, threads)
+    if torch_run is not None:
+        runs["torch"] = lambda: torch_run(xv)
+    for run in runs.values():
+        np.testing.assert_allclose(np.asarray(_first(run())), expected, rtol=1e-3, atol=1e-5)
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(5):  # interleaved rounds, best of all
+        for label, run in runs.items():
+            best[label] = min(best[label], best_of(run, 4, warmup=1))
+    for sess in sessions:
+        sess.close()
+    return best
+
+
+def _first(value: Any) -> Any:
+    return value[0] if isinstance(value, list | tuple) else value
+
+
+def _ort_mlp(weights: list[Any], biases: list[Any], threads: int) -> Any:
+    try:
+        import onnxruntime
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    nodes, initializers, h = [], [], "x"
+    for i, (w, bias) in enumerate(zip(weights, biases, strict=True)):
+        initializers += [
+            numpy_helper.from_array(w, f"w{i}"),
+            numpy_helper.from_array(bias, f"b{i}"),
+        ]
+        nodes.append(helper.make_node("Gemm", [h, f"w{i}", f"b{i}"], [f"gemm{i}"]))
+        h = f"gemm{i}"
+        if i < len(weights) - 1:
+            nodes.append(helper.make_node("Relu", [h], [f"relu{i}"]))
+            h = f"relu{i}"
+    nodes.append(helper.make_node("Softmax", [h], ["y"], axis=1))
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [MLP_BATCH, MLP_SIZES[0]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [MLP_BATCH, MLP_SIZES[-1]])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def _torch_mlp(weights: list[Any], biases: list[Any], threads: int) -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    layers: list[Any] = []
+    for i, (w, bias) in enumerate(zip(weights, biases, strict=True)):
+        linear = torch.nn.Linear(w.shape[0], w.shape[1])
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(w.T))
+            linear.bias.copy_(torch.from_numpy(bias))
+        layers.append(linear)
+        if i < len(weights) - 1:
+            layers.append(torch.nn.ReLU())
+    layers.append(torch.nn.Softmax(dim=1))
+    model = torch.nn.Sequential(*layers).eval()
+
+    def run(x: Any) -> Any:
+        with torch.inference_mode():
+            return model(torch.from_numpy(x)).numpy()
+
+    return run
 
 
 def elementwise() -> dict[str, float]:
@@ -128,15 +228,15 @@ def elementwise() -> dict[str, float]:
 
 
 def child(kind: str) -> dict[str, float]:
-    if kind == "mlp":
-        return mlp()
+    if kind.startswith("mlp"):
+        return mlp(int(kind.removeprefix("mlp")))
     if kind == "elementwise":
         return elementwise()
     return chain(scalar=kind == "chain_scalar")
 
 
-def measure(kind: str) -> dict[str, float]:
-    env = dict(os.environ, **dict.fromkeys(BLAS_VARS, "1"))
+def measure(kind: str, threads: int = 1) -> dict[str, float]:
+    env = dict(os.environ, **dict.fromkeys(BLAS_VARS, str(threads)))
     out = subprocess.run(
         [sys.executable, __file__, "--child", kind],
         env=env,
@@ -163,11 +263,18 @@ def main(argv: list[str]) -> None:
                 f"{r['numpy'] * 1e6:.3f} us/node; off/numpy {r['off'] / r['numpy']:.2f}x"
             )
     if "mlp" in wanted:
-        r = measure("mlp")
         print(
-            f"MLP 784-1024-1024-10, batch 256, 1 thread: optimizer on {r['on'] * 1e3:.2f} ms, "
-            f"off {r['off'] * 1e3:.2f} ms, on/off {r['on'] / r['off']:.3f}x"
+            f"MLP {'-'.join(map(str, MLP_SIZES))}, batch {MLP_BATCH}, ms (best of 20, "
+            "interleaved; ratio to ONNX Runtime in the same run):"
         )
+        for threads in (1, 2):
+            r = measure(f"mlp{threads}", threads)
+            ort = r.get("ort")
+            cells = ", ".join(
+                f"{name} {value * 1e3:.2f}" + (f" ({value / ort:.2f}x)" if ort else "")
+                for name, value in r.items()
+            )
+            print(f"  {threads} thread(s): {cells}")
 
     if "elementwise" in wanted:
         r = measure("elementwise")

@@ -104,7 +104,9 @@ class FusedElementwise(OpKernel):
         # An input of the output's shape that nothing else holds may become the output:
         # its block is read only by the steps of that same block, before the last writes.
         whole = [i for i, x in enumerate(inputs) if x.shape == shape]
-        out = ctx.forward_input_or_allocate_output(whole, 0, shape)
+        out = _same_layout_output(ctx, [inputs[i] for i in whole], shape)
+        if out is None:
+            out = ctx.forward_input_or_allocate_output(whole, 0, shape)
         if out.size == 0:
             return
         if out.ndim == 0 or out.size <= BLOCK_ELEMENTS or shape[0] == 1:
@@ -113,7 +115,7 @@ class FusedElementwise(OpKernel):
         rows = shape[0]
         step = max(1, BLOCK_ELEMENTS // (out.size // rows))
         sliced = [x.ndim == out.ndim and x.shape[0] == rows for x in inputs]
-        temps = [np.empty((step, *shape[1:]), out.dtype) for _ in range(self._temps)]
+        temps = [np.empty_like(out[:step]) for _ in range(self._temps)]  # out's layout
         for start in range(0, rows, step):
             stop = min(rows, start + step)
             block = [x[start:stop] if s else x for x, s in zip(inputs, sliced, strict=True)]
@@ -121,10 +123,29 @@ class FusedElementwise(OpKernel):
 
     def _evaluate(self, inputs: list[Array], out: Array, temps: list[Array] | None = None) -> None:
         if temps is None:
-            temps = [np.empty(out.shape, out.dtype) for _ in range(self._temps)]
+            temps = [np.empty_like(out) for _ in range(self._temps)]  # in out's memory order
         for fn, refs, slot in self._steps:
             args = [inputs[i] if is_input else temps[i] for is_input, i in refs]
             fn(*args, out=out if slot < 0 else temps[slot])
+
+
+def _same_layout_output(ctx: OpKernelContext, whole: list[Array], shape: Any) -> Array | None:
+    """An output laid out in memory as the full-shape inputs are, where they all share one
+    layout other than C order (an NCHW image in NHWC memory, as the torch plugin's
+    convolutions give): written in that order, the ufuncs stream through every operand,
+    and the next convolution gets its layout back without a transpose. None otherwise."""
+    if not whole or whole[0].ndim < 2 or whole[0].flags.c_contiguous:
+        return None
+    strides = whole[0].strides
+    if min(strides) <= 0 or any(x.strides != strides for x in whole):
+        return None
+    order = sorted(range(len(shape)), key=lambda axis: -strides[axis])
+    buffer = ctx.allocate_temp(tuple(shape[axis] for axis in order), ctx.signature.output_dtypes[0])
+    out: Array = buffer.transpose(np.argsort(order))
+    if not out.flags.c_contiguous and out.strides != strides:
+        return None  # a layout with gaps (a sliced view): C order it is
+    ctx.set_output(0, out)
+    return out
 
 
 def bias_and_activation(

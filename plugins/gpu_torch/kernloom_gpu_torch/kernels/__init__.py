@@ -23,6 +23,8 @@ from kernloom_gpu_torch.kernels import (
     linalg,
     logic,
     math,
+    onednn,
+    packed_matmul,
     reductions,
 )
 from kernloom_gpu_torch.kernels.elementwise import (
@@ -110,7 +112,18 @@ def build_library() -> KernelLibrary:
         lib.kernel(op, device=GPU, backend=BACKEND, **keywords)(kernel)
         if op in CPU_LABELLED_OPS:
             lib.kernel(op, device="CPU", backend="numpy", label=CPU_LABEL, **keywords)(kernel)
-    for family in (activations, logic, reductions, indexing, conv, image, linalg, fused):
+    for family in (
+        activations,
+        logic,
+        reductions,
+        indexing,
+        conv,
+        image,
+        linalg,
+        fused,
+        onednn,
+        packed_matmul,
+    ):
         family.register(lib)
     register_variable_kernels(lib, GPU, backend=BACKEND, types=d.ALL)
     return lib

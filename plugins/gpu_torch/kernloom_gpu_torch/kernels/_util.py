@@ -7,6 +7,7 @@ arrays, seen by torch through zero-copy ``torch.from_numpy``). These helpers hid
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,19 +20,36 @@ from kernloom_gpu_torch.dtypes import torch_dtype
 
 __all__ = [
     "host_input",
+    "intra_op_threads",
     "output",
     "output_dtype",
     "result",
     "tensor",
     "tensor_input",
     "tensor_inputs",
+    "use_session_threads",
 ]
 
 
 def tensor(value: Any) -> torch.Tensor:
+    """``value`` as a torch tensor: itself on the torch device; a zero-copy view of a numpy
+    array, with the array's strides (an NCHW array in NHWC memory stays so, see
+    ``onednn``; only negative strides, which torch has not, are copied)."""
     if isinstance(value, torch.Tensor):
         return value
-    return torch.from_numpy(writable_host_view(np.asarray(value)))
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.ndim and not array.flags.c_contiguous and min(array.strides) >= 0:
+        if not array.flags.writeable:
+            array = array.view()
+            try:
+                array.flags.writeable = True
+            except ValueError:  # memory read-only at its source
+                return torch.from_numpy(np.ascontiguousarray(array))
+        try:
+            return torch.from_numpy(array)
+        except ValueError:  # strides torch cannot express (not whole elements)
+            return torch.from_numpy(np.ascontiguousarray(array))
+    return torch.from_numpy(writable_host_view(array))
 
 
 def tensor_input(ctx: OpKernelContext, index: int) -> torch.Tensor:
@@ -66,3 +84,24 @@ def result(ctx: OpKernelContext, index: int, value: torch.Tensor) -> None:
 
 def output_dtype(ctx: OpKernelContext, index: int) -> torch.dtype:
     return torch_dtype(ctx.signature.output_dtypes[index])
+
+
+_thread_lock = threading.Lock()
+
+
+def intra_op_threads(ctx: OpKernelContext) -> int | None:
+    """The session's intra-op thread count on this device, where the device says it (the
+    numpy CPU device's ``intra_op_pool``); None where it does not."""
+    pool = getattr(ctx.device, "intra_op_pool", None)
+    threads = getattr(pool, "num_threads", None)
+    return threads if isinstance(threads, int) and threads > 0 else None
+
+
+def use_session_threads(ctx: OpKernelContext) -> None:
+    """Make torch's (process-wide) thread count the session's ``intra_op_threads`` before
+    a torch call: torch, MKL and oneDNN share one OpenMP pool, set globally; two sessions
+    with different counts in one process take turns setting it."""
+    threads = intra_op_threads(ctx)
+    if threads is not None and torch.get_num_threads() != threads:
+        with _thread_lock:
+            torch.set_num_threads(threads)

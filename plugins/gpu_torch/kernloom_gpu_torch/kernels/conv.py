@@ -30,7 +30,14 @@ from kernloom.plugin import types as t
 from kernloom_gpu_torch import dtypes as d
 from kernloom_gpu_torch.kernels._util import host_input, output, result, tensor_input
 
-__all__ = ["CPU_LABELLED_OPS", "CPU_PREFERRED_OPS", "register", "register_cpu"]
+__all__ = [
+    "CPU_LABELLED_OPS",
+    "CPU_PREFERRED_OPS",
+    "filter_weights",
+    "pad_input",
+    "register",
+    "register_cpu",
+]
 
 Kernel = Callable[[OpKernelContext], None]
 
@@ -53,7 +60,7 @@ def _spatial(x: torch.Tensor, attrs: WindowAttrs) -> tuple[int, int]:
     return int(x.shape[h]), int(x.shape[w])
 
 
-def _pad(x: torch.Tensor, window: Window2D, value: float = 0.0) -> torch.Tensor:
+def pad_input(x: torch.Tensor, window: Window2D, value: float = 0.0) -> torch.Tensor:
     """NCHW ``x`` with the window's (possibly asymmetric) padding, in ``x``'s memory order:
     ``F.pad`` of a channels_last view returns a contiguous NCHW tensor, on which torch's
     convolution is 2x and its depthwise convolution 4x slower (ResNet's stem, MobileNet)."""
@@ -80,13 +87,23 @@ def _store(ctx: OpKernelContext, attrs: WindowAttrs, y: torch.Tensor, index: int
     dtype = d.torch_dtype(ctx.signature.output_dtypes[index])
     if not (dtype.is_floating_point or dtype.is_complex) and y.is_floating_point():
         y = y.round().to(torch.int64)  # wraps into int32 as TF's integer arithmetic does
-    if y.dtype == dtype and y.is_contiguous():
+    if y.dtype == dtype and (y.is_contiguous() or _host_channels_last(ctx, y)):
         result(ctx, index, y)
         return
     output(ctx, index, y.shape).copy_(y)
 
 
-def _weights(f: torch.Tensor) -> torch.Tensor:
+def _host_channels_last(ctx: OpKernelContext, y: torch.Tensor) -> bool:
+    """An NCHW result in channels_last memory on the numpy CPU device: adopted as it is
+    (an NCHW array with NHWC strides, see ``onednn``), not transposed into a new buffer."""
+    return (
+        ctx.device.backend != "torch"
+        and y.dim() == 4
+        and y.is_contiguous(memory_format=torch.channels_last)
+    )
+
+
+def filter_weights(f: torch.Tensor) -> torch.Tensor:
     """TF's [KH, KW, C_in, C_out] filter as torch's [C_out, C_in, KH, KW] in channels_last
     memory order (a permuted view sends torch's CPU convolution to a slow path, 4x on a 1x1
     layer). One 2-D transpose, [KH*KW*C_in, C_out] -> [C_out, KH*KW*C_in]: 4x cheaper than
@@ -113,7 +130,7 @@ def _im2col(x: torch.Tensor, f: torch.Tensor, attrs: WindowAttrs, window: Window
     torch's convolution when the filter is larger than the im2col matrix (late ResNet
     stages: torch's layout needs a transposed copy of the filter on every call)."""
     kh, kw, c, c_out = (int(s) for s in f.shape)
-    padded = _pad(_compute(x).permute(0, 3, 1, 2), window).permute(0, 2, 3, 1)
+    padded = pad_input(_compute(x).permute(0, 3, 1, 2), window).permute(0, 2, 3, 1)
     sn, sh, sw, sc = padded.stride()
     (stride_h, stride_w), (dil_h, dil_w) = attrs.strides, attrs.dilations
     n, (oh, ow) = int(x.shape[0]), window.output_hw
@@ -169,8 +186,8 @@ def conv2d(ctx: OpKernelContext) -> None:
     padding = _symmetric(window)
     xc = _compute(_nchw(x, attrs))
     y = F.conv2d(
-        xc if padding is not None else _pad(xc, window),
-        _weights(f),
+        xc if padding is not None else pad_input(xc, window),
+        filter_weights(f),
         stride=attrs.strides,
         padding=padding or 0,
         dilation=attrs.dilations,
@@ -195,7 +212,7 @@ def depthwise_conv2d(ctx: OpKernelContext) -> None:
     weights = _compute(f).permute(2, 3, 0, 1).reshape(channels * multiplier, 1, *f.shape[:2])
     weights = weights.contiguous()
     y = F.conv2d(
-        xc if padding is not None else _pad(xc, window),
+        xc if padding is not None else pad_input(xc, window),
         weights,
         stride=attrs.strides,
         padding=padding or 0,
@@ -233,7 +250,7 @@ def conv2d_backprop_input(ctx: OpKernelContext) -> None:
         return
     full = F.conv_transpose2d(
         _compute(_nchw(dy, attrs)),
-        _weights(f),
+        filter_weights(f),
         stride=attrs.strides,
         dilation=attrs.dilations,
     )
@@ -266,7 +283,7 @@ def max_pool(ctx: OpKernelContext) -> None:
         padding, ceil_mode = own
         y = F.max_pool2d(xc, attrs.ksize, attrs.strides, padding, ceil_mode=ceil_mode)
     else:
-        y = F.max_pool2d(_pad(xc, window, _lowest(xc)), attrs.ksize, attrs.strides)
+        y = F.max_pool2d(pad_input(xc, window, _lowest(xc)), attrs.ksize, attrs.strides)
     _store(ctx, attrs, y)
 
 
@@ -307,7 +324,7 @@ def avg_pool(ctx: OpKernelContext) -> None:
         )
         _store(ctx, attrs, y)
         return
-    total = F.avg_pool2d(_pad(xc, window), attrs.ksize, attrs.strides, divisor_override=1)
+    total = F.avg_pool2d(pad_input(xc, window), attrs.ksize, attrs.strides, divisor_override=1)
     h, w = _spatial(x, attrs)
     (oh, ow), (top, left) = window.output_hw, window.pad_before
     rows = _counts(h, attrs.ksize[0], attrs.strides[0], top, oh, total)
@@ -322,7 +339,7 @@ def max_pool_with_argmax(ctx: OpKernelContext) -> None:
     n, h, w, c = (int(s) for s in x.shape)
     (oh, ow), (top, left) = window.output_hw, window.pad_before
     (kh, kw), (sh, sw) = attrs.ksize, attrs.strides
-    padded = _pad(x.permute(0, 3, 1, 2), window, _lowest(x)).permute(0, 2, 3, 1)
+    padded = pad_input(x.permute(0, 3, 1, 2), window, _lowest(x)).permute(0, 2, 3, 1)
     cells = padded.unfold(1, kh, sh).unfold(2, kw, sw).reshape(n, oh, ow, c, kh * kw)
     best = (
         cells.amax(dim=-1)

@@ -19,10 +19,16 @@ from kernloom.plugin import (
     parse_fused_expression,
 )
 from kernloom_gpu_torch import dtypes as d
-from kernloom_gpu_torch.kernels._util import output, tensor, tensor_input, tensor_inputs
+from kernloom_gpu_torch.kernels._util import (
+    output,
+    tensor,
+    tensor_input,
+    tensor_inputs,
+    use_session_threads,
+)
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d
 
-__all__ = ["register"]
+__all__ = ["activate", "cpu_fused_matmul", "fused_conv2d", "register"]
 
 FUNCTIONS: Final[dict[str, Callable[..., torch.Tensor]]] = {
     "Add": torch.add,
@@ -65,10 +71,21 @@ def fused_matmul(ctx: OpKernelContext) -> None:
     _activate(ctx, out)
 
 
+def cpu_fused_matmul(ctx: OpKernelContext) -> None:
+    """``_FusedMatMul`` on the numpy CPU device: MKL's sgemm with the bias (``addmm``)
+    straight into the output buffer, the activation in place, with the session's threads."""
+    use_session_threads(ctx)
+    fused_matmul(ctx)
+
+
 def _activate(ctx: OpKernelContext, out: torch.Tensor) -> None:
-    """The fused activation, in ``out``'s own memory."""
+    """The node's fused activation, in ``out``'s own memory."""
     ops = [str(op) for op in ctx.attr("fused_ops")]
-    activation = ops[1] if len(ops) > 1 else ""
+    activate(ops[1] if len(ops) > 1 else "", out, ctx)
+
+
+def activate(activation: str, out: torch.Tensor, ctx: OpKernelContext) -> None:
+    """``activation`` (a ``fused_ops`` entry; "" for none) in ``out``'s own memory."""
     if activation == "Relu":
         torch.clamp(out, min=0, out=out)
     elif activation == "Relu6":
@@ -94,13 +111,19 @@ def fused_conv2d(ctx: OpKernelContext) -> None:
 
 def register(lib: KernelLibrary) -> None:
     floats: dict[str, Any] = {"T": d.FLOATS}
+    wide: dict[str, Any] = {"T": tuple(dt for dt in d.FLOATS if dt.name != "float16")}
     lib.kernel("_FusedElementwise", device="GPU", backend="torch", type_constraints=floats)(
         fused_elementwise
     )
     lib.kernel("_FusedMatMul", device="GPU", backend="torch", type_constraints=floats)(fused_matmul)
     lib.kernel("_FusedConv2D", device="GPU", backend="torch", type_constraints=floats)(fused_conv2d)
-    # As torch's Conv2D: also on the CPU, labelled ``torch`` and as the default above numpy's.
+    # As torch's Conv2D: also on the CPU, labelled ``torch`` and as the default above numpy's
+    # (float32 convolutions go to ``onednn``'s kernel, one priority higher); _FusedMatMul
+    # too (benchmarks/OPTIMIZER.md, "MLP": MKL's GEMM against numpy's OpenBLAS).
     for cpu in ({"label": "torch"}, {"priority": CPU_PRIORITY}):
         lib.kernel("_FusedConv2D", device="CPU", backend="numpy", type_constraints=floats, **cpu)(
             fused_conv2d
+        )
+        lib.kernel("_FusedMatMul", device="CPU", backend="numpy", type_constraints=wide, **cpu)(
+            cpu_fused_matmul
         )

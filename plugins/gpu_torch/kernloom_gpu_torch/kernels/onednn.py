@@ -1,0 +1,242 @@
+"""Conv2D and ``_FusedConv2D`` on the numpy CPU device through oneDNN (torch's ``mkldnn``
+ops), the path inductor's CPU freezing emits.
+
+Three things make it fast where ``torch.nn.functional.conv2d`` on TF's layouts is not
+(``benchmarks/ONNX.md``, "oneDNN convolutions"):
+
+- **A constant filter is reordered once per kernel**, into oneDNN's blocked weight format
+  (``mkldnn_reorder_conv2d_weight``); otherwise every call pays a copy of the HWIO filter
+  into torch's OIHW order and oneDNN reorders it again inside the call.
+- **The bias is added inside the convolution**, the activation in place on its result,
+  and that result (oneDNN's own buffer) is adopted as the output without a copy.
+- **Activations stay in channels_last memory** (NHWC in memory, oneDNN's fast layout):
+  an NCHW node's output is an NCHW array with NHWC strides (as torch's channels_last
+  tensors are), so a chain of NCHW convolutions (an imported ONNX model) never transposes
+  between layers. Any kernel reads such an array as the NCHW value it is.
+
+What may be cached: only a filter that is a read-only host array, and only while the
+kernel sees that same array object again. The CPU device hands out constants as one
+read-only view kept by the ``Const`` kernel for the session's life, so a constant filter
+hits; a fed filter arrives as a new read-only view on every run and a variable's value is
+a writeable array (each assignment stores a new one), so neither is ever reused from the
+cache: they are reordered on each call, as a plain convolution would. The entry holds the
+array itself, so its identity cannot be taken over by another object.
+
+Float32 only (oneDNN's f32 path); other dtypes, empty tensors and the torch GPU device keep
+the general kernels of ``conv`` and ``fused``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import numpy as np
+import torch
+
+from kernloom.plugin import (
+    KernelLibrary,
+    OpKernel,
+    OpKernelConstruction,
+    OpKernelContext,
+    WindowAttrs,
+    window_attrs,
+)
+from kernloom.plugin import types as t
+from kernloom_gpu_torch.kernels._util import result, tensor, use_session_threads
+from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d, filter_weights, pad_input
+from kernloom_gpu_torch.kernels.fused import activate, fused_conv2d
+
+__all__ = ["ConstantInput", "OneDnnConv2D", "OneDnnFusedConv2D", "is_constant", "register"]
+
+CPU_LABEL: Final = "torch"
+
+_reorder_conv2d_weight: Final[Callable[..., torch.Tensor]] = (
+    torch._C._nn.mkldnn_reorder_conv2d_weight
+)
+"""oneDNN's weight reorder; its stub lacks the last argument, the input's shape, for which
+oneDNN picks the blocked format (as inductor's freezing passes it)."""
+
+_ACTIVATIONS: Final = ("", "Relu", "Relu6", "Elu", "LeakyRelu")
+"""The fused activations this kernel applies (``fused.activate``, in place on oneDNN's
+output). Not oneDNN's ReLU post-op: it makes NaN 0 where TensorFlow's ReLU keeps NaN, and
+checking the input for NaN first costs as much as the in-place pass (a ResNet-50 run
+could not tell the three apart on the shared machine)."""
+
+
+def is_constant(value: Any) -> bool:
+    """Whether ``value`` is an array whose content cannot change while the same object is
+    seen again: a read-only numpy array (the CPU device's constants and feeds)."""
+    return isinstance(value, np.ndarray) and not value.flags.writeable
+
+
+class ConstantInput:
+    """One input as a contiguous torch tensor, kept while the same constant array comes
+    back (``is_constant``'s rule): a bias that is a constant is converted once (one whose
+    memory is read-only at its source would otherwise be copied on every call)."""
+
+    __slots__ = ("_source", "_tensor")
+
+    def __init__(self) -> None:
+        self._source: Any = None
+        self._tensor: torch.Tensor | None = None
+
+    def get(self, raw: Any) -> torch.Tensor:
+        cached = self._tensor
+        if cached is not None and self._source is raw:
+            return cached
+        value = tensor(raw).contiguous()
+        if is_constant(raw):
+            self._source, self._tensor = raw, value
+        return value
+
+
+class _Geometry:
+    """What oneDNN needs beside the tensors, fixed for one input shape."""
+
+    __slots__ = ("dilation", "groups", "padding", "pre_pad", "stride")
+
+    def __init__(self, ctx: OpKernelContext, attrs: WindowAttrs, x: torch.Tensor) -> None:
+        f = ctx.input(1)
+        h_axis, w_axis = attrs.spatial_axes
+        window = attrs.window(ctx, (int(x.shape[h_axis]), int(x.shape[w_axis])), f.shape[:2])
+        symmetric = window.pad_before == window.pad_after
+        self.pre_pad = None if symmetric else window
+        self.padding = list(window.pad_before) if symmetric else [0, 0]
+        self.stride = list(attrs.strides)
+        self.dilation = list(attrs.dilations)
+        self.groups = int(x.shape[attrs.channel_axis]) // int(f.shape[2])
+
+
+class _PackedFilter:
+    """One reordered constant filter: the array it came from (held, so that its identity
+    stays unique), the input shape it was packed for, and oneDNN's weight tensor."""
+
+    __slots__ = ("packed", "shape", "source")
+
+    def __init__(self, source: Any, shape: tuple[int, ...], packed: torch.Tensor) -> None:
+        self.source = source
+        self.shape = shape
+        self.packed = packed
+
+
+class OneDnnConv2D(OpKernel):
+    """Conv2D (and, through ``_FusedConv2D``'s subclass, bias and activation) on the CPU
+    with oneDNN. Falls back to the general torch kernel for what oneDNN does not take."""
+
+    fused = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._attrs = window_attrs(ctx)
+        self._packed: _PackedFilter | None = None
+        self._bias_input = ConstantInput()
+        fused_ops = [str(op) for op in ctx.attr("fused_ops")] if self.fused else []
+        self._activation = fused_ops[1] if len(fused_ops) > 1 else ""
+
+    def _fallback(self, ctx: OpKernelContext) -> None:
+        conv2d(ctx)
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        raw_x, raw_f = ctx.input(0), ctx.input(1)
+        if not self._takes(raw_x, raw_f):
+            self._fallback(ctx)
+            return
+        use_session_threads(ctx)
+        attrs = self._attrs
+        x = tensor(raw_x)
+        channels = int(x.shape[attrs.channel_axis])
+        f_depth, out_depth = int(raw_f.shape[2]), int(raw_f.shape[3])
+        if channels % f_depth or out_depth % (channels // f_depth):
+            self._fallback(ctx)  # its error names the depths
+            return
+        bias = self._bias(ctx, out_depth)
+        geometry = _Geometry(ctx, attrs, x)
+        nchw = x.permute(0, 3, 1, 2) if attrs.channels_last else x
+        if geometry.pre_pad is not None:
+            nchw = pad_input(nchw.contiguous(memory_format=torch.channels_last), geometry.pre_pad)
+        nchw = nchw.contiguous(memory_format=torch.channels_last)
+        weights = self._weights(raw_f, tuple(nchw.shape), geometry)
+        y = torch.ops.mkldnn._convolution_pointwise(
+            nchw,
+            weights,
+            bias,
+            geometry.padding,
+            geometry.stride,
+            geometry.dilation,
+            geometry.groups,
+            "none",
+            [],
+            "",
+        )
+        if self._activation:
+            activate(self._activation, y, ctx)
+        result(ctx, 0, y.permute(0, 2, 3, 1) if attrs.channels_last else y)
+
+    def _takes(self, x: Any, f: Any) -> bool:
+        """Whether oneDNN's path runs: float32 4-D host arrays, a non-empty input and
+        filter (the general kernel checks and explains everything else)."""
+        return (
+            isinstance(x, np.ndarray)
+            and isinstance(f, np.ndarray)
+            and x.dtype == np.float32
+            and f.dtype == np.float32
+            and x.ndim == 4
+            and f.ndim == 4
+            and x.size > 0
+            and f.size > 0
+        )
+
+    def _bias(self, ctx: OpKernelContext, out_depth: int) -> torch.Tensor | None:
+        return None
+
+    def _weights(
+        self, raw_f: np.ndarray[Any, Any], x_shape: tuple[int, ...], geometry: _Geometry
+    ) -> torch.Tensor:
+        """oneDNN's weights: from the cache for the same constant filter and input shape,
+        else reordered now (and kept, for a constant filter)."""
+        packed = self._packed
+        if packed is not None and packed.source is raw_f and packed.shape == x_shape:
+            return packed.packed
+        weights = filter_weights(tensor(raw_f))
+        if not is_constant(raw_f):
+            return weights
+        reordered = _reorder_conv2d_weight(
+            weights.to_mkldnn(),
+            geometry.padding,
+            geometry.stride,
+            geometry.dilation,
+            geometry.groups,
+            list(x_shape),
+        )
+        self._packed = _PackedFilter(raw_f, x_shape, reordered)
+        return reordered
+
+
+class OneDnnFusedConv2D(OneDnnConv2D):
+    """``_FusedConv2D`` (Conv2D + BiasAdd [+ activation]): the bias inside oneDNN's
+    convolution, the activation in place on its output."""
+
+    fused = True
+
+    def _fallback(self, ctx: OpKernelContext) -> None:
+        fused_conv2d(ctx)
+
+    def _takes(self, x: Any, f: Any) -> bool:
+        return super()._takes(x, f) and (self._activation in _ACTIVATIONS)
+
+    def _bias(self, ctx: OpKernelContext, out_depth: int) -> torch.Tensor | None:
+        bias = self._bias_input.get(ctx.input(2))
+        if tuple(bias.shape) != (out_depth,):
+            raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({out_depth},)")
+        return bias
+
+
+def register(lib: KernelLibrary) -> None:
+    """Conv2D and ``_FusedConv2D`` on the CPU for float32, one priority above the general
+    torch kernels (which keep the other dtypes): labelled ``torch``, and unlabelled as the
+    CPU default."""
+    f32: dict[str, Any] = {"T": tuple(dt for dt in t.FLOATS if dt.name == "float32")}
+    for op, kernel in (("Conv2D", OneDnnConv2D), ("_FusedConv2D", OneDnnFusedConv2D)):
+        for keywords in ({"label": CPU_LABEL, "priority": 1}, {"priority": CPU_PRIORITY + 1}):
+            lib.kernel(op, device="CPU", backend="numpy", type_constraints=f32, **keywords)(kernel)

@@ -1,0 +1,178 @@
+"""MatMul and ``_FusedMatMul`` on the numpy CPU device for float32: MKL's sgemm on a weight
+packed once into MKL's own GEMM layout (``torch.ops.mkl._mkl_linear``, what inductor's CPU
+freezing emits for a linear layer), when the right operand is a constant.
+
+Packing pays once what an ordinary GEMM pays on every call (copying the weight into the
+kernel's panels): on the MLP of ``benchmarks/OPTIMIZER.md`` it is the difference between
+MKL's plain ``addmm`` and ONNX Runtime's MLAS. The cache follows ``onednn``'s rule: only a
+read-only host array (the CPU device's constants; a feed is a new view each run), only
+while the same array object comes back, held by the entry. A variable's or fed weight,
+or one computed in the graph, runs MKL's ordinary GEMM (``addmm``) into the output buffer.
+The bias is added by the GEMM; the activation runs in place on its result (NaN stays NaN).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+import torch
+
+from kernloom.plugin import (
+    KernelLibrary,
+    OpKernel,
+    OpKernelConstruction,
+    OpKernelContext,
+    matmul_shape,
+)
+from kernloom.plugin import types as t
+from kernloom_gpu_torch.kernels._util import (
+    intra_op_threads,
+    output,
+    result,
+    tensor,
+    use_session_threads,
+)
+from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY
+from kernloom_gpu_torch.kernels.fused import activate
+from kernloom_gpu_torch.kernels.onednn import ConstantInput, is_constant
+
+__all__ = ["PackedFusedMatMul", "PackedMatMul", "register"]
+
+CPU_LABEL: Final = "torch"
+PRIORITY: Final = CPU_PRIORITY + 1
+"""Above numpy's 0 and the general torch CPU kernels' ``CPU_PRIORITY`` (``fused``'s
+``_FusedMatMul``, which keeps float64)."""
+
+
+MIN_PACKED_ROWS: Final = 8
+"""Fewer rows than this run MKL's plain GEMM: packing buys nothing for a matrix-vector
+product, and MKL's packed path for one row sums columns in different orders (equal
+columns of a huge-valued product came out unequal, which turned the uniform softmax of
+onnx's light ResNet-50 into a one-hot one)."""
+
+
+SMALL_PRODUCT: Final = 1 << 22
+"""Products of fewer multiply-adds (M * N * K) than this run numpy's GEMM: torch's call
+overhead outweighs them (numpy was faster up to 160x160x160, level at 256, slower at
+512, one thread each; benchmarks/OPTIMIZER.md)."""
+
+
+TINY_PRODUCT: Final = 1 << 16
+"""With more than one intra-op thread only products under this many multiply-adds take
+numpy's GEMM: OpenBLAS's threads spin after a product and starve the OpenMP threads of the
+next torch one (the MLP at 2 threads: 24 ms with its 256x1024x10 layer in OpenBLAS, 3.4
+ms with OpenBLAS held to one thread)."""
+
+
+def _small(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
+    """Whether the product is for numpy: host arrays, M * N * K (``a``'s size times N)
+    under ``SMALL_PRODUCT`` on one thread, under ``TINY_PRODUCT`` on more."""
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        return False
+    limit = SMALL_PRODUCT if threads == 1 else TINY_PRODUCT
+    return bool(a.size * int(shape[1]) < limit)
+
+
+class _Packed:
+    """A constant weight in MKL's packed layout, with the array it came from (held, so
+    that its identity stays unique) and the [N, K] weight MKL reads beside it."""
+
+    __slots__ = ("original", "packed", "source")
+
+    def __init__(self, source: Any, original: torch.Tensor, packed: torch.Tensor) -> None:
+        self.source = source
+        self.original = original
+        self.packed = packed
+
+
+class PackedMatMul(OpKernel):
+    """MatMul: ``a @ b`` with ``b`` packed when constant."""
+
+    fused = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._transpose_a = bool(ctx.attr("transpose_a"))
+        self._transpose_b = bool(ctx.attr("transpose_b"))
+        ops = [str(op) for op in ctx.attr("fused_ops")] if self.fused else []
+        self._activation = ops[1] if len(ops) > 1 else ""
+        self._packed: _Packed | None = None
+        self._bias_input = ConstantInput()
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        raw_a, raw_b = ctx.input(0), ctx.input(1)
+        shape = matmul_shape(ctx, raw_a.shape, raw_b.shape, self._transpose_a, self._transpose_b)
+        if _small(raw_a, raw_b, shape, intra_op_threads(ctx)):
+            self._small_product(ctx, raw_a, raw_b, shape)
+            return
+        use_session_threads(ctx)
+        a, b = tensor(raw_a), tensor(raw_b)
+        bias = self._bias(ctx, shape[1])
+        a = a.T if self._transpose_a else a
+        rows = int(shape[0])
+        packed = self._weights(raw_b, b, rows) if rows >= MIN_PACKED_ROWS else None
+        if packed is None or 0 in shape:
+            out = output(ctx, 0, shape)
+            weight = b.T if self._transpose_b else b
+            if bias is None:
+                torch.matmul(a, weight, out=out)
+            else:
+                torch.addmm(bias, a, weight, out=out)
+            activate(self._activation, out, ctx)
+            return
+        y = torch.ops.mkl._mkl_linear(a, packed.packed, packed.original, bias, rows)
+        activate(self._activation, y, ctx)
+        result(ctx, 0, y)
+
+    def _small_product(self, ctx: OpKernelContext, a: Any, b: Any, shape: Any) -> None:
+        """numpy's GEMM straight into the output: below ``SMALL_PRODUCT`` a torch call
+        costs more than the product (8 µs a node on 4x4 to 32x32 MatMuls)."""
+        out = ctx.allocate_output(0, tuple(int(d) for d in shape))
+        np.matmul(a.T if self._transpose_a else a, b.T if self._transpose_b else b, out=out)
+        if self.fused:
+            bias = ctx.input(2)
+            if tuple(bias.shape) != (out.shape[1],):
+                raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({out.shape[1]},)")
+            out += bias
+        if self._activation == "Relu":
+            np.maximum(out, 0, out=out)  # NaN stays NaN
+        elif self._activation:
+            activate(self._activation, tensor(out), ctx)
+
+    def _bias(self, ctx: OpKernelContext, columns: int) -> torch.Tensor | None:
+        return None
+
+    def _weights(self, raw_b: Any, b: torch.Tensor, rows: int) -> _Packed | None:
+        """The packed constant weight (from the cache, or packed now), or None when ``b``
+        may change between runs."""
+        packed = self._packed
+        if packed is not None and packed.source is raw_b:
+            return packed
+        if not is_constant(raw_b) or b.dim() != 2 or 0 in b.shape:
+            return None
+        original = (b if self._transpose_b else b.T).contiguous()  # [N, K]
+        packed = _Packed(raw_b, original, torch.ops.mkl._mkl_reorder_linear_weight(original, rows))
+        self._packed = packed
+        return packed
+
+
+class PackedFusedMatMul(PackedMatMul):
+    """``_FusedMatMul`` (MatMul + BiasAdd [+ activation])."""
+
+    fused = True
+
+    def _bias(self, ctx: OpKernelContext, columns: int) -> torch.Tensor | None:
+        bias = self._bias_input.get(ctx.input(2))
+        if tuple(bias.shape) != (columns,):
+            raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({columns},)")
+        return bias
+
+
+def register(lib: KernelLibrary) -> None:
+    """MatMul and ``_FusedMatMul`` on the CPU for float32: labelled ``torch`` and, as the
+    CPU default, above numpy's kernels."""
+    f32: dict[str, Any] = {"T": tuple(dt for dt in t.FLOATS if dt.name == "float32")}
+    for op, kernel in (("MatMul", PackedMatMul), ("_FusedMatMul", PackedFusedMatMul)):
+        for keywords in ({"label": CPU_LABEL, "priority": 1}, {"priority": PRIORITY}):
+            lib.kernel(op, device="CPU", backend="numpy", type_constraints=f32, **keywords)(kernel)

@@ -1,0 +1,174 @@
+"""MKL's packed GEMM for MatMul and ``_FusedMatMul`` on the CPU (``kernels/packed_matmul``):
+a packed weight is reused only while it is the same constant; a variable or fed weight
+gives each run's value. References are numpy in float64."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from test_torch_labelled_cpu import REGISTRY
+
+import kernloom as kl
+from kernloom.testing import run_kernel
+from kernloom_gpu_torch.kernels import packed_matmul
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(autouse=True)
+def _torch_even_for_small_products(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These products are small; without this they would take numpy's GEMM."""
+    monkeypatch.setattr(packed_matmul, "SMALL_PRODUCT", 0)
+
+
+def _floats(*shape: int) -> np.ndarray[Any, Any]:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _session(graph: kl.Graph, optimizer: bool = True) -> kl.Session:
+    config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=1, graph_optimizer=optimizer)
+    return kl.Session(graph, config, registry=REGISTRY)
+
+
+def _kernel_of(session: kl.Session, fetch: Any, feeds: dict[Any, Any], op: str) -> str:
+    metadata = kl.RunMetadata()
+    session.run(fetch, feeds, options=kl.RunOptions(trace=True), run_metadata=metadata)
+    assert metadata.step_stats is not None
+    return next(n.kernel for n in metadata.step_stats.nodes if n.op == op)
+
+
+def _dense(x: Any, w: Any, b: Any) -> np.ndarray[Any, Any]:
+    z: np.ndarray[Any, Any] = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b, 0)
+    return z
+
+
+def test_a_variable_weight_changed_between_runs_gives_the_new_result() -> None:
+    x, w1, w2, b = _floats(8, 4), _floats(4, 3), _floats(4, 3), _floats(3)
+    g = kl.Graph()
+    with g.as_default():
+        xp = kl.placeholder(kl.float32, [None, 4])
+        v = kl.Variable(w1, name="weight")
+        y = kl.ops.relu(kl.ops.bias_add(kl.ops.mat_mul(xp, v.value()), kl.constant(b)))
+        assign = v.assign(kl.constant(w2))
+    with _session(g) as sess:
+        sess.run(v.initializer)
+        assert _kernel_of(sess, y, {xp: x}, "_FusedMatMul") == "PackedFusedMatMul"
+        np.testing.assert_allclose(sess.run(y, {xp: x}), _dense(x, w1, b), rtol=1e-5, atol=1e-5)
+        sess.run(assign)
+        np.testing.assert_allclose(sess.run(y, {xp: x}), _dense(x, w2, b), rtol=1e-5, atol=1e-5)
+
+
+def test_a_fed_weight_is_never_served_from_the_cache() -> None:
+    x, w, b = _floats(8, 4), _floats(4, 6), _floats(6)
+    g = kl.Graph()
+    with g.as_default():
+        xp = kl.placeholder(kl.float32, [8, 4])
+        wp = kl.placeholder(kl.float32, [4, 6])
+        y = kl.ops.relu(kl.ops.bias_add(kl.ops.mat_mul(xp, wp), kl.constant(b)))
+    with _session(g) as sess:
+        for scale in (1.0, -3.0, 0.5):
+            expected = _dense(x, w, b)
+            np.testing.assert_allclose(sess.run(y, {xp: x, wp: w}), expected, atol=1e-5)
+            w *= scale  # in place: the same array object, new content
+
+
+@pytest.mark.parametrize("transpose_a", [False, True])
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_constant_weights_with_transposes_and_batch_changes(
+    transpose_a: bool, transpose_b: bool
+) -> None:
+    w = _floats(6, 4) if transpose_b else _floats(4, 6)
+    g = kl.Graph()
+    with g.as_default():
+        xp = kl.placeholder(kl.float32, [4, None] if transpose_a else [None, 4])
+        y = kl.ops.mat_mul(xp, kl.constant(w), transpose_a=transpose_a, transpose_b=transpose_b)
+    with _session(g) as sess:
+        assert _kernel_of(
+            sess, y, {xp: _floats(*((4, 9) if transpose_a else (9, 4)))}, "MatMul"
+        ) == ("PackedMatMul")
+        for rows in (9, 20, 1, 9, 8):  # packed for 9 rows: any count >= 8 uses it
+            x = _floats(*((4, rows) if transpose_a else (rows, 4)))
+            a = x.T if transpose_a else x
+            b = w.T if transpose_b else w
+            np.testing.assert_allclose(sess.run(y, {xp: x}), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_relu_keeps_nan_and_other_activations() -> None:
+    x, w, b = _floats(8, 2), _floats(2, 4), _floats(4)
+    x[1, 0] = np.nan
+    for activation, reference in (
+        ("relu", lambda z: np.where(np.isnan(z), np.nan, np.maximum(z, 0))),
+        ("relu6", lambda z: np.where(np.isnan(z), np.nan, np.clip(z, 0, 6))),
+        ("elu", lambda z: np.where(z > 0, z, np.expm1(np.minimum(z, 0)))),
+    ):
+        g = kl.Graph()
+        with g.as_default():
+            xp = kl.placeholder(kl.float32, [8, 2])
+            z = kl.ops.bias_add(kl.ops.mat_mul(xp, kl.constant(w)), kl.constant(b))
+            y = getattr(kl.ops, activation)(z)
+        with _session(g) as sess:
+            assert _kernel_of(sess, y, {xp: x}, "_FusedMatMul") == "PackedFusedMatMul"
+            expected = reference(x.astype(np.float64) @ w + b)
+            np.testing.assert_allclose(sess.run(y, {xp: x}), expected, atol=1e-5)
+
+
+def test_empty_products_and_a_bad_bias() -> None:
+    run = run_kernel("MatMul", [_floats(0, 3), _floats(3, 2)], {}, registry=REGISTRY)
+    assert type(run.kernel).__name__ == "PackedMatMul"
+    assert run.outputs[0].shape == (0, 2)
+    (zeros,) = run_kernel("MatMul", [_floats(2, 0), _floats(0, 3)], {}, registry=REGISTRY).outputs
+    np.testing.assert_array_equal(zeros, np.zeros((2, 3), np.float32))
+    with pytest.raises(kl.InvalidArgumentError, match=r"bias has shape \(2,\); it needs \(3,\)"):
+        run_kernel(
+            "_FusedMatMul",
+            [_floats(2, 4), _floats(4, 3), [_floats(2)]],
+            {"fused_ops": ["BiasAdd"]},
+            registry=REGISTRY,
+        )
+
+
+def test_equal_columns_stay_equal_for_one_row() -> None:
+    """A matrix-vector product (one row) does not take MKL's packed path, whose column
+    blocks sum in different orders: equal columns must give equal results (onnx's light
+    ResNet-50 feeds its classifier 3e17 everywhere)."""
+    x = np.full((1, 2048), 3.2070878e17, np.float32)
+    w = np.full((1000, 2048), 0.02, np.float32)
+    w.setflags(write=False)  # as a constant arrives
+    run = run_kernel("MatMul", [x, w], {"transpose_b": True}, registry=REGISTRY)
+    assert type(run.kernel).__name__ == "PackedMatMul"
+    assert np.unique(run.outputs[0]).size == 1
+
+
+def test_a_fed_bias_is_never_served_from_the_cache() -> None:
+    x, w, b = _floats(8, 4), _floats(4, 6), _floats(6)
+    g = kl.Graph()
+    with g.as_default():
+        bp = kl.placeholder(kl.float32, [6])
+        fused = {"fused_ops": ["BiasAdd", "Relu"]}  # (the optimizer fuses constant biases)
+        y = g.apply_op("_FusedMatMul", [kl.constant(x), kl.constant(w), [bp]], fused)
+    with _session(g) as sess:
+        assert _kernel_of(sess, y, {bp: b}, "_FusedMatMul") == "PackedFusedMatMul"
+        for step in (1.0, -4.0):
+            np.testing.assert_allclose(sess.run(y, {bp: b}), _dense(x, w, b), atol=1e-5)
+            b += step  # in place: the same array object, new content
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Relu6", ""])
+def test_small_products_take_numpy_s_gemm(monkeypatch: pytest.MonkeyPatch, activation: str) -> None:
+    """Under ``SMALL_PRODUCT`` multiply-adds the product, bias and activation are numpy's
+    (no torch call): same results, NaN kept by ReLU, a bad bias named."""
+    monkeypatch.setattr(packed_matmul, "SMALL_PRODUCT", 1 << 22)
+    if activation != "Relu6":  # (Relu6 alone runs in torch, in place on numpy's output)
+        monkeypatch.setattr(packed_matmul, "tensor", None)  # a torch conversion would fail
+    x, w, b = _floats(3, 2), _floats(4, 2), _floats(4)
+    x[0, 1] = np.nan
+    fused_ops = ["BiasAdd", activation] if activation else ["BiasAdd"]
+    attrs = {"transpose_b": True, "fused_ops": fused_ops}
+    (y,) = run_kernel("_FusedMatMul", [x, w, [b]], attrs, registry=REGISTRY).outputs
+    z = x.astype(np.float64) @ w.T + b
+    expected = {"Relu": np.maximum(z, 0), "Relu6": np.clip(z, 0, 6), "": z}[activation]
+    np.testing.assert_allclose(y, np.where(np.isnan(z), np.nan, expected), atol=1e-6)
+    with pytest.raises(kl.InvalidArgumentError, match=r"bias has shape \(3,\); it needs \(4,\)"):
+        run_kernel("_FusedMatMul", [x, w, [_floats(3)]], attrs, registry=REGISTRY)
