@@ -22,9 +22,7 @@ from typing import Any, final
 
 from kernloom.environment import PluginSettings
 from kernloom.errors import (
-    KernloomError,
     KernloomPluginWarning,
-    NotFoundError,
     PluginError,
     did_you_mean,
 )
@@ -33,9 +31,7 @@ from kernloom.framework.device_factory_registry import (
     DeviceFactoryRegistry,
     FactoryConflict,
     FactoryOverride,
-    FactoryRegistration,
     ResolvedFactory,
-    create_devices_checked,
 )
 from kernloom.framework.device_independent_kernels import device_independent_registrations
 from kernloom.framework.device_mgr import DeviceMgr
@@ -45,7 +41,7 @@ from kernloom.framework.kernel_registry import (
     KernelRegistry,
 )
 from kernloom.framework.node_def import NodeDef
-from kernloom.framework.op_def import OpDef, OpRegistry
+from kernloom.framework.op_def import OpDef, OpRegistry, OpSource
 from kernloom.framework.op_kernel import OpKernel
 from kernloom.framework.origin import Origin
 from kernloom.hooks import (
@@ -63,7 +59,7 @@ from kernloom.plugin_loader import (
 )
 from kernloom.registrar import GraphPassRegistration
 
-__all__ = ["Registry", "default_registry"]
+__all__ = ["Registry", "default_registry", "registry_of"]
 
 
 @final
@@ -77,7 +73,7 @@ class Registry:
         self._kernels = KernelRegistry()
         self._independent_types: set[str] = set()
         self._graph_passes: list[GraphPassRegistration] = []
-        self._warned_factories: set[str] = set()
+        self._frozen = False
         self._records: dict[str, PluginRecord] = {}
         self._notes: list[str] = []
         self._lock = threading.Lock()
@@ -146,6 +142,14 @@ class Registry:
         """
         origin = Origin(name, distribution, version)
         value = getattr(plugin, "__name__", type(plugin).__name__)
+        if self._frozen:
+            raise PluginError(
+                f"cannot register {origin} ({value}): this registry is frozen, as plugin "
+                f"loading ended (the default registry is frozen when built; any other, when it "
+                f"first finds a kernel or creates devices). Build a new "
+                f"kernloom.plugin.Registry() and register_plugin every plugin into it before "
+                f"using it."
+            )
         record = self._load_object(plugin, origin, value, api_required=False)
         if record.failed:
             raise PluginError(record.describe())
@@ -229,6 +233,24 @@ class Registry:
         self._record(record)
         return record
 
+    def freeze(self) -> None:
+        """End loading: the op, kernel and device-factory tables refuse registrations from
+        now on. ``default_registry()`` is frozen when built; any other registry the first
+        time it finds a kernel or creates devices, so that nothing a session, placer or
+        kernel cache has seen changes under it. (Before that, in-process plugins may join
+        the installed ones: ``from_entry_points()`` then ``register_plugin``.)"""
+        with self._lock:
+            if self._frozen:
+                return
+            self._frozen = True
+            self._ops.freeze()
+            self._kernels.freeze()
+            self._factories.freeze()
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
     def _add_device_independent_kernels(self, device_type: str) -> None:
         """Give a device type the kernels that are the same everywhere (Const, Identity,
         NoOp, _Send/_Recv, _Arg/_Retval, control flow) the first time a factory for it
@@ -301,6 +323,7 @@ class Registry:
         self, node: NodeDef, device_type: str, backend: str | None = None
     ) -> KernelRegistration:
         """The kernel a node gets on a device type (and backend); see ``KernelRegistry``."""
+        self.freeze()
         return self._kernels.find(node, self.node_attrs(node), device_type, backend)
 
     def supported_device_types(
@@ -310,12 +333,14 @@ class Registry:
         backends: Mapping[str, str] | None = None,
     ) -> list[str]:
         """The device types on which ``node`` has a kernel, in placement order."""
+        self.freeze()
         return self._kernels.supported_device_types(
             node, self.node_attrs(node), self.placement_order(options), backends
         )
 
     def create_kernel(self, node: NodeDef, device: Device) -> OpKernel:
         """Look up and construct the kernel for ``node`` on ``device``."""
+        self.freeze()
         op_def = self.op_def(node.op)
         return self._kernels.create(node, op_def, op_def.check_attrs(node.attrs, node.name), device)
 
@@ -337,54 +362,12 @@ class Registry:
         return self._factories.resolve(self.factory_overrides(options))
 
     def create_devices(self, options: DeviceOptions | None = None) -> DeviceMgr:
-        """Create the devices of every factory in use, in placement order.
-
-        A factory that finds no hardware contributes nothing. A factory that *fails*
-        (raises, or returns something that is not a list of its devices) is left out too:
-        it is warned about once per registry, listed in ``DeviceMgr.unavailable`` (so a
-        graph that asks for its type is told why) and shown by ``kernloom devices``; only
-        ``KERNLOOM_STRICT_PLUGINS=1`` makes it fatal. If no device at all can be created
-        the error says what each factory reported and what to install.
-        """
+        """Create the devices of every factory in use, in placement order (see
+        ``DeviceFactoryRegistry.create_devices``); the registry is frozen from here on."""
+        self.freeze()
         options = options or DeviceOptions()
-        devices: list[Device] = []
-        unavailable: dict[str, str] = {}
-        for registration in self._factories.chosen(self.factory_overrides(options)).values():
-            try:
-                created = create_devices_checked(registration, options)
-            except KernloomError as exc:
-                if self._settings.strict:
-                    raise
-                self._warn_factory_failure(registration, str(exc))
-                unavailable[registration.device_type] = str(exc)
-                continue
-            devices.extend(created)
-            if not created:
-                reason = registration.factory.unavailable_reason() or "it found no device"
-                unavailable[registration.device_type] = f"{registration.origin}: {reason}"
-        if not devices:
-            detail = (
-                "; ".join(f"{t} ({why})" for t, why in unavailable.items())
-                if unavailable
-                else "no plugin registers a device factory"
-            )
-            raise NotFoundError(
-                f"no device could be created: {detail}. Install a device plugin, e.g. "
-                f"`pip install kernloom-cpu-numpy`, and check `kernloom plugins`."
-            )
-        return DeviceMgr(devices, unavailable=unavailable)
-
-    def _warn_factory_failure(self, registration: FactoryRegistration, message: str) -> None:
-        key = f"{registration.device_type}@{registration.origin}"
-        with self._lock:
-            if key in self._warned_factories:
-                return
-            self._warned_factories.add(key)
-        warnings.warn(
-            f"{message}; {registration.device_type} is left out and only graphs that need it "
-            f"fail (`kernloom devices` shows it; KERNLOOM_STRICT_PLUGINS=1 makes it fatal)",
-            KernloomPluginWarning,
-            stacklevel=3,
+        return self._factories.create_devices(
+            options, self.factory_overrides(options), strict=self._settings.strict
         )
 
 
@@ -398,4 +381,11 @@ def default_registry() -> Registry:
     with _default_lock:
         if _default is None:
             _default = Registry.from_entry_points()
+            _default.freeze()
         return _default
+
+
+def registry_of(source: OpSource | None) -> Registry:
+    """The registry to run a graph with: the one it was built with (``Graph.registry``) if
+    that is a ``Registry``, else the installed plugins' (built here, on first need)."""
+    return source if isinstance(source, Registry) else default_registry()

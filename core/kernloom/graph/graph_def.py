@@ -41,16 +41,16 @@ from kernloom.dtypes import DType, as_dtype
 from kernloom.errors import InvalidArgumentError, KernloomError, did_you_mean
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES, FileReadError, read_text_bounded
 from kernloom.framework.attr import AttrKind, AttrType
+from kernloom.framework.op_def import OpSource
 from kernloom.graph.tensor import Tensor
 from kernloom.op_library.control_flow_ops import BACK_EDGE_OPS
-from kernloom.registry import Registry
 from kernloom.shapes import TensorShape
 
 if TYPE_CHECKING:
     from kernloom.graph.graph import Graph
     from kernloom.graph.node import Node
 
-GraphFactory = Callable[["Registry | None"], "Graph"]
+GraphFactory = Callable[[OpSource | None], "Graph"]
 """What builds the empty graph a GraphDef loads into (``Graph`` itself: passed in, so that
 this module does not import the graph module that serialises through it)."""
 
@@ -169,7 +169,7 @@ def graph_to_json(graph: Graph, *, indent: int | None = 1) -> str:
 
 
 class _Loader:
-    def __init__(self, source: str, registry: Registry | None, new_graph: GraphFactory) -> None:
+    def __init__(self, source: str, registry: OpSource | None, new_graph: GraphFactory) -> None:
         self.source = source
         self.registry = registry
         self.new_graph = new_graph
@@ -346,9 +346,16 @@ class _Loader:
             by_name[node.name] = node
         edges: dict[str, list[tuple[str, int | None]]] = {}
         for node in graph_def.nodes:
-            if node.op not in graph.registry.ops:
+            if node.op not in graph.ops:
                 raise self.fail(
-                    f"unknown op {node.op!r}." + did_you_mean(node.op, graph.registry.ops.names()),
+                    f"unknown op {node.op!r}."
+                    + did_you_mean(node.op, graph.ops.names())
+                    + (
+                        " If a plugin defines it, load with "
+                        "registry=kernloom.plugin.default_registry()."
+                        if graph.registry is None
+                        else ""
+                    ),
                     node.name,
                 )
             parsed = []
@@ -461,7 +468,7 @@ class _Loader:
                 )
             data.append(producer.outputs[slot])
         controls = [graph.node(src) for src, slot in inputs if slot is None]
-        op_def = graph.registry.op_def(node.op)
+        op_def = graph.op_def(node.op)
         grouped = self.group_inputs(op_def, data, attrs, node.name)
         try:
             graph.add_node(
@@ -518,7 +525,7 @@ def graph_from_json(
     text: str,
     *,
     new_graph: GraphFactory,
-    registry: Registry | None = None,
+    registry: OpSource | None = None,
     source: str = "<string>",
 ) -> Graph:
     loader = _Loader(source, registry, new_graph)
@@ -529,7 +536,7 @@ def load_graph(
     path: str | Path,
     *,
     new_graph: GraphFactory,
-    registry: Registry | None = None,
+    registry: OpSource | None = None,
     max_bytes: int = DEFAULT_MAX_READ_BYTES,
     limit_hint: str = "pass Graph.load(..., max_bytes=N) to allow more",
 ) -> Graph:

@@ -26,7 +26,7 @@ class GraphRewriter:
 
     def __init__(self, source: Graph) -> None:
         self.source = source
-        self.graph = Graph(source.registry)
+        self.graph = source.derived()
         self.graph.reserve_names([n.name for n in source.nodes])
         self._tensors: dict[str, Tensor] = {}
         self._nodes: dict[str, Node] = {}
