@@ -14,8 +14,8 @@ from typing import Any
 from rich.console import Console
 
 from kernloom.cli_args import UsageError, int_in_range, settings_from_pairs
+from kernloom.cli_flags import EXIT_OK, run_command
 from kernloom.cli_run import _load_array, _tensor_key
-from kernloom.errors import InvalidArgumentError, KernloomError, NotFoundError
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES
 from kernloom.graph.graph import Graph
 from kernloom.registry import Registry
@@ -23,8 +23,6 @@ from kernloom.runtime.session import Session
 from kernloom.runtime.session_options import SessionConfig
 
 __all__ = ["add_compare_parser"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _sinks(graph: Graph) -> list[str]:
@@ -53,15 +51,7 @@ def _compare(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _handler(registry: Registry, args: argparse.Namespace) -> int:
-    errors = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-    try:
-        return _compare(registry, args)
-    except (UsageError, InvalidArgumentError, NotFoundError) as exc:
-        errors.print(f"error: {exc}", markup=False)
-        return EXIT_USAGE
-    except KernloomError as exc:
-        errors.print(f"error: the run failed: {exc}", markup=False)
-        return EXIT_FAILED
+    return run_command(lambda: _compare(registry, args), failed="the run failed: ")
 
 
 def add_compare_parser(sub: Any) -> None:

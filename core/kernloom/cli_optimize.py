@@ -15,14 +15,13 @@ from typing import Any
 
 from rich.console import Console
 
-from kernloom.errors import InvalidArgumentError, KernloomError, NotFoundError
+from kernloom.cli_flags import EXIT_OK, run_command
+from kernloom.errors import InvalidArgumentError
 from kernloom.graph.graph import Graph
 from kernloom.optimizer import optimize_step_graph
 from kernloom.registry import Registry
 
 __all__ = ["add_optimize_parser"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _sinks(graph: Graph) -> set[str]:
@@ -64,15 +63,7 @@ def _optimize(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _handler(registry: Registry, args: argparse.Namespace) -> int:
-    errors = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-    try:
-        return _optimize(registry, args)
-    except (InvalidArgumentError, NotFoundError) as exc:
-        errors.print(f"error: {exc}", markup=False)
-        return EXIT_USAGE
-    except KernloomError as exc:
-        errors.print(f"error: optimizing failed: {exc}", markup=False)
-        return EXIT_FAILED
+    return run_command(lambda: _optimize(registry, args), failed="optimizing failed: ")
 
 
 def add_optimize_parser(sub: Any) -> None:
