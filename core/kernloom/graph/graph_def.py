@@ -30,7 +30,7 @@ import binascii
 import heapq
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -406,33 +406,10 @@ class _Loader:
             name: {src for src, slot in inputs if src not in back or slot is None}
             for name, inputs in edges.items()
         }
-        pending = {n.name: len(forward[n.name]) for n in graph_def.nodes}
-        users: dict[str, list[str]] = {}
-        for name, sources in forward.items():
-            for src in sources:
-                users.setdefault(src, []).append(name)
-        # Kahn's algorithm, taking the earliest ready node in file order, so a file that is
-        # already in topological order (every file we write) loads in exactly that order.
-        position = {n.name: i for i, n in enumerate(graph_def.nodes)}
-        ready = [position[n.name] for n in graph_def.nodes if pending[n.name] == 0]
-        heapq.heapify(ready)
-        order: list[str] = []
-        while ready:
-            name = graph_def.nodes[heapq.heappop(ready)].name
-            order.append(name)
-            for user in users.get(name, []):
-                pending[user] -= 1
-                if pending[user] == 0:
-                    heapq.heappush(ready, position[user])
-        if len(order) != len(graph_def.nodes):
-            stuck = next(n.name for n in graph_def.nodes if pending[n.name])
-            cycle = [stuck]
-            while True:  # walk back along unfinished inputs until a node repeats
-                nxt = next(src for src in forward[cycle[-1]] if pending[src])
-                if nxt in cycle:
-                    cycle = [*cycle[cycle.index(nxt) :], nxt]
-                    break
-                cycle.append(nxt)
+        order, cycle = file_order(
+            [n.name for n in graph_def.nodes], {k: sorted(v) for k, v in forward.items()}
+        )
+        if cycle:
             raise self.fail("the graph has a cycle: " + " <- ".join(repr(c) for c in cycle))
         return order
 
@@ -519,6 +496,43 @@ class _Loader:
                 node,
             )
         return out
+
+
+def file_order(
+    names: Sequence[str], sources: Mapping[str, Sequence[str]]
+) -> tuple[list[str], list[str]]:
+    """The nodes ``names`` (in file order) in a topological order of the edges ``sources``
+    (node -> the nodes it waits for), and a cycle (``[a, b, a]``, each waiting for the
+    next) when there is one, else ``[]``: what every graph loader (GraphDef JSON, a
+    TensorFlow GraphDef) needs before it can add nodes.
+
+    Kahn's algorithm, taking the earliest ready node in file order, so that a file that is
+    already in topological order (every file we write) loads in exactly that order.
+    """
+    position = {name: i for i, name in enumerate(names)}
+    pending = {name: len(sources[name]) for name in names}
+    users: dict[str, list[str]] = {}
+    for name in names:
+        for source in sources[name]:
+            users.setdefault(source, []).append(name)
+    ready = [position[name] for name in names if pending[name] == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        name = names[heapq.heappop(ready)]
+        order.append(name)
+        for user in users.get(name, []):
+            pending[user] -= 1
+            if pending[user] == 0:
+                heapq.heappush(ready, position[user])
+    if len(order) == len(names):
+        return order, []
+    cycle = [next(name for name in names if pending[name])]
+    while True:  # walk back along unfinished inputs until a node repeats
+        step = next(source for source in sources[cycle[-1]] if pending[source])
+        if step in cycle:
+            return order, [*cycle[cycle.index(step) :], step]
+        cycle.append(step)
 
 
 def graph_from_json(

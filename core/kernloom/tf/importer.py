@@ -20,7 +20,6 @@ shape invariant, which a GraphDef does not record.
 
 from __future__ import annotations
 
-import heapq
 import os
 import re
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ from kernloom.fileio import (
 )
 from kernloom.framework.op_def import OpDef
 from kernloom.graph.graph import BACK_EDGE_OPS, Graph
+from kernloom.graph.graph_def import file_order
 from kernloom.graph.tensor import Tensor
 from kernloom.op_library.control_flow_ops import relaxed_shape
 from kernloom.registry import Registry, default_registry
@@ -157,36 +157,16 @@ class _Importer:
             | set(spec.control)
             for spec in specs.values()
         }
-        pending = {name: len(sources) for name, sources in forward.items()}
-        users: dict[str, list[str]] = {}
-        for name, sources in forward.items():
-            for source in sources:
-                users.setdefault(source, []).append(name)
         by_position = sorted(specs.values(), key=lambda s: s.position)
-        ready = [s.position for s in by_position if pending[s.name] == 0]
-        heapq.heapify(ready)
-        order: list[_NodeSpec] = []
-        while ready:
-            spec = by_position[heapq.heappop(ready)]
-            order.append(spec)
-            for user in users.get(spec.name, []):
-                pending[user] -= 1
-                if pending[user] == 0:
-                    heapq.heappush(ready, specs[user].position)
-        if len(order) != len(specs):
-            stuck = next(s.name for s in by_position if pending[s.name])
-            cycle = [stuck]
-            while True:  # walk back along unfinished inputs until a node repeats
-                step = next(s for s in sorted(forward[cycle[-1]]) if pending[s])
-                if step in cycle:
-                    cycle = [*cycle[cycle.index(step) :], step]
-                    break
-                cycle.append(step)
+        order, cycle = file_order(
+            [s.name for s in by_position], {k: sorted(v) for k, v in forward.items()}
+        )
+        if cycle:
             raise self.fail(
                 "the graph has a cycle that is not a loop's back edge (NextIteration -> "
                 "Merge): " + " <- ".join(repr(c) for c in cycle)
             )
-        return order
+        return [specs[name] for name in order]
 
     # -- building -----------------------------------------------------------------------
 
