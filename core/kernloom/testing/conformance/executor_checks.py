@@ -10,7 +10,6 @@ variable kernels, labelled kernels) is skipped with the reason, never failed.
 from __future__ import annotations
 
 import threading
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from kernloom.graph.builder import apply_op, placeholder
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
 from kernloom.graph.variables import Variable
-from kernloom.hooks import KERNLOOM_API_VERSION, hookimpl
+from kernloom.hooks import in_process_plugin
 from kernloom.registrar import Registrar
 from kernloom.registry import Registry
 from kernloom.runtime.session import Session
@@ -332,7 +331,6 @@ def probe_registry(plan: KitPlan) -> Registry:
     library = KernelLibrary()
     library.kernel(FAIL_OP, device=plan.device_type)(_fail)
 
-    @hookimpl
     def kernloom_register(registry: Registrar) -> None:
         registry.register_device_factory(
             plan.device_type, factory.factory, priority=factory.priority
@@ -340,11 +338,8 @@ def probe_registry(plan: KitPlan) -> Registry:
         registry.register_op(FAIL_OP).input("x: T").output("y: T").attr("T: type")
         registry.register_kernels(library)
 
-    plugin = types.SimpleNamespace(
-        kernloom_register=kernloom_register, KERNLOOM_API=f">={KERNLOOM_API_VERSION}"
-    )
     probe = Registry()
-    probe.register_plugin(plugin, name=PROBE_PLUGIN)
+    probe.register_plugin(in_process_plugin(kernloom_register), name=PROBE_PLUGIN)
     return probe
 
 
