@@ -125,7 +125,7 @@ class KernelLibrary:
         label: str = "",
         priority: int = 0,
         backend: str | None = None,
-        type_constraints: Mapping[str, Sequence[object]] | None = None,
+        type_constraints: Mapping[str, Sequence[object] | None] | None = None,
         host_memory: Sequence[str] = (),
         expensive: bool = True,
         direct: Callable[..., Any] | None = None,
@@ -133,6 +133,8 @@ class KernelLibrary:
         """Register the decorated ``OpKernel`` subclass or function ``fn(ctx)``.
 
         ``spec`` is a ``KernelDef``, a builder, or an op name completed by the keywords.
+        A ``type_constraints`` value of ``None`` (``kernloom.plugin.types.OP_TYPES``)
+        constrains nothing: the kernel takes every dtype its op allows.
         ``expensive`` and ``direct`` (``OpKernel.direct``, the context-free fast entry)
         apply to functions; a class sets ``is_expensive`` and ``direct`` itself.
         """
@@ -144,7 +146,8 @@ class KernelLibrary:
             if backend is not None:
                 builder.backend(backend)
             for attr, dtypes in (type_constraints or {}).items():
-                builder.type_constraint(attr, list(dtypes))
+                if dtypes is not None:  # None (types.OP_TYPES): every dtype the op allows
+                    builder.type_constraint(attr, list(dtypes))
             kernel_def = builder.build()
         elif isinstance(spec, KernelDefBuilder):
             kernel_def = spec.build()

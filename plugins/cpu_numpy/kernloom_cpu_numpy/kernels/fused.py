@@ -185,11 +185,11 @@ class FusedMatMul(OpKernel):
 
 def register(lib: KernelLibrary) -> None:
     lib.kernel(
-        "_FusedElementwise", device="CPU", backend="numpy", type_constraints={"T": t.FLOATS}
+        "_FusedElementwise", device="CPU", backend="numpy", type_constraints={"T": t.OP_TYPES}
     )(FusedElementwise)
-    lib.kernel("_FusedMatMul", device="CPU", backend="numpy", type_constraints={"T": t.FLOATS})(
+    lib.kernel("_FusedMatMul", device="CPU", backend="numpy", type_constraints={"T": t.OP_TYPES})(
         FusedMatMul
     )
-    lib.kernel("_FusedConv2D", device="CPU", backend="numpy", type_constraints={"T": t.FLOATS})(
+    lib.kernel("_FusedConv2D", device="CPU", backend="numpy", type_constraints={"T": t.OP_TYPES})(
         FusedConv2D
     )

@@ -421,7 +421,7 @@ def register(lib: KernelLibrary) -> None:
     cpu("Range", "start", "limit", "delta")(range_)
     cpu("OneHot", "depth")(one_hot)
     cpu("Where")(where)
-    cpu("SelectV2", type_constraints={"T": t.ALL})(select_v2)
+    cpu("SelectV2", type_constraints={"T": t.OP_TYPES})(select_v2)
     cpu("StopGradient", expensive=False)(stop_gradient)
     cpu("PlaceholderWithDefault", expensive=False)(placeholder_with_default)
     # No complex: TensorFlow has no CPU Unique for it.
