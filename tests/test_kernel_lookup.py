@@ -78,6 +78,22 @@ def test_constraints_select_by_attr_value() -> None:
         chosen(registry, node(T=kl.int8))
 
 
+def test_op_types_means_every_dtype_the_op_declares() -> None:
+    """A kernel whose constraint is ``types.OP_TYPES`` lists nothing itself: it takes each
+    dtype Relu's OpDef allows, and a dtype the op refuses is refused by the op."""
+    registry = registry_with(
+        ("relu", {"device": "CPU", "type_constraints": {"T": klp.types.OP_TYPES}})
+    )
+    (registration,) = registry.kernels.kernels("Relu")
+    assert registration.kernel_def.constraints == {}
+    allowed = registry.op_def("Relu").attr("T").allowed_values
+    assert allowed is not None and kl.int8 in allowed and kl.bool_ not in allowed
+    for dtype in allowed:
+        assert chosen(registry, node(T=dtype)) == "relu"
+    with pytest.raises(kl.InvalidArgumentError, match=r"bool"):
+        registry.find_kernel(node(T=kl.bool_), "CPU", "numpy")
+
+
 def test_labels_never_fall_back_in_either_direction() -> None:
     registry = registry_with(
         ("plain", {"device": "CPU"}), ("fancy", {"device": "CPU", "label": "fancy"})
