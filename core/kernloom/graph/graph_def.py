@@ -41,7 +41,7 @@ from kernloom.dtypes import DType, as_dtype
 from kernloom.errors import InvalidArgumentError, KernloomError, did_you_mean
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES, FileReadError, read_text_bounded
 from kernloom.framework.attr import AttrKind, AttrType
-from kernloom.framework.op_def import OpSource
+from kernloom.framework.op_def import OpDef, OpSource
 from kernloom.graph.tensor import Tensor
 from kernloom.op_library.control_flow_ops import BACK_EDGE_OPS
 from kernloom.shapes import TensorShape
@@ -462,40 +462,52 @@ class _Loader:
             raise InvalidArgumentError(f"{self.source}: {exc.message}", hint=exc.hint) from None
 
     def group_inputs(
-        self, op_def: Any, data: list[Tensor], attrs: Mapping[str, Any], node: str
+        self, op_def: OpDef, data: list[Tensor], attrs: Mapping[str, Any], node: str
     ) -> list[Tensor | list[Tensor]]:
-        fixed = sum(1 for a in op_def.inputs if not a.is_list)
-        lists = [a for a in op_def.inputs if a.is_list]
-        if (not lists and len(data) != fixed) or (lists and len(data) < fixed):
-            raise self.fail(f"op {op_def.name} takes {fixed} input(s), got {len(data)}", node)
-        out: list[Tensor | list[Tensor]] = []
-        position = 0
-        for arg in op_def.inputs:
-            if arg.is_list:
-                count = attrs.get(arg.number_attr)
-                if not isinstance(count, int):
-                    count = len(data) - fixed if len(lists) == 1 else None
-                if count is None or count < 0 or position + count > len(data):
-                    raise self.fail(
-                        f"cannot tell how many inputs belong to list '{arg.spec()}'", node
-                    )
-                out.append(data[position : position + count])
-                position += count
-            else:
-                if position >= len(data):
-                    raise self.fail(
-                        f"op {op_def.name} takes more than {len(data)} input(s) with these "
-                        f"attrs (none is left for '{arg.spec()}')",
-                        node,
-                    )
-                out.append(data[position])
-                position += 1
-        if position != len(data):
-            raise self.fail(
-                f"op {op_def.name} takes {position} input(s) with these attrs, got {len(data)}",
-                node,
-            )
-        return out
+        try:
+            return group_inputs(op_def, data, attrs)
+        except InvalidArgumentError as exc:
+            raise self.fail(str(exc), node) from None
+
+
+def group_inputs(
+    op_def: OpDef, data: Sequence[Tensor], attrs: Mapping[str, Any]
+) -> list[Tensor | list[Tensor]]:
+    """A node's flat data inputs, as a GraphDef lists them, grouped per argument of its op
+    (a list for a list argument, ``N * T``), its length from the attrs or, for the one list
+    of an op, from what is left: what every graph loader (GraphDef JSON, a TensorFlow
+    GraphDef) does before it adds the node. ``InvalidArgumentError`` says what does not fit.
+    """
+    fixed = sum(1 for a in op_def.inputs if not a.is_list)
+    lists = [a for a in op_def.inputs if a.is_list]
+    if (not lists and len(data) != fixed) or (lists and len(data) < fixed):
+        raise InvalidArgumentError(f"op {op_def.name} takes {fixed} input(s), got {len(data)}")
+    out: list[Tensor | list[Tensor]] = []
+    position = 0
+    for arg in op_def.inputs:
+        if arg.is_list:
+            count = attrs.get(arg.number_attr) if arg.number_attr else None
+            if not isinstance(count, int):
+                count = len(data) - fixed if len(lists) == 1 else None
+            if count is None or count < 0 or position + count > len(data):
+                raise InvalidArgumentError(
+                    f"op {op_def.name}: cannot tell how many inputs belong to list '{arg.spec()}'"
+                )
+            out.append(list(data[position : position + count]))
+            position += count
+        else:
+            if position >= len(data):
+                raise InvalidArgumentError(
+                    f"op {op_def.name} takes more than {len(data)} input(s) with these "
+                    f"attrs (none is left for '{arg.spec()}')"
+                )
+            out.append(data[position])
+            position += 1
+    if position != len(data):
+        raise InvalidArgumentError(
+            f"op {op_def.name} takes {position} input(s) with these attrs, got {len(data)}"
+        )
+    return out
 
 
 def file_order(

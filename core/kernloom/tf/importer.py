@@ -36,7 +36,7 @@ from kernloom.fileio import (
 )
 from kernloom.framework.op_def import OpDef
 from kernloom.graph.graph import BACK_EDGE_OPS, Graph
-from kernloom.graph.graph_def import file_order
+from kernloom.graph.graph_def import file_order, group_inputs
 from kernloom.graph.tensor import Tensor
 from kernloom.op_library.control_flow_ops import relaxed_shape
 from kernloom.registry import Registry, default_registry
@@ -180,35 +180,10 @@ class _Importer:
 
     def group(self, spec: _NodeSpec, op_def: OpDef, data: list[Tensor], attrs: Any) -> list[Any]:
         """The flat inputs grouped per argument: a list for a list argument (``N * T``)."""
-        fixed = sum(1 for a in op_def.inputs if not a.is_list)
-        lists = sum(1 for a in op_def.inputs if a.is_list)
-        out: list[Any] = []
-        position = 0
-        for arg in op_def.inputs:
-            if arg.is_list:
-                count = attrs.get(arg.number_attr)
-                if not isinstance(count, int) and lists == 1:
-                    count = len(data) - fixed
-                if not isinstance(count, int) or count < 0 or position + count > len(data):
-                    raise self.fail(
-                        f"(op {spec.op}) cannot tell how many of its {len(data)} inputs belong "
-                        f"to '{arg.spec()}'",
-                        spec.name,
-                    )
-                out.append(data[position : position + count])
-                position += count
-            else:
-                if position >= len(data):
-                    break
-                out.append(data[position])
-                position += 1
-        if position != len(data) or len(out) != len(op_def.inputs):
-            expected = ", ".join(a.spec() for a in op_def.inputs) or "none"
-            raise self.fail(
-                f"(op {spec.op}) has {len(data)} data input(s); the op takes {expected}",
-                spec.name,
-            )
-        return out
+        try:
+            return group_inputs(op_def, data, attrs)
+        except InvalidArgumentError as exc:
+            raise self.fail(str(exc), spec.name) from None
 
     def build(
         self,
