@@ -59,9 +59,12 @@ __all__ = [
     "MAX_NESTING",
     "MAX_RANK",
     "GraphDef",
+    "GraphLoader",
     "NodeJSON",
+    "file_order",
     "graph_from_json",
     "graph_to_json",
+    "group_inputs",
     "load_graph",
 ]
 
@@ -168,15 +171,32 @@ def graph_to_json(graph: Graph, *, indent: int | None = 1) -> str:
 # -- decoding ---------------------------------------------------------------------------------
 
 
-class _Loader:
-    def __init__(self, source: str, registry: OpSource | None, new_graph: GraphFactory) -> None:
+class GraphLoader:
+    """What every graph loader (GraphDef JSON here, a TensorFlow GraphDef in ``kernloom.tf``)
+    shares: errors that name the file and the node, and a node's inputs grouped per
+    argument of its op."""
+
+    def __init__(self, source: str) -> None:
         self.source = source
-        self.registry = registry
-        self.new_graph = new_graph
 
     def fail(self, message: str, node: str | None = None) -> InvalidArgumentError:
         where = f"{self.source}: node {node!r}: " if node is not None else f"{self.source}: "
         return InvalidArgumentError(where + message)
+
+    def group_inputs(
+        self, op_def: OpDef, data: list[Tensor], attrs: Mapping[str, Any], node: str
+    ) -> list[Tensor | list[Tensor]]:
+        try:
+            return group_inputs(op_def, data, attrs)
+        except InvalidArgumentError as exc:
+            raise self.fail(str(exc), node) from None
+
+
+class _Loader(GraphLoader):
+    def __init__(self, source: str, registry: OpSource | None, new_graph: GraphFactory) -> None:
+        super().__init__(source)
+        self.registry = registry
+        self.new_graph = new_graph
 
     def parse(self, text: str) -> GraphDef:
         try:
@@ -460,14 +480,6 @@ class _Loader:
         except KernloomError as exc:
             # add_node's messages name the node and op already.
             raise InvalidArgumentError(f"{self.source}: {exc.message}", hint=exc.hint) from None
-
-    def group_inputs(
-        self, op_def: OpDef, data: list[Tensor], attrs: Mapping[str, Any], node: str
-    ) -> list[Tensor | list[Tensor]]:
-        try:
-            return group_inputs(op_def, data, attrs)
-        except InvalidArgumentError as exc:
-            raise self.fail(str(exc), node) from None
 
 
 def group_inputs(

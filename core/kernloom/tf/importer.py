@@ -36,7 +36,7 @@ from kernloom.fileio import (
 )
 from kernloom.framework.op_def import OpDef
 from kernloom.graph.graph import BACK_EDGE_OPS, Graph
-from kernloom.graph.graph_def import file_order, group_inputs
+from kernloom.graph.graph_def import GraphLoader, file_order
 from kernloom.graph.tensor import Tensor
 from kernloom.op_library.control_flow_ops import relaxed_shape
 from kernloom.registry import Registry, default_registry
@@ -68,18 +68,14 @@ class _NodeSpec:
     converted: dict[str, Any] | None = None
 
 
-class _Importer:
+class _Importer(GraphLoader):
     def __init__(
         self, source: str, registry: Registry, *, max_bytes: int, clear_devices: bool
     ) -> None:
-        self.source = source
+        super().__init__(source)
         self.registry = registry
         self.max_bytes = max_bytes
         self.clear_devices = clear_devices
-
-    def fail(self, message: str, node: str | None = None) -> InvalidArgumentError:
-        where = f"{self.source}: node {node!r}: " if node is not None else f"{self.source}: "
-        return InvalidArgumentError(where + message)
 
     # -- structure ----------------------------------------------------------------------
 
@@ -178,13 +174,6 @@ class _Importer:
                 raise self.fail(f"(op {spec.op}) {exc}", spec.name) from None
         return dict(spec.converted)
 
-    def group(self, spec: _NodeSpec, op_def: OpDef, data: list[Tensor], attrs: Any) -> list[Any]:
-        """The flat inputs grouped per argument: a list for a list argument (``N * T``)."""
-        try:
-            return group_inputs(op_def, data, attrs)
-        except InvalidArgumentError as exc:
-            raise self.fail(str(exc), spec.name) from None
-
     def build(
         self,
         specs: Mapping[str, _NodeSpec],
@@ -211,7 +200,7 @@ class _Importer:
                     later.append((spec.name, len(data), source, slot))
                     source, slot = present[0]
                 data.append(self.output(graph, spec, source, slot))
-            grouped = self.group(spec, op_def, data, attrs)
+            grouped = self.group_inputs(op_def, data, attrs, spec.name)
             controls = [graph.node(c) for c in spec.control]
             try:
                 node = graph.add_node(
