@@ -158,3 +158,26 @@ def test_a_used_registry_is_frozen_and_says_what_to_do_instead() -> None:
 
 def test_the_default_registry_is_frozen_when_built() -> None:
     assert klp.default_registry().frozen
+
+
+def test_the_graph_package_imports_the_op_registry_and_nothing_about_plugins() -> None:
+    """``graph/`` sits on ``framework/`` and the op library: no module of it imports the
+    plugin registry, plugin loading, the hooks or the runtime, not even inside a function."""
+    import ast
+    from pathlib import Path
+
+    import kernloom.graph
+
+    forbidden = ("kernloom.registry", "kernloom.plugin", "kernloom.hooks", "kernloom.runtime")
+    found = []
+    for path in sorted(Path(kernloom.graph.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            found += [f"{path.name}: {n}" for n in names if n.startswith(forbidden)]
+    assert found == []
