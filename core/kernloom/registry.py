@@ -33,7 +33,6 @@ from kernloom.framework.device_factory_registry import (
     FactoryOverride,
     ResolvedFactory,
 )
-from kernloom.framework.device_independent_kernels import device_independent_registrations
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.kernel_registry import (
     KernelConflict,
@@ -47,16 +46,8 @@ from kernloom.framework.origin import Origin
 from kernloom.hooks import (
     ENTRY_POINT_GROUP,
     PluginRecord,
-    PluginState,
 )
-from kernloom.op_library import standard_ops
-from kernloom.plugin_loader import (
-    PluginFailure,
-    check_api,
-    describe_exception,
-    format_tb,
-    run_hook,
-)
+from kernloom.plugin_loader import PluginLoader, PluginTables
 from kernloom.registrar import GraphPassRegistration
 
 __all__ = ["Registry", "default_registry", "registry_of"]
@@ -64,18 +55,22 @@ __all__ = ["Registry", "default_registry", "registry_of"]
 
 @final
 class Registry:
-    """Device factories (and, later, ops and kernels) from plugins, with their origins."""
+    """What the installed plugins provide, with their origins: the op table, the kernels
+    (``KernelRegistry``: lookup and construction), the device factories
+    (``DeviceFactoryRegistry``: lookup and device creation) and the graph passes. A
+    ``PluginLoader`` fills them; once loading ends they are frozen (``freeze``)."""
 
     def __init__(self, settings: PluginSettings | None = None) -> None:
         self._settings = settings or PluginSettings()
-        self._factories = DeviceFactoryRegistry()
-        self._ops = OpRegistry(parent=standard_ops())
-        self._kernels = KernelRegistry()
-        self._independent_types: set[str] = set()
-        self._graph_passes: list[GraphPassRegistration] = []
+        self._tables = PluginTables()
+        self._loader = PluginLoader(self._settings, self._tables)
+        self._factories = self._tables.factories
+        self._ops = self._tables.ops
+        self._kernels = self._tables.kernels
+        self._graph_passes = self._tables.graph_passes
+        self._records = self._tables.records
+        self._notes = self._tables.notes
         self._frozen = False
-        self._records: dict[str, PluginRecord] = {}
-        self._notes: list[str] = []
         self._lock = threading.Lock()
 
     # -- building ---------------------------------------------------------------------
@@ -100,7 +95,7 @@ class Registry:
             entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         found = sorted(entry_points, key=lambda ep: (ep.name, ep.value))
         for ep in found:
-            registry._load_entry_point(ep)
+            registry._loader.load_entry_point(ep)
         if settings.allow is not None:
             names = [ep.name for ep in found]
             for wanted in sorted(settings.allow - set(names)):
@@ -150,87 +145,9 @@ class Registry:
                 f"kernloom.plugin.Registry() and register_plugin every plugin into it before "
                 f"using it."
             )
-        record = self._load_object(plugin, origin, value, api_required=False)
+        record = self._loader.load_object(plugin, origin, value, api_required=False)
         if record.failed:
             raise PluginError(record.describe())
-        return record
-
-    def _load_entry_point(self, ep: importlib.metadata.EntryPoint) -> None:
-        dist = getattr(ep, "dist", None)
-        origin = Origin(ep.name, dist.name if dist else None, dist.version if dist else None)
-        if ep.name in self._records:
-            other = self._records[ep.name]
-            reason = (
-                f"entry-point name {ep.name!r} is also used by "
-                f"{other.distribution or other.value}; plugin names must be unique, so this "
-                f"one is left out"
-            )
-            record = PluginRecord.of(origin, ep.value, PluginState.FAILED, reason=reason)
-            self._record(record, key=f"{ep.name}@{ep.value}")
-            return
-        skipped = self._settings.why_skipped(ep.name)
-        if skipped is not None:
-            self._record(PluginRecord.of(origin, ep.value, PluginState.DISABLED, reason=skipped))
-            return
-        try:
-            plugin = ep.load()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:
-            # SystemExit too: a plugin calling sys.exit() on import must not end the host.
-            reason = f"error importing {ep.value!r}: {describe_exception(exc)}"
-            self._record(
-                PluginRecord.of(
-                    origin, ep.value, PluginState.FAILED, reason=reason, traceback=format_tb(exc)
-                )
-            )
-            return
-        self._load_object(plugin, origin, ep.value, api_required=True)
-
-    def _load_object(
-        self, plugin: object, origin: Origin, value: str, *, api_required: bool
-    ) -> PluginRecord:
-        api: str | None = None
-        with self._lock:
-            try:
-                if origin.plugin in self._records:
-                    raise PluginFailure(
-                        PluginState.FAILED,
-                        f"a plugin named {origin.plugin!r} is already registered",
-                    )
-                api = check_api(plugin, value, api_required)
-                registrar = run_hook(plugin, origin, self._ops)
-            except PluginFailure as failure:
-                cause = failure.__cause__
-                record = PluginRecord.of(
-                    origin,
-                    value,
-                    failure.state,
-                    reason=failure.reason,
-                    traceback=format_tb(cause) if cause is not None else "",
-                    api_requirement=failure.api or api,
-                )
-            else:
-                for registration in registrar.factories:
-                    conflict = self._factories.add(registration)
-                    if conflict is not None:
-                        self._notes.append(str(conflict))
-                    self._add_device_independent_kernels(registration.device_type)
-                for op_def in registrar.op_defs:
-                    self._ops.add(op_def, origin)
-                self._graph_passes.extend(registrar.graph_passes)
-                for kernel in registrar.kernels:
-                    kernel_conflict = self._kernels.add(kernel)
-                    if kernel_conflict is not None:
-                        self._notes.append(str(kernel_conflict))
-                record = PluginRecord.of(
-                    origin,
-                    value,
-                    PluginState.LOADED,
-                    api_requirement=api,
-                    registered=registrar.summary(),
-                )
-        self._record(record)
         return record
 
     def freeze(self) -> None:
@@ -243,27 +160,11 @@ class Registry:
             if self._frozen:
                 return
             self._frozen = True
-            self._ops.freeze()
-            self._kernels.freeze()
-            self._factories.freeze()
+            self._tables.freeze()
 
     @property
     def frozen(self) -> bool:
         return self._frozen
-
-    def _add_device_independent_kernels(self, device_type: str) -> None:
-        """Give a device type the kernels that are the same everywhere (Const, Identity,
-        NoOp, _Send/_Recv, _Arg/_Retval, control flow) the first time a factory for it
-        appears, so that a plugin never has to register them. They sit at priority -1: a
-        plugin's own kernel for one of these ops (priority 0 or more) wins."""
-        if device_type in self._independent_types:
-            return
-        self._independent_types.add(device_type)
-        for registration in device_independent_registrations(device_type):
-            self._kernels.add(registration)
-
-    def _record(self, record: PluginRecord, *, key: str | None = None) -> None:
-        self._records[key or record.name] = record
 
     # -- what was loaded ----------------------------------------------------------------
 
