@@ -17,7 +17,14 @@ import pytest
 
 import kernloom as kl
 from kernloom.cli import _parser, main
-from kernloom.cli_flags import CLI_FLAGS, cli_message, cli_spelling
+from kernloom.cli_flags import (
+    CLI_FLAGS,
+    COMPARE_FLAGS,
+    OPTIMIZE_FLAGS,
+    PYTHON_ONLY,
+    cli_message,
+    cli_spelling,
+)
 from kernloom.errors import PYTHON_SPELLINGS, Hint, InvalidArgumentError, Setting
 
 Run = Callable[..., tuple[int, str, str]]
@@ -62,17 +69,24 @@ def test_a_hint_renders_per_interface_and_keeps_user_text_out_of_the_template() 
     assert error.message == "placeholder '{x}' must be fed."
 
 
-def test_every_setting_has_a_python_spelling_and_a_real_flag_of_kernloom_run() -> None:
-    assert set(CLI_FLAGS) == set(PYTHON_SPELLINGS)
+def test_every_setting_has_a_python_spelling_and_a_real_flag_of_a_command() -> None:
+    assert set(CLI_FLAGS) | set(OPTIMIZE_FLAGS) | PYTHON_ONLY == set(PYTHON_SPELLINGS)
     parser = _parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    run_flags = {
-        option for action in subparsers.choices["run"]._actions for option in action.option_strings
-    }
-    for name, template in CLI_FLAGS.items():
-        assert template.split()[0] in run_flags, name
-        spelled = cli_spelling(Setting(name, key="k", value="v"))
-        assert spelled.startswith(template.split()[0]), spelled
+    for command, flags in (
+        ("run", CLI_FLAGS),
+        ("compare", COMPARE_FLAGS),
+        ("optimize", OPTIMIZE_FLAGS),
+    ):
+        options = {
+            option
+            for action in subparsers.choices[command]._actions
+            for option in action.option_strings
+        }
+        for name, template in flags.items():
+            assert template.split()[0] in options, (command, name)
+            spelled = cli_spelling(Setting(name, key="k", value="v"), flags)
+            assert spelled.startswith(template.split()[0]), spelled
 
 
 # -- each error kind that names a setting ---------------------------------------------------

@@ -196,13 +196,16 @@ def test_an_async_kernel_that_never_calls_back_ends_at_the_deadline(registry: kl
         stuck = g.add_node("NeverFinishes", [x], name="stuck").outputs[0]
         y = kl.ops.neg(stuck, name="y")
         z = kl.ops.neg(x, name="z")
-    with kl.Session(g) as sess:
-        started = time.monotonic()
-        with pytest.raises(kl.DeadlineExceededError, match=r"within its timeout of 0\.2 s"):
-            sess.run(y, {x: [1, 2, 3]}, kl.RunOptions(timeout_s=0.2))
-        assert time.monotonic() - started < 3.0
-        # The session stays usable.
-        np.testing.assert_array_equal(sess.run(z, {x: [1, 2, 3]}), [-1, -2, -3])
+    sess = kl.Session(g)
+    started = time.monotonic()
+    with pytest.raises(kl.DeadlineExceededError, match=r"within its timeout of 0\.2 s"):
+        sess.run(y, {x: [1, 2, 3]}, kl.RunOptions(timeout_s=0.2))
+    assert time.monotonic() - started < 3.0
+    # The session stays usable.
+    np.testing.assert_array_equal(sess.run(z, {x: [1, 2, 3]}), [-1, -2, -3])
+    # The kernel never called back, so its step never ended: close frees nothing under it.
+    with pytest.raises(kl.DeadlineExceededError, match="asynchronous kernel has not called done"):
+        sess.close(timeout_s=0.05)
 
 
 def test_cancelling_a_run_from_another_thread(registry: klp.Registry) -> None:
@@ -212,8 +215,11 @@ def test_cancelling_a_run_from_another_thread(registry: klp.Registry) -> None:
         y = g.add_node("NeverFinishes", [x], name="stuck").outputs[0]
     cancellation = CancellationManager()
     threading.Timer(0.1, cancellation.cancel).start()
-    with kl.Session(g) as sess, pytest.raises(kl.CancelledError, match="cancelled"):
+    sess = kl.Session(g)
+    with pytest.raises(kl.CancelledError, match="cancelled"):
         sess.run(y, {x: [1, 2, 3]}, cancellation=cancellation)
+    with pytest.raises(kl.DeadlineExceededError, match="asynchronous kernel has not called done"):
+        sess.close(timeout_s=0.05)
 
 
 # -- failures -------------------------------------------------------------------------------------

@@ -159,7 +159,10 @@ def test_a_pool_that_cannot_start_its_threads_stops_those_it_started(
 
     monkeypatch.setattr(threading.Thread, "start", start)
     g = kl.Graph(registry)
-    with pytest.raises(kl.ResourceExhaustedError, match=r"inter_op_threads=8.*use fewer"):
+    with pytest.raises(
+        kl.ResourceExhaustedError,
+        match=r"7 inter-op thread.*fewer than 8 threads \(SessionConfig\(inter_op_threads=",
+    ):
         kl.Session(g, kl.SessionConfig(inter_op_threads=8))
     monkeypatch.undo()
     for thread in started:
@@ -243,7 +246,7 @@ def test_host_out_of_memory_is_resource_exhausted_too(
         ):
             s.run(huge, {x: np.ones(2, np.float32)})
 
-        def no_memory(value: object, dtype: object, *, what: str) -> object:
+        def no_memory(value: object, dtype: object, **kwargs: object) -> object:
             raise MemoryError("Unable to allocate 8.00 GiB")
 
         monkeypatch.setattr(run_plan, "convert_to_dtype", no_memory)

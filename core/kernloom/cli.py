@@ -106,7 +106,7 @@ def _device_rows(resolved: ResolvedFactory) -> tuple[list[_DeviceRow], str | Non
     try:
         devices = create_devices_checked(reg, DeviceOptions())
     except KernloomError as exc:
-        return [row(status="error", reason=str(exc))], str(exc)
+        return [row(status="error", reason=cli_message(exc))], cli_message(exc)
     try:
         if not devices:
             why = reg.factory.unavailable_reason() or "the factory found no device"

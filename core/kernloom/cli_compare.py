@@ -14,7 +14,11 @@ from typing import Any
 from rich.console import Console
 
 from kernloom.cli_args import UsageError, int_in_range, settings_from_pairs
-from kernloom.cli_flags import EXIT_OK, run_command
+from kernloom.cli_flags import (
+    COMPARE_FLAGS,
+    EXIT_OK,
+    run_command,
+)
 from kernloom.cli_run import _load_array, _tensor_key
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES
 from kernloom.graph.graph import Graph
@@ -51,7 +55,9 @@ def _compare(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _handler(registry: Registry, args: argparse.Namespace) -> int:
-    return run_command(lambda: _compare(registry, args), failed="the run failed: ")
+    return run_command(
+        lambda: _compare(registry, args), failed="the run failed: ", flags=COMPARE_FLAGS
+    )
 
 
 def add_compare_parser(sub: Any) -> None:

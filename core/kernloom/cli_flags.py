@@ -28,9 +28,12 @@ from kernloom.fileio import FileError
 
 __all__ = [
     "CLI_FLAGS",
+    "COMPARE_FLAGS",
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "OPTIMIZE_FLAGS",
+    "PYTHON_ONLY",
     "cli_message",
     "cli_spelling",
     "run_command",
@@ -44,26 +47,49 @@ EXIT_USAGE: Final = 2
 
 CLI_FLAGS: Final[Mapping[str, str]] = {
     "feed": "--feed {key}=FILE.npy",
+    "feed_array": "--feed {key}=FILE.npy (FILE.npy: an array of {value}, as numpy.save writes it)",
     "kernel_label": "--label {key}={value}",
     "device_filter": "--device-filter {value}",
     "soft_placement": "--soft-placement",
     "timeout": "--timeout SECONDS",
     "trace": "--trace FILE.json",
     "inter_op_threads": "--inter-op-threads N",
+    "memory_limit": "--memory-limit {key}=BYTES",
+    "initializer": "--init NODE (the node that initialises {key!r}, such as '{key}/Assign', or "
+    "the graph's kl.variables_initializer() node)",
 }
-"""Setting -> the ``kernloom run`` flag that sets it; ``str.format`` fields ``key``, ``value``."""
+"""Setting -> the ``kernloom run`` flag that sets it; ``str.format`` fields ``key``, ``value``.
+A template is the flag, its argument (quoted for a shell once filled in) and, optionally,
+words about it."""
+
+COMPARE_FLAGS: Final[Mapping[str, str]] = {
+    name: CLI_FLAGS[name] for name in ("feed", "feed_array", "kernel_label", "device_filter")
+}
+"""The settings ``kernloom compare`` has flags for."""
+
+OPTIMIZE_FLAGS: Final[Mapping[str, str]] = {"disabled_pass": "--disable {value}"}
+"""The settings ``kernloom optimize`` has flags for."""
+
+PYTHON_ONLY: Final = frozenset({"constant_array"})
+"""Settings no command has a flag for, because no command can meet their errors: a
+constant is built in Python (a saved graph's constants are already arrays)."""
 
 
 def cli_spelling(setting: Setting, flags: Mapping[str, str] = CLI_FLAGS) -> str:
-    """The flag that sets ``setting``, filled in and quoted for a shell."""
+    """The flag that sets ``setting``, filled in and quoted for a shell. A setting the
+    command has no flag for keeps its Python spelling, marked as such."""
     template = flags.get(setting.name)
     if template is None:
-        return python_spelling(setting)
-    flag, _, argument = template.partition(" ")
-    if not argument:
+        return f"{python_spelling(setting)} (Python API; this command has no flag for it)"
+    flag, _, rest = template.partition(" ")
+    if not rest:
         return flag
+    argument, _, words = rest.partition(" ")
     filled = argument.format(key=setting.key, value=setting.value)
-    return f"{flag} {shlex.quote(filled)}"
+    spelled = f"{flag} {shlex.quote(filled)}"
+    if words:
+        spelled += " " + words.format(key=setting.key, value=setting.value)
+    return spelled
 
 
 def cli_message(error: BaseException, flags: Mapping[str, str] = CLI_FLAGS) -> str:
@@ -75,20 +101,31 @@ def cli_message(error: BaseException, flags: Mapping[str, str] = CLI_FLAGS) -> s
 
 
 def run_command(
-    body: Callable[[], int], *, failed: str, flags: Mapping[str, str] = CLI_FLAGS
+    body: Callable[[], int],
+    *,
+    failed: str,
+    flags: Mapping[str, str] = CLI_FLAGS,
+    usage: tuple[type[KernloomError], ...] = (),
 ) -> int:
     """Run a subcommand's ``body`` and turn its errors into one line on standard error and
     an exit code, the same way for every command: bad usage (a bad argument, file, name,
-    feed or label) exits ``EXIT_USAGE``; a failure of the work itself (a kernel's error, a
-    bad value a kernel found included) exits ``EXIT_FAILED``, its message after ``failed``
-    (``"the run failed: "``). Hints are spelled as ``flags``."""
+    feed or label, and the command's own ``usage`` errors) exits ``EXIT_USAGE``; a failure
+    of the work itself (a kernel's error, a bad value a kernel found included) exits
+    ``EXIT_FAILED``, its message after ``failed`` (``"the run failed: "``). Hints are
+    spelled as ``flags``."""
+    bad_usage: tuple[type[KernloomError], ...] = (
+        InvalidArgumentError,
+        NotFoundError,
+        FileError,
+        *usage,
+    )
     try:
         return body()
     except UsageError as exc:
         message, code = str(exc), EXIT_USAGE
     except KernelError as exc:  # a kernel's bad argument too: the work itself failed
         message, code = failed + cli_message(exc, flags), EXIT_FAILED
-    except (InvalidArgumentError, NotFoundError, FileError) as exc:
+    except bad_usage as exc:
         # Bad graph files, unknown fetch or feed names, mismatched feeds, bad labels,
         # unwritable or full outputs.
         message, code = cli_message(exc, flags), EXIT_USAGE

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from kernloom.cli_flags import cli_message
 from kernloom.errors import InvalidArgumentError
 from kernloom.graph.graph import Graph
 
@@ -54,7 +55,7 @@ def _convert(args: argparse.Namespace) -> int:
     try:
         imported = _frontend().import_model(args.model)
     except InvalidArgumentError as exc:
-        errors.print(f"error: {exc}")
+        errors.print(f"error: {cli_message(exc, {})}")
         return EXIT_USAGE
     imported.graph.save(target)
     inputs = ", ".join(t.node.name for t in imported.inputs.values())

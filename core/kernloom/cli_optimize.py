@@ -15,7 +15,11 @@ from typing import Any
 
 from rich.console import Console
 
-from kernloom.cli_flags import EXIT_OK, run_command
+from kernloom.cli_flags import (
+    EXIT_OK,
+    OPTIMIZE_FLAGS,
+    run_command,
+)
 from kernloom.errors import InvalidArgumentError
 from kernloom.graph.graph import Graph
 from kernloom.optimizer import optimize_step_graph
@@ -63,7 +67,9 @@ def _optimize(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _handler(registry: Registry, args: argparse.Namespace) -> int:
-    return run_command(lambda: _optimize(registry, args), failed="optimizing failed: ")
+    return run_command(
+        lambda: _optimize(registry, args), failed="optimizing failed: ", flags=OPTIMIZE_FLAGS
+    )
 
 
 def add_optimize_parser(sub: Any) -> None:

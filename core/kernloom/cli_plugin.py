@@ -23,6 +23,7 @@ from typing import Any
 
 from rich.console import Console
 
+from kernloom.cli_flags import cli_message
 from kernloom.errors import InvalidArgumentError
 from kernloom.fileio import atomic_write_text
 from kernloom.framework.device_name import is_valid_device_type
@@ -128,7 +129,7 @@ def _new(registry: Registry, args: argparse.Namespace) -> int:
         files = write_plugin(spec, Path(args.dir))
     except InvalidArgumentError as exc:
         Console(stderr=True, highlight=False, soft_wrap=True, markup=False).print(
-            f"error: {exc}", markup=False
+            f"error: {cli_message(exc, {})}", markup=False
         )
         return EXIT_USAGE
     root = Path(args.dir) / spec.name

@@ -33,7 +33,11 @@ from kernloom.cli_args import (
 from kernloom.cli_flags import EXIT_OK, cli_message, run_command
 from kernloom.cli_onnx import is_onnx_path, load_onnx_graph
 from kernloom.cli_outputs import OutputPlan, member_of, plan_outputs, write_npy, write_npz
-from kernloom.errors import KernloomError
+from kernloom.errors import (
+    KernloomError,
+    ResourceExhaustedError,
+    did_you_mean,
+)
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES, FileError, open_regular_file
 from kernloom.graph.graph import Graph
 from kernloom.graph.graph_def import load_graph
@@ -104,13 +108,34 @@ def _check_feed_file(graph: Graph, name: str, path: str, value: np.ndarray[Any, 
         raise UsageError(f"--feed {name}={path}: {cli_message(exc)}") from None
 
 
-def _config(args: argparse.Namespace, labels: dict[str, str]) -> SessionConfig:
+def _memory_limits(registry: Registry, pairs: list[str]) -> dict[str, int]:
+    """``--memory-limit TYPE=SIZE`` as ``SessionConfig.memory_limit``; a type no factory
+    creates would limit nothing, so it is an error, not a silent no-op."""
+    limits: dict[str, int] = {}
+    types = registry.placement_order()
+    for device_type, text in settings_from_pairs(pairs, "--memory-limit", "CPU=512M").items():
+        if device_type not in types:
+            raise UsageError(
+                f"--memory-limit {device_type}={text}: no device type {device_type!r}; types: "
+                f"{', '.join(types) or '(none)'}." + did_you_mean(device_type, types)
+            )
+        try:
+            limits[device_type] = byte_size(text)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--memory-limit {device_type}={text}: {exc}") from None
+    return limits
+
+
+def _config(
+    args: argparse.Namespace, labels: dict[str, str], memory_limit: dict[str, int]
+) -> SessionConfig:
     try:
         return SessionConfig(
             kernel_labels=labels,
             device_filters=tuple(args.device_filter),
             inter_op_threads=args.inter_op_threads,
             allow_soft_placement=args.soft_placement,
+            memory_limit=memory_limit,
         )
     except ValidationError as exc:  # the parser checks each flag; this is a safety net
         raise UsageError(f"bad session settings: {exc.errors()[0]['msg']}") from None
@@ -144,6 +169,7 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
     plan = plan_outputs(fetches, args.out, args.trace, force=args.force)
     feed_files = settings_from_pairs(args.feed, "--feed", "x=x.npy", key=_tensor_key)
     labels = settings_from_pairs(args.label, "--label", "MatMul=einsum")
+    memory_limit = _memory_limits(registry, args.memory_limit)
     if is_onnx_path(args.graph):  # an ONNX model imports to a graph (kernloom[onnx])
         graph = load_onnx_graph(args.graph)
     elif args.graph.lower().endswith((".pb", ".pbtxt")):  # a TensorFlow GraphDef: kernloom[tf]
@@ -166,9 +192,11 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
     }
     for name, value in feeds.items():
         _check_feed_file(graph, name, feed_files[_tensor_key(name)], value)
-    with Session(graph, _config(args, labels)) as session:
+    with Session(graph, _config(args, labels, memory_limit)) as session:
         if args.explain:
             console.print(session.explain(fetches, feeds or None))
+        for node in args.init:  # e.g. the variables' initializer, in this same session
+            session.run([], options=RunOptions(timeout_s=args.timeout), targets=[node])
         metadata = RunMetadata()
         options = RunOptions(trace=args.trace is not None, timeout_s=args.timeout)
         started = time.perf_counter()
@@ -184,7 +212,9 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _handler(registry: Registry, args: argparse.Namespace) -> int:
-    return run_command(lambda: _run(registry, args), failed="the run failed: ")
+    return run_command(
+        lambda: _run(registry, args), failed="the run failed: ", usage=(ResourceExhaustedError,)
+    )
 
 
 def add_run_parser(sub: Any) -> None:
@@ -240,6 +270,21 @@ def add_run_parser(sub: Any) -> None:
     )
     run.add_argument(
         "--trace", action=Once, metavar="TRACE.json", help="write a Chrome/Perfetto trace"
+    )
+    run.add_argument(
+        "--init",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="run this node first, in the same session: the graph's variables initializer, "
+        "e.g. init (repeatable, in order)",
+    )
+    run.add_argument(
+        "--memory-limit",
+        action="append",
+        default=[],
+        metavar="TYPE=SIZE",
+        help="the most memory each device of TYPE may hold, e.g. CPU=512M (once per type)",
     )
     run.add_argument("--explain", action="store_true", help="say where each node runs and why")
     run.add_argument(

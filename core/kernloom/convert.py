@@ -16,16 +16,21 @@ representable in the dtype, as TensorFlow's ``convert_to_tensor`` decides:
 
 The errors are ``InvalidArgumentError``s that start with what the caller says the value
 is for (``what``: "feed for 'x:0'") and name the dtype and the first offending value.
+What would fix the value is a ``Hint`` naming the setting through which the caller gives
+it (``given_as``: a feed, by default a constant), so that each interface spells the fix in
+its own terms: ``feed_dict={'x': np.asarray(values, dtype='int32')}`` in Python,
+``--feed x=FILE.npy`` with an int32 file under ``kernloom run``.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Final
 
 import numpy as np
 
 from kernloom.dtypes import DType, as_dtype, int32, int64
-from kernloom.errors import InvalidArgumentError
+from kernloom.errors import Hint, InvalidArgumentError, Setting
 
 __all__ = ["convert_to_dtype", "infer_array"]
 
@@ -33,6 +38,8 @@ Array = np.ndarray[Any, Any]
 _NUMERIC_KINDS: Final = frozenset("biufc")
 _SHOWN: Final = 80
 """Characters of an offending value an error message shows."""
+_CONSTANT: Final = Setting("constant_array")
+"""How a value is given when the caller names no setting: as a constant."""
 
 
 def _show(value: object) -> str:
@@ -40,15 +47,28 @@ def _show(value: object) -> str:
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
-def _source_array(value: object, what: str) -> Array:
+_GIVE_NUMBERS: Final = "Give numbers as {given}."
+
+
+def _error(message: str, template: str, given: Setting | None) -> InvalidArgumentError:
+    """What went wrong, and as a hint the fix in terms of ``given`` (the setting through
+    which the value comes, its ``value`` the target dtype's name)."""
+    if given is None:
+        return InvalidArgumentError(message)
+    return InvalidArgumentError(message, hint=Hint(template, given=given))
+
+
+def _source_array(value: object, what: str, given: Setting | None) -> Array:
     """``value`` as numpy sees it, without a dtype; errors for ragged or odd values."""
     if isinstance(value, np.ndarray):
         return value
     try:
         return np.asarray(value)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidArgumentError(
-            f"{what}: cannot make an array of {_show(value)}: {exc}"
+        raise _error(
+            f"{what}: cannot make an array of {_show(value)}: {exc}.",
+            "Give a rectangular array of numbers as {given}.",
+            given,
         ) from None
 
 
@@ -61,7 +81,9 @@ def _first_of(array: Array) -> object:
     return array.reshape(-1)[0] if array.size else array
 
 
-def _non_numeric(array: Array, what: str, target: str) -> InvalidArgumentError:
+def _non_numeric(
+    array: Array, what: str, target: str, given: Setting | None
+) -> InvalidArgumentError:
     """The error for an array numpy could only hold as objects or text."""
     flat = array.reshape(-1)
     offending: object = flat[0] if flat.size else array
@@ -73,14 +95,18 @@ def _non_numeric(array: Array, what: str, target: str) -> InvalidArgumentError:
             break
     for item in flat:
         if isinstance(item, int) and not isinstance(item, bool) and not -(2**63) <= item < 2**64:
-            return InvalidArgumentError(
+            return _error(
                 f"{what}: value {_show(item)} is out of range for {target} (no 64-bit "
-                f"integer holds it)"
+                f"integer holds it).",
+                "Give values a 64-bit integer holds as {given}.",
+                given,
             )
     plain = offending.item() if isinstance(offending, np.generic) else offending
     kind = "" if offending is None else f" ({type(plain).__name__})"
-    return InvalidArgumentError(
-        f"{what}: value {_show(offending)}{kind} cannot be converted to {target}"
+    return _error(
+        f"{what}: value {_show(offending)}{kind} cannot be converted to {target}.",
+        _GIVE_NUMBERS,
+        given,
     )
 
 
@@ -89,7 +115,7 @@ def _integer_range(dtype: np.dtype[Any]) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def _check_integers(array: Array, target: np.dtype[Any], what: str) -> None:
+def _check_integers(array: Array, target: np.dtype[Any], what: str, given: Setting) -> None:
     """Every integer of ``array`` fits ``target``'s range."""
     if array.size == 0 or np.can_cast(array.dtype, target, "safe"):
         return
@@ -97,13 +123,17 @@ def _check_integers(array: Array, target: np.dtype[Any], what: str) -> None:
     smallest, largest = int(array.min()), int(array.max())
     if smallest < low or largest > high:
         bad = np.asarray((array < low) | (array > high))
-        raise InvalidArgumentError(
+        raise _error(
             f"{what}: value {_show(_first(array, bad))} is out of range for "
-            f"{as_dtype(target).name} ({low}..{high})"
+            f"{as_dtype(target).name} ({low}..{high}).",
+            "Give values within that range as {given}, or use a wider dtype for the tensor.",
+            given,
         )
 
 
-def _check_floats_to_integers(array: Array, target: np.dtype[Any], what: str) -> None:
+def _check_floats_to_integers(
+    array: Array, target: np.dtype[Any], what: str, given: Setting
+) -> None:
     """Every float of ``array`` is finite, whole and in ``target``'s range."""
     if array.size == 0:
         return
@@ -112,39 +142,53 @@ def _check_floats_to_integers(array: Array, target: np.dtype[Any], what: str) ->
         finite = np.isfinite(array)
         whole = finite & (np.trunc(array) == array)
     if not whole.all():
-        raise InvalidArgumentError(
+        raise _error(
             f"{what}: value {_show(_first(array, ~whole))} is not a whole number, so it "
-            f"cannot be converted to {name} without losing its fractional part; round it "
-            f"first (np.round) or feed a float tensor"
+            f"cannot be converted to {name} without losing its fractional part.",
+            "Round the values to whole numbers and give them as {given}, or use a floating "
+            "dtype for the tensor.",
+            given,
         )
     bits = target.itemsize * 8
     # Bounds that are exact in binary floating point: [-2**(b-1), 2**(b-1)) or [0, 2**b).
     low, end = (0.0, 2.0**bits) if target.kind == "u" else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
     inside = (array >= low) & (array < end)
     if not inside.all():
-        raise InvalidArgumentError(
+        raise _error(
             f"{what}: value {_show(_first(array, ~inside))} is out of range for {name} "
-            f"({int(low)}..{int(end) - 1})"
+            f"({int(low)}..{int(end) - 1}).",
+            "Give values within that range as {given}, or use a wider dtype for the tensor.",
+            given,
         )
 
 
-def _check_no_overflow(array: Array, converted: Array, what: str, target: DType) -> None:
+def _check_no_overflow(
+    array: Array, converted: Array, what: str, target: DType, given: Setting
+) -> None:
     """No finite value became infinite: it was beyond ``target``'s range."""
     if converted.size == 0 or array.dtype.kind not in "fciu":
         return
     with np.errstate(invalid="ignore"):
         overflowed = np.isinf(converted) & np.isfinite(array)
     if overflowed.any():
-        raise InvalidArgumentError(
+        raise _error(
             f"{what}: value {_show(_first(array, overflowed))} overflows {target.name} "
-            f"(largest finite value {float(np.finfo(target.numpy_dtype).max):.6g}); scale it "
-            f"or use a wider dtype"
+            f"(largest finite value {float(np.finfo(target.numpy_dtype).max):.6g}).",
+            "Scale the values into that range and give them as {given}, or use a wider "
+            "dtype for the tensor.",
+            given,
         )
 
 
-def convert_to_dtype(value: object, dtype: DType, *, what: str) -> Array:
+def convert_to_dtype(
+    value: object, dtype: DType, *, what: str, given_as: Setting | None = None
+) -> Array:
     """``value`` as an array of ``dtype``, or an ``InvalidArgumentError`` that starts with
     ``what`` and names the dtype and the first offending value (see the module doc).
+
+    ``given_as``: how the caller hands such values over, for the error's hint: a
+    ``Setting("feed_array", key=tensor)``; by default a constant (``constant_array``).
+    The setting's ``value`` is filled in with the dtype's name.
 
     An array already of ``dtype`` is returned as it is (not copied): callers that keep
     the result copy it themselves.
@@ -152,42 +196,54 @@ def convert_to_dtype(value: object, dtype: DType, *, what: str) -> Array:
     target = dtype.numpy_dtype
     if type(value) is np.ndarray and value.dtype == target:
         return value
+    given = replace(given_as or _CONSTANT, value=dtype.name)
     if value is None:
-        raise InvalidArgumentError(f"{what}: value None cannot be converted to {dtype.name}")
-    if isinstance(value, str | bytes):
-        raise InvalidArgumentError(
-            f"{what}: value {_show(value)} ({type(value).__name__}) cannot be converted to "
-            f"{dtype.name}"
+        raise _error(
+            f"{what}: value None cannot be converted to {dtype.name}.", _GIVE_NUMBERS, given
         )
-    array = _source_array(value, what)
+    if isinstance(value, str | bytes):
+        raise _error(
+            f"{what}: value {_show(value)} ({type(value).__name__}) cannot be converted to "
+            f"{dtype.name}.",
+            _GIVE_NUMBERS,
+            given,
+        )
+    array = _source_array(value, what, given)
     kind = array.dtype.kind
     if kind not in _NUMERIC_KINDS:
-        raise _non_numeric(array, what, dtype.name)
+        raise _non_numeric(array, what, dtype.name, given)
     if array.dtype == target:
         return array
     wanted = target.kind
     if (kind == "b") != (wanted == "b"):
         found = "a bool" if kind == "b" else f"a number ({array.dtype.name})"
-        advice = "compare it (x != 0) first" if wanted == "b" else "cast it first"
-        raise InvalidArgumentError(
+        advice = (
+            "Compare the numbers with zero (x != 0) and give the result as {given}."
+            if wanted == "b"
+            else "Convert the bools to numbers and give them as {given}."
+        )
+        raise _error(
             f"{what}: value {_show(_first_of(array))} is {found}, which does not convert to "
-            f"{dtype.name}; {advice}"
+            f"{dtype.name}.",
+            advice,
+            given,
         )
     if kind == "c" and wanted != "c":
-        raise InvalidArgumentError(
-            f"{what}: value {_show(_first_of(array))} is "
-            f"{array.dtype.name}, and complex values do not convert to {dtype.name}; take "
-            f".real or np.abs first"
+        raise _error(
+            f"{what}: value {_show(_first_of(array))} is {array.dtype.name}, and complex "
+            f"values do not convert to {dtype.name}.",
+            "Take the real part or the magnitude and give it as {given}.",
+            given,
         )
     if wanted in "iu":
         if kind in "iu":
-            _check_integers(array, target, what)
+            _check_integers(array, target, what, given)
         else:
-            _check_floats_to_integers(array, target, what)
+            _check_floats_to_integers(array, target, what, given)
         return array.astype(target)
     with np.errstate(over="ignore", invalid="ignore"):
         converted = array.astype(target)
-    _check_no_overflow(array, converted, what, dtype)
+    _check_no_overflow(array, converted, what, dtype, given)
     return converted
 
 
@@ -198,14 +254,14 @@ def infer_array(value: object, *, what: str) -> Array:
     if isinstance(value, np.ndarray | np.generic):
         array = np.asarray(value)
         if array.dtype.kind not in _NUMERIC_KINDS:
-            raise _non_numeric(array, what, "a tensor")
+            raise _non_numeric(array, what, "a tensor", None)
         return array
     if value is None or isinstance(value, str | bytes):
-        raise _non_numeric(np.asarray(value, dtype=object), what, "a tensor")
-    array = _source_array(value, what)
+        raise _non_numeric(np.asarray(value, dtype=object), what, "a tensor", None)
+    array = _source_array(value, what, None)
     kind = array.dtype.kind
     if kind not in _NUMERIC_KINDS:
-        raise _non_numeric(array, what, "a tensor")
+        raise _non_numeric(array, what, "a tensor", None)
     if array.dtype == np.float64:
         return convert_to_dtype(array, as_dtype(np.float32), what=what)
     if kind in "iu":

@@ -44,7 +44,10 @@ class Setting:
     so an error names the setting and each interface renders it in its own terms."""
 
     name: str
-    """A key of ``PYTHON_SPELLINGS``: ``feed``, ``kernel_label``, ``device_filter``, ..."""
+    """A key of ``PYTHON_SPELLINGS``: ``feed``, ``kernel_label``, ``device_filter``, ...
+
+    ``feed_array`` is a feed of a given dtype (``value``: the dtype's name), the way to
+    hand over values after fixing them; ``constant_array`` the same for a constant."""
     key: str = ""
     """The entry the setting is about: a tensor name (feed), an op (kernel_label)."""
     value: str = ""
@@ -59,6 +62,12 @@ PYTHON_SPELLINGS: Final[Mapping[str, str]] = {
     "timeout": "RunOptions(timeout_s=...)",
     "trace": "RunOptions(trace=True)",
     "inter_op_threads": "SessionConfig(inter_op_threads=...)",
+    "memory_limit": "SessionConfig(memory_limit={{{key!r}: BYTES}})",
+    "feed_array": "feed_dict={{{key!r}: np.asarray(values, dtype={value!r})}}",
+    "constant_array": "kl.constant(np.asarray(values, dtype={value!r}))",
+    "disabled_pass": "SessionConfig(disabled_passes=({value!r},))",
+    "initializer": "session.run(v.initializer) for the kl.Variable {key!r}, or "
+    "session.run(kl.variables_initializer())",
 }
 """How the Python API spells each setting; ``str.format`` fields ``key`` and ``value``."""
 

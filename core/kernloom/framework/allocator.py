@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, final
 
-from kernloom.errors import InvalidArgumentError, ResourceExhaustedError
+from kernloom.errors import Hint, InvalidArgumentError, ResourceExhaustedError, Setting
+from kernloom.framework.device_name import parse_device_name
 
 __all__ = ["AllocatorStats", "TrackingAllocator"]
 
@@ -116,8 +117,11 @@ class TrackingAllocator:
     def _out_of_memory(self, nbytes: int) -> NoReturn:
         raise ResourceExhaustedError(
             f"out of memory on {self._owner}: allocating {nbytes} bytes with "
-            f"{self._bytes_in_use} of {self._limit} bytes in use; raise the device's "
-            f"memory limit (DeviceOptions.memory_limit) or use smaller tensors"
+            f"{self._bytes_in_use} of {self._limit} bytes in use.",
+            hint=Hint(
+                "Raise the device's memory limit ({limit}) or use smaller tensors.",
+                limit=Setting("memory_limit", key=_device_type(self._owner)),
+            ),
         )
 
     def _release(self, nbytes: int) -> None:
@@ -138,3 +142,12 @@ class TrackingAllocator:
                 largest_alloc_size=self._largest,
                 bytes_limit=self._limit,
             )
+
+
+def _device_type(owner: str) -> str:
+    """The device type of an allocator's owner (a device's full name), which is what the
+    memory-limit setting is keyed by; the name itself when it is not a device name."""
+    try:
+        return parse_device_name(owner).device_type or owner
+    except InvalidArgumentError:
+        return owner

@@ -6,6 +6,13 @@ the scalar ones. Values are plain Python: ``int``, ``float``, ``bool``, ``str``,
 ``DType``, ``TensorShape``, ``numpy.ndarray`` and lists of them. ``check_attr_value``
 turns what a user wrote (``"float32"``, ``[2, 3]``, ``1`` for a float) into that form,
 or says exactly what is wrong.
+
+Ranges are TensorFlow's, whose ``AttrValue`` stores an ``int`` as int64: an int attr (or
+an entry of a list(int)) outside [-2**63, 2**63 - 1] is an error, as is a shape
+dimension beyond int64 or a shape whose element count is; a float attr is a float64 here
+(TensorFlow's is a float32; its kernels read it as a double), and like TensorFlow's it may
+be ``inf`` or ``nan``, but an integer too large for a float is an error. An int attr is
+never a bool or a float, a bool attr never a number.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -21,7 +28,11 @@ from kernloom.dtypes import DType, as_dtype
 from kernloom.errors import InvalidArgumentError
 from kernloom.shapes import TensorShape, as_shape
 
-__all__ = ["AttrKind", "AttrType", "check_attr_value", "format_attr_value"]
+__all__ = ["INT_ATTR_RANGE", "AttrKind", "AttrType", "check_attr_value", "format_attr_value"]
+
+INT_ATTR_RANGE: Final = (-(2**63), 2**63 - 1)
+"""The values an int attr holds: TensorFlow's ``AttrValue.i`` is an int64."""
+_RANGE_TEXT: Final = f"{INT_ATTR_RANGE[0]}..{INT_ATTR_RANGE[1]}"
 
 
 class AttrKind(enum.StrEnum):
@@ -67,12 +78,23 @@ def _check_scalar(kind: AttrKind, value: object) -> Any:
             return bool(value)
     elif kind is AttrKind.INT:
         if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
-            return int(value)
+            number = int(value)
+            if not INT_ATTR_RANGE[0] <= number <= INT_ATTR_RANGE[1]:
+                raise _OutOfRange(
+                    f"{number} is out of range for an int attr (int64: {_RANGE_TEXT})"
+                )
+            return number
     elif kind is AttrKind.FLOAT:
         if isinstance(value, int | float | np.integer | np.floating) and not isinstance(
             value, bool | np.bool_
         ):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:
+                raise _OutOfRange(
+                    f"{_short(value)} is out of range for a float attr (float64: at most "
+                    f"{np.finfo(np.float64).max:.6g} in magnitude)"
+                ) from None
     elif kind is AttrKind.STRING:
         if isinstance(value, str):
             return value
@@ -81,12 +103,37 @@ def _check_scalar(kind: AttrKind, value: object) -> Any:
             return as_dtype(value)
     elif kind is AttrKind.SHAPE:
         if value is None or isinstance(value, TensorShape | list | tuple):
-            return as_shape(value)
+            return _checked_shape(as_shape(value))
     elif kind is AttrKind.TENSOR and isinstance(value, np.ndarray | np.generic):
         array = np.asarray(value)
         as_dtype(array.dtype)  # must be a kernloom dtype
         return array
     raise TypeError
+
+
+class _OutOfRange(InvalidArgumentError):
+    """A value of the right kind outside the range the attr type holds."""
+
+
+def _checked_shape(shape: TensorShape) -> TensorShape:
+    """``shape`` if every dimension and the element count fit int64, as TensorFlow's
+    ``TensorShape`` requires."""
+    count = 1
+    for dim in shape.dims or ():
+        if dim is None:
+            continue
+        if dim > INT_ATTR_RANGE[1]:
+            raise _OutOfRange(
+                f"dimension {dim} of shape {shape} is out of range (int64: at most "
+                f"{INT_ATTR_RANGE[1]})"
+            )
+        count *= dim
+    if count > INT_ATTR_RANGE[1]:
+        raise _OutOfRange(
+            f"shape {shape} has {count} elements, more than int64 counts "
+            f"(at most {INT_ATTR_RANGE[1]})"
+        )
+    return shape
 
 
 def check_attr_value(attr_type: AttrType, value: object) -> Any:
@@ -95,10 +142,23 @@ def check_attr_value(attr_type: AttrType, value: object) -> Any:
         if attr_type.is_list:
             if not isinstance(value, Sequence) or isinstance(value, str):
                 raise TypeError
-            return [_check_scalar(attr_type.kind, v) for v in value]
+            checked = []
+            for index, item in enumerate(value):
+                try:
+                    checked.append(_check_scalar(attr_type.kind, item))
+                except _OutOfRange as exc:
+                    raise _OutOfRange(f"entry {index}: {exc.message}") from None
+                except TypeError:
+                    raise TypeError(
+                        f"entry {index} is {_short(item)} ({type(item).__name__}), not "
+                        f"of kind {attr_type.kind}"
+                    ) from None
+            return checked
         return _check_scalar(attr_type.kind, value)
+    except _OutOfRange as exc:
+        raise InvalidArgumentError(f"value {_short(value)}: {exc.message}") from None
     except (TypeError, InvalidArgumentError) as exc:
-        detail = f": {exc}" if isinstance(exc, InvalidArgumentError) else ""
+        detail = f": {exc}" if isinstance(exc, InvalidArgumentError) or exc.args else ""
         raise InvalidArgumentError(
             f"expected a value of attr type {attr_type}, got {_short(value)} "
             f"({type(value).__name__}){detail}"

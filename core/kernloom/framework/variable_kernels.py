@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kernloom.dtypes import DType
-from kernloom.errors import NotFoundError
+from kernloom.errors import Hint, NotFoundError, Setting
 from kernloom.framework.kernel_registry import KernelLibrary
 from kernloom.framework.op_kernel import OpKernel, OpKernelConstruction, OpKernelContext
 from kernloom.framework.resource_mgr import DEFAULT_CONTAINER
@@ -73,10 +73,9 @@ def _var(ctx: OpKernelContext) -> Var:
 
 
 def _uninitialised(ctx: OpKernelContext, var: Var) -> Exception:
-    return ctx.fail(
-        f"variable {var.name!r} was never initialised; run its initializer first "
-        f"(session.run(variable.initializer) or kl.variables_initializer())"
-    )
+    error = ctx.fail(f"variable {var.name!r} was never initialised in this session.")
+    error.hint = Hint("Run its initializer first: {init}.", init=Setting("initializer", var.name))
+    return error
 
 
 def _check_dtype(ctx: OpKernelContext, var: Var) -> None:

@@ -64,7 +64,12 @@ def placeholder(
     node = graph.add_node(
         "Placeholder",
         [],
-        {"dtype": as_dtype(dtype), "shape": as_shape(shape)},
+        # A list or tuple goes to the attr check as it is, so that a bad dimension is
+        # reported with the node, op and attr (``kernloom.framework.attr``).
+        {
+            "dtype": as_dtype(dtype),
+            "shape": shape if isinstance(shape, list | tuple) else as_shape(shape),
+        },
         name=name or "Placeholder",
     )
     return node.outputs[0]

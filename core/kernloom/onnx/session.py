@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from kernloom.errors import KernloomError, Setting, python_spelling
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._dtypes import onnx_type_name
 from kernloom.onnx.errors import OnnxImportError
@@ -27,6 +28,12 @@ from kernloom.runtime.session import Session
 from kernloom.runtime.session_options import SessionConfig
 
 __all__ = ["InferenceSession", "NodeArg"]
+
+_ONNX_SPELLINGS = {
+    "feed": "input_feed={{{key!r}: value}}",
+    "feed_array": "input_feed={{{key!r}: np.asarray(values, dtype={value!r})}}",
+}
+"""How ``InferenceSession.run``'s caller gives the settings a feed error names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,5 +164,21 @@ class InferenceSession:
         if missing:
             raise OnnxImportError(f"input(s) {missing} must be fed")
         feeds = {self._inputs[n]: v for n, v in input_feed.items()}
-        values = self.session.run([self._outputs[n] for n in names], feeds)
+        try:
+            values = self.session.run([self._outputs[n] for n in names], feeds)
+        except KernloomError as exc:
+            if exc.hint is not None:  # its fix in this interface's terms: input_feed, not feed_dict
+                exc.args = (exc.render(self._spelling),)
+                exc.hint = None
+            raise
         return [np.asarray(v) for v in values]
+
+    def _spelling(self, setting: Setting) -> str:
+        """A setting as the caller of ``run`` gives it: a feed is an ``input_feed`` entry
+        under the ONNX input's name."""
+        template = _ONNX_SPELLINGS.get(setting.name)
+        if template is None:
+            return python_spelling(setting)
+        by_node = {t.node.name: name for name, t in self._inputs.items()}
+        key = by_node.get(setting.key.removesuffix(":0"), setting.key)
+        return template.format(key=key, value=setting.value)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, cast
 
-from kernloom.errors import InvalidArgumentError, did_you_mean
+from kernloom.errors import Hint, InvalidArgumentError, Setting, did_you_mean
 from kernloom.graph.graph import Graph
 from kernloom.optimizer.arithmetic import ArithmeticSimplification
 from kernloom.optimizer.batch_norm_folding import BatchNormFolding
@@ -120,8 +120,9 @@ def check_pass_names(names: Iterable[str], plugin_passes: Sequence[PluginPass] =
     for name in names:
         if name not in known:
             raise InvalidArgumentError(
-                f"SessionConfig.disabled_passes: no graph pass is named {name!r}; passes: "
-                f"{', '.join(known)}." + did_you_mean(name, known)
+                f"no graph pass is named {name!r}; passes: {', '.join(known)}."
+                + did_you_mean(name, known),
+                hint=Hint("(asked for by {given})", given=Setting("disabled_pass", value=name)),
             )
 
 

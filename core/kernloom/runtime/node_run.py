@@ -156,12 +156,15 @@ def node_error(
     itself when it already says all that."""
     if isinstance(exc, KernloomError) and repr(item.node.name) in str(exc) and not where:
         return exc
+    # A hint stays a hint (each interface spells its settings), not text in the message.
+    text, hint = (exc.message, exc.hint) if isinstance(exc, KernloomError) else (str(exc), None)
     if isinstance(exc, MemoryError):  # a device's limit, or the host out of memory
         wanted = getattr(exc, "_total_size", None)  # numpy's _ArrayMemoryError knows it
         asked = f" ({wanted} bytes)" if isinstance(wanted, int) else ""
         exhausted: BaseException = ResourceExhaustedError(
             f"{item.where}{where} on {device.name} ran out of memory{asked} in kernel "
-            f"{type(item.kernel).__qualname__}: {exc}"
+            f"{type(item.kernel).__qualname__}: {text}",
+            hint=hint,
         )
         exhausted.__cause__ = exc
         return exhausted
@@ -170,7 +173,8 @@ def node_error(
     kind = KernelArgumentError if isinstance(exc, InvalidArgumentError) else KernelError
     error = kind(
         f"{item.where}{where} on {device.name} failed in kernel "
-        f"{type(item.kernel).__qualname__}: {type(exc).__name__}: {exc}"
+        f"{type(item.kernel).__qualname__}: {type(exc).__name__}: {text}",
+        hint=hint,
     )
     error.__cause__ = exc
     return error

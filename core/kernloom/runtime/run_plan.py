@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from kernloom.convert import convert_to_dtype
-from kernloom.errors import InvalidArgumentError, ResourceExhaustedError
+from kernloom.errors import InvalidArgumentError, ResourceExhaustedError, Setting
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
 from kernloom.runtime.fetches import FetchPlan, plan_fetches, resolve_tensor
@@ -45,7 +45,12 @@ def check_feed(tensor: Tensor, value: object) -> Array:
             f"{_feed_where(tensor)} is a kl.Tensor; feed a value (numpy array, number or list)"
         )
     try:
-        array = convert_to_dtype(value, tensor.dtype, what=_feed_where(tensor))
+        array = convert_to_dtype(
+            value,
+            tensor.dtype,
+            what=_feed_where(tensor),
+            given_as=Setting("feed_array", key=tensor.name.removesuffix(":0")),
+        )
     except MemoryError as exc:
         raise ResourceExhaustedError(
             f"{_feed_where(tensor)}: out of host memory converting the value to "

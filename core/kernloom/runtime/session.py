@@ -27,6 +27,7 @@ import numpy as np
 
 from kernloom.errors import (
     CancelledError,
+    DeadlineExceededError,
     Hint,
     InvalidArgumentError,
     KernloomError,
@@ -54,6 +55,7 @@ from kernloom.runtime.partition import PartitionResult, partition
 from kernloom.runtime.placer import Placement, Placer
 from kernloom.runtime.rendezvous import CopyStats, Rendezvous
 from kernloom.runtime.run_plan import RunCallable, RunPlan, signature_key
+from kernloom.runtime.running_kernels import running_kernels
 from kernloom.runtime.session_options import RunMetadata, RunOptions, SessionConfig
 from kernloom.runtime.step import InterOpPool, Step
 from kernloom.runtime.step_stats import StepStatsCollector
@@ -189,8 +191,11 @@ def _start_pool(workers: int) -> InterOpPool:
         return InterOpPool(workers)
     except RuntimeError as exc:  # "can't start new thread": the process hit a limit
         raise ResourceExhaustedError(
-            f"SessionConfig.inter_op_threads={workers + 1}: could not start the session's "
-            f"{workers} inter-op thread(s) ({exc}); use fewer threads"
+            f"could not start the session's {workers} inter-op thread(s) ({exc}).",
+            hint=Hint(
+                f"Ask for fewer than {workers + 1} threads ({{threads}}).",
+                threads=Setting("inter_op_threads"),
+            ),
         ) from exc
 
 
@@ -265,6 +270,11 @@ class Session:
         """The steps running now, by step id: ``close()`` cancels them."""
         self._drained = threading.Event()
         """Set when the last run in flight ends after ``close()`` began."""
+        self._release_lock = threading.Lock()
+        self._release_deferred = False
+        """``close()`` timed out with steps still running: the last of them to end
+        releases the session's threads, kernels, variables and devices."""
+        self._released = False
         self._closed = False
 
     # -- configuration checks ---------------------------------------------------------------------
@@ -551,14 +561,20 @@ class Session:
         run_args = RunArgs(
             step, rendezvous, frame, self.resource_mgr, stats, executors=len(executors)
         )
-        barrier = ExecutorBarrier(len(executors), step, lambda error: step.finish())
+        # The step is in flight until its executors are done, not until the caller stops
+        # waiting: a kernel that ignores cancellation may outlive ``wait``'s grace, and
+        # ``close`` must not free what it still uses.
+        barrier = ExecutorBarrier(len(executors), step, partial(self._executors_done, step))
+        launched = False
         try:
             for executor in executors:
                 executor.run_async(run_args, barrier.executor_done)
+            launched = True
             step.wait()
         finally:
             step.close()
-            self._end(step_id)
+            if not launched:
+                self._end(step_id)
         results = _results(compiled, frame, copies)
         if run_metadata is not None:
             run_metadata.step_id = step_id
@@ -681,16 +697,35 @@ class Session:
         if self._closed:  # close() began after run() checked: close may not have seen it
             step.stop(_cancelled_by_close())
 
+    def _executors_done(self, step: Step, error: BaseException | None) -> None:
+        """Every executor of ``step`` has ended (the barrier's ``done``)."""
+        step.finish()
+        self._end(step.step_id)
+
     def _end(self, step_id: int) -> None:
-        del self._inflight[step_id]
+        if self._inflight.pop(step_id, None) is None:
+            return
         if self._closed and not self._inflight:
             self._drained.set()
+            with self._release_lock:
+                deferred = self._release_deferred
+            if deferred:  # on a thread of its own: this may be a pool worker it joins
+                threading.Thread(
+                    target=self._release, name=f"kernloom-{self.handle}-release", daemon=True
+                ).start()
 
     def close(self, *, timeout_s: float = 10.0) -> None:
         """Cancel the runs in flight (they raise ``CancelledError("session closed")``, as
         in TensorFlow), wait up to ``timeout_s`` for them to stop, then stop the inter-op
         threads, drop cached kernels and variables and close the devices. Later calls of
-        ``run``, ``make_callable`` or its callables fail, saying the session is closed."""
+        ``run``, ``make_callable`` or its callables fail, saying the session is closed.
+
+        A kernel that ignores cancellation can keep its step running past ``timeout_s``.
+        TensorFlow's ``DirectSession`` then waits for it, however long; here ``close``
+        returns instead, by raising ``DeadlineExceededError`` naming each such kernel's
+        node, op and device, and frees nothing that step may still use: the session is
+        closed to new runs, and its threads, kernels, variables and devices are released
+        when the step ends."""
         if self._closed:
             return
         self._closed = True
@@ -699,6 +734,39 @@ class Session:
             step.stop(_cancelled_by_close())
         if self._inflight:
             self._drained.wait(timeout_s)
+        with self._release_lock:
+            stuck = list(self._inflight.values())
+            self._release_deferred = bool(stuck)
+        if not stuck:
+            self._release()
+            return
+        raise self._stuck_error(stuck, timeout_s)
+
+    def _stuck_error(self, steps: list[Step], timeout_s: float) -> DeadlineExceededError:
+        lines = []
+        for step in sorted(steps, key=lambda s: s.step_id):
+            running = running_kernels(step.step_id, self.resource_mgr)
+            if running:
+                lines += [f"  step {step.step_id}: {k.describe()}" for k in running]
+            else:
+                lines.append(
+                    f"  step {step.step_id}: no thread is inside one of its kernels; an "
+                    f"asynchronous kernel has not called done()"
+                )
+        return DeadlineExceededError(
+            f"Session.close(timeout_s={timeout_s:g}): {len(steps)} cancelled step(s) still "
+            f"running a kernel that does not return:\n" + "\n".join(lines) + "\nThe session "
+            "is closed to new runs; its variables, kernels, threads and devices are released "
+            "when those steps end, not before. A kernel that blocks must wake up when "
+            "ctx.cancellation is cancelled (register a callback with it)."
+        )
+
+    def _release(self) -> None:
+        """Free what the session holds, once: after its last step has ended."""
+        with self._release_lock:
+            if self._released:
+                return
+            self._released = True
         self._pool.close()
         with self._lock:
             self._compiled.clear()
@@ -710,8 +778,16 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        """Close; when the block is already raising, a close that times out is added to
+        that error as a note instead of replacing it."""
+        if not isinstance(error, BaseException):
+            self.close()
+            return
+        try:
+            self.close()
+        except DeadlineExceededError as stuck:
+            error.add_note(str(stuck))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self.devices)} device(s)"

@@ -17,6 +17,7 @@ from pydantic import (
     field_validator,
 )
 
+from kernloom.errors import Hint, InvalidArgumentError, Setting
 from kernloom.framework.allocator import AllocatorStats
 from kernloom.framework.device import DeviceOptions
 
@@ -119,7 +120,10 @@ class RunMetadata:
         from kernloom.runtime.step_stats import chrome_trace
 
         if self.step_stats is None:
-            raise ValueError("the run collected no step stats: pass RunOptions(trace=True)")
+            raise InvalidArgumentError(
+                "the run collected no step stats.",
+                hint=Hint("Ask for them with {trace}.", trace=Setting("trace")),
+            )
         return chrome_trace(self.step_stats)
 
     def write_trace(self, path: str | os.PathLike[str]) -> None:
