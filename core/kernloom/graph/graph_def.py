@@ -191,6 +191,69 @@ class GraphLoader:
         except InvalidArgumentError as exc:
             raise self.fail(str(exc), node) from None
 
+    def data_inputs(
+        self,
+        graph: Graph,
+        node: str,
+        sources: Sequence[tuple[str, int]],
+        later: list[tuple[str, int, str, int]],
+    ) -> list[Tensor]:
+        """The tensors ``sources`` (``(node, slot)``) name, for ``node``. A back edge from a
+        node not added yet (a loop's NextIteration) gets a stand-in, another data input of
+        the same node, and goes on ``later`` for ``Graph.update_input``."""
+        present = [(s, k) for s, k in sources if s in graph]
+        data: list[Tensor] = []
+        for src, slot in sources:
+            if src not in graph:
+                if not present:
+                    raise self.fail(
+                        f"every data input comes back from a loop ({src!r} first); a Merge "
+                        f"needs an input from outside the loop too",
+                        node,
+                    )
+                later.append((node, len(data), src, slot))
+                src, slot = present[0]
+            data.append(self.output(graph, node, src, slot))
+        return data
+
+    def output(self, graph: Graph, node: str, src: str, slot: int) -> Tensor:
+        """Output ``slot`` of ``src``, which ``node`` reads."""
+        producer = graph.node(src)
+        if slot >= len(producer.outputs):
+            raise self.fail(
+                f"input '{src}:{slot}' asks for output {slot}, but node {src!r} "
+                f"(op {producer.op}) has {len(producer.outputs)} output(s)",
+                node,
+            )
+        return producer.outputs[slot]
+
+    def add_node(
+        self,
+        graph: Graph,
+        op_def: OpDef,
+        name: str,
+        data: list[Tensor],
+        attrs: Mapping[str, Any],
+        *,
+        device: str,
+        controls: Sequence[Node],
+    ) -> Node:
+        """Add the loaded node under its own name; ``add_node``'s errors name the node and
+        op already, and get the file's name in front."""
+        grouped = self.group_inputs(op_def, data, attrs, name)
+        try:
+            return graph.add_node(
+                op_def.name,
+                grouped,
+                attrs,
+                name=name,
+                device=device,
+                control_inputs=controls,
+                exact_name=True,
+            )
+        except KernloomError as exc:
+            raise InvalidArgumentError(f"{self.source}: {exc.message}", hint=exc.hint) from None
+
 
 class _Loader(GraphLoader):
     def __init__(self, source: str, registry: OpSource | None, new_graph: GraphFactory) -> None:
@@ -443,43 +506,11 @@ class _Loader(GraphLoader):
         """Add ``node``; a back edge from a node not added yet gets a stand-in (another data
         input of the same node) and goes on ``later`` for ``Graph.update_input``."""
         attrs = {key: self.decode_attr(raw, node.name, key) for key, raw in node.attrs.items()}
-        data: list[Tensor] = []
-        data_inputs = [(src, slot) for src, slot in inputs if slot is not None]
-        for src, slot in data_inputs:
-            if src not in graph:
-                stand_in = next(((s, k) for s, k in data_inputs if s in graph), None)
-                if stand_in is None:
-                    raise self.fail(
-                        f"every data input comes back from a loop ({src!r} first); a Merge "
-                        f"needs an input from outside the loop too",
-                        node.name,
-                    )
-                later.append((node.name, len(data), src, slot))
-                src, slot = stand_in
-            producer = graph.node(src)
-            if slot >= len(producer.outputs):
-                raise self.fail(
-                    f"input '{src}:{slot}' asks for output {slot}, but node {src!r} "
-                    f"(op {producer.op}) has {len(producer.outputs)} output(s)",
-                    node.name,
-                )
-            data.append(producer.outputs[slot])
+        sources = [(src, slot) for src, slot in inputs if slot is not None]
+        data = self.data_inputs(graph, node.name, sources, later)
         controls = [graph.node(src) for src, slot in inputs if slot is None]
         op_def = graph.op_def(node.op)
-        grouped = self.group_inputs(op_def, data, attrs, node.name)
-        try:
-            graph.add_node(
-                node.op,
-                grouped,
-                attrs,
-                name=node.name,
-                device=node.device,
-                control_inputs=controls,
-                exact_name=True,
-            )
-        except KernloomError as exc:
-            # add_node's messages name the node and op already.
-            raise InvalidArgumentError(f"{self.source}: {exc.message}", hint=exc.hint) from None
+        self.add_node(graph, op_def, node.name, data, attrs, device=node.device, controls=controls)
 
 
 def group_inputs(

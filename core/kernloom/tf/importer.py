@@ -37,7 +37,6 @@ from kernloom.fileio import (
 from kernloom.framework.op_def import OpDef
 from kernloom.graph.graph import BACK_EDGE_OPS, Graph
 from kernloom.graph.graph_def import GraphLoader, file_order
-from kernloom.graph.tensor import Tensor
 from kernloom.op_library.control_flow_ops import relaxed_shape
 from kernloom.registry import Registry, default_registry
 from kernloom.shapes import TensorShape
@@ -187,40 +186,21 @@ class _Importer(GraphLoader):
         for spec in order:
             op_def = self.registry.op_def(spec.op)
             attrs = self.attrs_of(spec, op_def, specs)
-            data: list[Tensor] = []
-            present = [(s, k) for s, k in spec.data if s in graph]
-            for source, slot in spec.data:
-                if source not in graph:  # a back edge: its NextIteration comes later
-                    if not present:
-                        raise self.fail(
-                            f"(op {spec.op}) every data input comes back from a loop ({source!r} "
-                            f"first); a Merge needs an input from outside the loop too",
-                            spec.name,
-                        )
-                    later.append((spec.name, len(data), source, slot))
-                    source, slot = present[0]
-                data.append(self.output(graph, spec, source, slot))
-            grouped = self.group_inputs(op_def, data, attrs, spec.name)
+            data = self.data_inputs(graph, spec.name, spec.data, later)
             controls = [graph.node(c) for c in spec.control]
-            try:
-                node = graph.add_node(
-                    spec.op,
-                    grouped,
-                    attrs,
-                    name=spec.name,
-                    device=spec.device,
-                    control_inputs=controls,
-                    exact_name=True,
-                )
-                relaxed = loop_shapes.get(spec.name)
-                if relaxed is not None:
+            node = self.add_node(
+                graph, op_def, spec.name, data, attrs, device=spec.device, controls=controls
+            )
+            relaxed = loop_shapes.get(spec.name)
+            if relaxed is not None:
+                try:
                     graph.set_output_shape(node.outputs[0], relaxed)
-            except KernloomError as exc:  # add_node's messages name the node and op
-                raise InvalidArgumentError(f"{self.source}: {exc.message}", hint=exc.hint) from None
+                except KernloomError as exc:
+                    raise InvalidArgumentError(f"{self.source}: {exc.message}") from None
         relax: dict[str, TensorShape] = {}
         for consumer, index, source, slot in later:
             merge = graph.node(consumer)
-            tensor = self.output(graph, specs[consumer], source, slot)
+            tensor = self.output(graph, consumer, source, slot)
             try:
                 graph.update_input(merge, index, tensor)
             except KernloomError as exc:  # a back edge of another dtype
@@ -231,16 +211,6 @@ class _Importer(GraphLoader):
                 if wider != current:
                     relax[consumer] = relaxed_shape(wider, relax.get(consumer, wider))
         return graph, relax
-
-    def output(self, graph: Graph, spec: _NodeSpec, source: str, slot: int) -> Tensor:
-        producer = graph.node(source)
-        if slot >= len(producer.outputs):
-            raise self.fail(
-                f"input '{source}:{slot}' asks for output {slot}, but node {source!r} (op "
-                f"{producer.op}) has {len(producer.outputs)} output(s)",
-                spec.name,
-            )
-        return producer.outputs[slot]
 
     def run(self, data: bytes, text: bool | None) -> Graph:
         try:
