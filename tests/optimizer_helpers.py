@@ -10,6 +10,7 @@ import kernloom as kl
 from kernloom.graph.graph import Node
 from kernloom.optimizer import PassContext, optimize_step_graph
 from kernloom.optimizer.graph_pass import GraphPass
+from kernloom.registry import registry_of
 from kernloom.runtime.subgraph import build_step_graph
 
 
@@ -50,7 +51,7 @@ def pass_context(graph: kl.Graph, **kw: Any) -> PassContext:
             preserved.add(node.name)
         if node.op == "_Retval":
             preserved.add(node.inputs[0].node.name)
-    return PassContext(graph.registry, preserved=frozenset(preserved), **kw)
+    return PassContext(registry_of(graph.registry), preserved=frozenset(preserved), **kw)
 
 
 def run_pass(graph_pass: GraphPass, graph: kl.Graph, **kw: Any) -> tuple[kl.Graph, PassContext]:

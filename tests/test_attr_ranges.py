@@ -57,7 +57,7 @@ def _conv_attrs(strides: list[object]) -> dict[str, Any]:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(int_values, min_size=1, max_size=5))
 def test_list_int_entries_are_int64(strides: list[object]) -> None:
-    op_def = kl.Graph().registry.op_def("Conv2D")
+    op_def = kl.Graph().op_def("Conv2D")
     expected = all(_int_ok(v) for v in strides)
     if expected:
         checked = op_def.check_attrs(_conv_attrs(strides), "c")
@@ -76,7 +76,7 @@ def test_list_int_entries_are_int64(strides: list[object]) -> None:
 @settings(max_examples=150, deadline=None)
 @given(int_values)
 def test_int_attr_is_int64(axis: object) -> None:
-    op_def = kl.Graph().registry.op_def("Pack")
+    op_def = kl.Graph().op_def("Pack")
     attrs = {"N": 2, "T": kl.float32, "axis": axis}
     if _int_ok(axis):
         assert op_def.check_attrs(attrs, "p")["axis"] == axis
@@ -100,7 +100,7 @@ def test_int_attr_is_int64(axis: object) -> None:
     )
 )
 def test_float_attr_holds_what_a_float64_holds(alpha: object) -> None:
-    op_def = kl.Graph().registry.op_def("LeakyRelu")
+    op_def = kl.Graph().op_def("LeakyRelu")
     attrs = {"T": kl.float32, "alpha": alpha}
     if _float_ok(alpha):
         value = op_def.check_attrs(attrs, "r")["alpha"]
@@ -138,7 +138,7 @@ def test_shape_attr_dims_and_size_fit_int64(shape: list[int | None]) -> None:
 
 @pytest.mark.parametrize("dtype", [kl.float32, kl.int8, kl.uint16, kl.bool_, kl.complex64])
 def test_type_attr_outside_the_declared_list(dtype: kl.DType) -> None:
-    op_def = kl.Graph().registry.op_def("Conv2D")
+    op_def = kl.Graph().op_def("Conv2D")
     allowed = op_def.attr("T").allowed_values
     assert allowed is not None
     attrs = {**_conv_attrs([1, 1, 1, 1]), "T": dtype}

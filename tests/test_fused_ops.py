@@ -113,6 +113,18 @@ def test_the_numpy_fused_kernel_writes_into_an_input_nothing_else_holds(rows: in
     np.testing.assert_allclose(run.outputs[0], want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_temporary_read_twice_by_one_step_is_freed_once() -> None:
+    """Add(t0, t0) frees t0's buffer once: were it freed twice, Relu(i0) would get the
+    buffer t3 still lives in (found by test_executor_random: a wrong result, no error)."""
+    from kernloom.testing import run_kernel
+
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 4))
+    expression = "Neg(i0); Add(t0, t0); Tanh(t1); Neg(t2); Relu(i0); Add(t3, t4); Tanh(t5)"
+    run = run_kernel("_FusedElementwise", [[x]], {"expression": expression})
+    want = np.tanh(-np.tanh(-x + -x) + np.maximum(x, 0))
+    np.testing.assert_allclose(run.outputs[0], want, rtol=1e-12, atol=1e-12)
+
+
 def test_a_fused_chain_peaks_at_one_tensor_beyond_the_feed() -> None:
     g = kl.Graph()
     with g.as_default():

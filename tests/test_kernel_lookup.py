@@ -78,6 +78,22 @@ def test_constraints_select_by_attr_value() -> None:
         chosen(registry, node(T=kl.int8))
 
 
+def test_op_types_means_every_dtype_the_op_declares() -> None:
+    """A kernel whose constraint is ``types.OP_TYPES`` lists nothing itself: it takes each
+    dtype Relu's OpDef allows, and a dtype the op refuses is refused by the op."""
+    registry = registry_with(
+        ("relu", {"device": "CPU", "type_constraints": {"T": klp.types.OP_TYPES}})
+    )
+    (registration,) = registry.kernels.kernels("Relu")
+    assert registration.kernel_def.constraints == {}
+    allowed = registry.op_def("Relu").attr("T").allowed_values
+    assert allowed is not None and kl.int8 in allowed and kl.bool_ not in allowed
+    for dtype in allowed:
+        assert chosen(registry, node(T=dtype)) == "relu"
+    with pytest.raises(kl.InvalidArgumentError, match=r"bool"):
+        registry.find_kernel(node(T=kl.bool_), "CPU", "numpy")
+
+
 def test_labels_never_fall_back_in_either_direction() -> None:
     registry = registry_with(
         ("plain", {"device": "CPU"}), ("fancy", {"device": "CPU", "label": "fancy"})
@@ -172,6 +188,14 @@ def test_two_plugins_with_indistinguishable_kernels_are_a_reported_conflict() ->
         name="b",
         distribution="dist-b",
     )
+    # Disjoint constraints, another label or another priority are no conflict.
+    registry.register_plugin(
+        kernel_plugin(
+            ("third", {"device": "CPU", "type_constraints": {"T": [kl.float64]}}),
+            ("fourth", {"device": "CPU", "label": "z"}),
+        ),
+        name="c",
+    )
     (conflict,) = registry.kernel_conflicts
     assert "dist-a" in str(conflict) and "dist-b" in str(conflict)
     assert str(conflict) in registry.problems()
@@ -184,15 +208,6 @@ def test_two_plugins_with_indistinguishable_kernels_are_a_reported_conflict() ->
     assert "KERNLOOM_DISABLE_PLUGINS=b" in message and "priority" in message
     # ... while a node only one of them matches is unaffected.
     assert chosen(registry, node(T=kl.int32)) == "first"
-    # Disjoint constraints, another label or another priority are no conflict.
-    registry.register_plugin(
-        kernel_plugin(
-            ("third", {"device": "CPU", "type_constraints": {"T": [kl.float64]}}),
-            ("fourth", {"device": "CPU", "label": "z"}),
-        ),
-        name="c",
-    )
-    assert len(registry.kernel_conflicts) == 1
 
 
 def test_indistinguishable_kernels_within_one_plugin_fail_that_plugin() -> None:

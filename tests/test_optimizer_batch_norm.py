@@ -66,7 +66,7 @@ def _bn(z: np.ndarray, params: list[np.ndarray]) -> np.ndarray:
     return (z - mean) / np.sqrt(variance + EPS) * scale + offset
 
 
-@pytest.mark.skipif("FusedBatchNormV3" not in kl.Graph().registry.ops, reason="no conv ops")
+@pytest.mark.skipif("FusedBatchNormV3" not in kl.Graph().ops, reason="no conv ops")
 def test_a_resnet_block_runs_with_its_norms_folded_away() -> None:
     g, x, y, p = _block()
     xv = RNG.standard_normal((2, 6, 6, 4)).astype(np.float32)
@@ -91,7 +91,7 @@ def test_a_resnet_block_runs_with_its_norms_folded_away() -> None:
     np.testing.assert_allclose(on, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.skipif("FusedBatchNormV3" not in kl.Graph().registry.ops, reason="no conv ops")
+@pytest.mark.skipif("FusedBatchNormV3" not in kl.Graph().ops, reason="no conv ops")
 def test_a_training_norm_or_a_shared_convolution_is_left_alone() -> None:
     g = kl.Graph()
     with g.as_default():
@@ -108,7 +108,7 @@ def test_a_training_norm_or_a_shared_convolution_is_left_alone() -> None:
     assert new is sg
 
 
-@pytest.mark.skipif("Conv2D" not in kl.Graph().registry.ops, reason="no conv ops")
+@pytest.mark.skipif("Conv2D" not in kl.Graph().ops, reason="no conv ops")
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("activation", [None, "relu", "relu6", "elu", "leaky_relu"])
 def test_conv_bias_add_activation_become_one_fused_conv(
@@ -150,7 +150,7 @@ def test_conv_bias_add_activation_become_one_fused_conv(
     assert fused[0].attrs["_fused_from"] == ["conv", "ba"] + (["act"] if activation else [])
 
 
-@pytest.mark.skipif("Conv2D" not in kl.Graph().registry.ops, reason="no conv ops")
+@pytest.mark.skipif("Conv2D" not in kl.Graph().ops, reason="no conv ops")
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 def test_the_numpy_fused_conv_kernel_alone(data_format: str) -> None:
     """With only the numpy plugin (no torch CPU library above it)."""

@@ -19,17 +19,18 @@ from kernloom.optimizer import (
     Pruning,
     Remapper,
 )
+from kernloom.registry import registry_of
 
 
 @pytest.fixture(scope="module")
 def cpu() -> klp.Device:
-    registry = kl.Graph().registry
+    registry = klp.default_registry()
     devices = registry.create_devices()
     return next(d for d in devices if d.device_type == "CPU")
 
 
 def _evaluator(graph: kl.Graph, cpu: klp.Device) -> KernelEvaluator:
-    return KernelEvaluator(graph.registry, cpu)
+    return KernelEvaluator(registry_of(graph.registry), cpu)
 
 
 # -- pruning ----------------------------------------------------------------------------------

@@ -373,7 +373,7 @@ def test_a_cycle_that_is_not_a_loop_is_refused_with_its_path() -> None:
         ({"name": "r", "op": "Relu", "input": ["x:3"]}, "asks for output 3, but node 'x'"),
         (
             {"name": "r", "op": "Relu", "input": ["x", "x"]},
-            "has 2 data input(s); the op takes features: T",
+            "op Relu takes 1 input(s), got 2",
         ),
         ({"name": "r", "op": "Relu", "input": ["x"], "device": "/gadget:0"}, "malformed device"),
         ({"name": "x", "op": "Relu", "input": ["x"]}, "duplicate node name"),

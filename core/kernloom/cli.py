@@ -34,6 +34,7 @@ from kernloom.errors import InvalidArgumentError, KernloomError, PluginError
 from kernloom.framework.attr import format_attr_value
 from kernloom.framework.device import DeviceOptions
 from kernloom.framework.device_factory_registry import ResolvedFactory, create_devices_checked
+from kernloom.framework.origin import Origin
 from kernloom.hooks import KERNLOOM_API_VERSION, PluginState
 from kernloom.registry import Registry
 from kernloom.version import __version__
@@ -43,6 +44,11 @@ __all__ = ["main"]
 EXIT_OK = 0
 EXIT_PLUGIN_FAILURE = 1
 EXIT_USAGE = 2
+
+
+def origin_json(origin: Origin) -> dict[str, str | None]:
+    """Where a registration came from, as every ``--json`` listing gives it."""
+    return {"plugin": origin.plugin, "distribution": origin.distribution}
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -87,8 +93,7 @@ def _device_rows(resolved: ResolvedFactory) -> tuple[list[_DeviceRow], str | Non
             "name": None,
             "backend": None,
             "factory": reg.factory.description,
-            "plugin": reg.origin.plugin,
-            "distribution": reg.origin.distribution,
+            **origin_json(reg.origin),
             "priority": reg.priority,
             "status": str(resolved.status),
             "reason": resolved.reason,
@@ -281,8 +286,7 @@ def _cmd_ops(registry: Registry, args: argparse.Namespace) -> int:
                 "is_commutative": r.op_def.is_commutative,
                 "has_shape_fn": r.op_def.shape_fn is not None or not r.op_def.outputs,
                 "summary": r.op_def.summary,
-                "plugin": r.origin.plugin,
-                "distribution": r.origin.distribution,
+                **origin_json(r.origin),
             }
             for r in registrations
         ]
@@ -337,8 +341,7 @@ def _cmd_kernels(registry: Registry, args: argparse.Namespace) -> int:
                 "host_memory_args": list(k.kernel_def.host_memory_args),
                 "priority": k.kernel_def.priority,
                 "implementation": k.implementation,
-                "plugin": k.origin.plugin,
-                "distribution": k.origin.distribution,
+                **origin_json(k.origin),
             }
             for k in kernels
         ]

@@ -14,9 +14,12 @@ from typing import Any
 from rich.console import Console
 
 from kernloom.cli_args import UsageError, int_in_range, settings_from_pairs
-from kernloom.cli_flags import COMPARE_FLAGS, cli_message
+from kernloom.cli_flags import (
+    COMPARE_FLAGS,
+    EXIT_OK,
+    run_command,
+)
 from kernloom.cli_run import _load_array, _tensor_key
-from kernloom.errors import InvalidArgumentError, KernloomError, NotFoundError
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES
 from kernloom.graph.graph import Graph
 from kernloom.registry import Registry
@@ -24,8 +27,6 @@ from kernloom.runtime.session import Session
 from kernloom.runtime.session_options import SessionConfig
 
 __all__ = ["add_compare_parser"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _sinks(graph: Graph) -> list[str]:
@@ -54,15 +55,9 @@ def _compare(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _handler(registry: Registry, args: argparse.Namespace) -> int:
-    errors = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-    try:
-        return _compare(registry, args)
-    except (UsageError, InvalidArgumentError, NotFoundError) as exc:
-        errors.print(f"error: {cli_message(exc, COMPARE_FLAGS)}", markup=False)
-        return EXIT_USAGE
-    except KernloomError as exc:
-        errors.print(f"error: the run failed: {cli_message(exc, COMPARE_FLAGS)}", markup=False)
-        return EXIT_FAILED
+    return run_command(
+        lambda: _compare(registry, args), failed="the run failed: ", flags=COMPARE_FLAGS
+    )
 
 
 def add_compare_parser(sub: Any) -> None:

@@ -10,19 +10,40 @@ keeps its Python spelling, so no advice is ever lost.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
-from kernloom.errors import KernloomError, Setting, python_spelling
+from rich.console import Console
+
+from kernloom.cli_args import UsageError
+from kernloom.errors import (
+    InvalidArgumentError,
+    KernelError,
+    KernloomError,
+    NotFoundError,
+    Setting,
+    python_spelling,
+)
+from kernloom.fileio import FileError
 
 __all__ = [
     "CLI_FLAGS",
     "COMPARE_FLAGS",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
     "OPTIMIZE_FLAGS",
     "PYTHON_ONLY",
     "cli_message",
     "cli_spelling",
+    "run_command",
 ]
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+"""The run (or the optimizer, the demo) failed: a kernel, a device, a rendezvous."""
+EXIT_USAGE: Final = 2
+"""Bad usage: a bad argument, file, feed, fetch name or label."""
 
 CLI_FLAGS: Final[Mapping[str, str]] = {
     "feed": "--feed {key}=FILE.npy",
@@ -77,3 +98,42 @@ def cli_message(error: BaseException, flags: Mapping[str, str] = CLI_FLAGS) -> s
     if isinstance(error, KernloomError):
         return error.render(lambda setting: cli_spelling(setting, flags))
     return str(error)
+
+
+def run_command(
+    body: Callable[[], int],
+    *,
+    failed: str,
+    flags: Mapping[str, str] = CLI_FLAGS,
+    usage: tuple[type[KernloomError], ...] = (),
+) -> int:
+    """Run a subcommand's ``body`` and turn its errors into one line on standard error and
+    an exit code, the same way for every command: bad usage (a bad argument, file, name,
+    feed or label, and the command's own ``usage`` errors) exits ``EXIT_USAGE``; a failure
+    of the work itself (a kernel's error, a bad value a kernel found included) exits
+    ``EXIT_FAILED``, its message after ``failed`` (``"the run failed: "``). Hints are
+    spelled as ``flags``."""
+    bad_usage: tuple[type[KernloomError], ...] = (
+        InvalidArgumentError,
+        NotFoundError,
+        FileError,
+        *usage,
+    )
+    try:
+        return body()
+    except UsageError as exc:
+        message, code = str(exc), EXIT_USAGE
+    except KernelError as exc:  # a kernel's bad argument too: the work itself failed
+        message, code = failed + cli_message(exc, flags), EXIT_FAILED
+    except bad_usage as exc:
+        # Bad graph files, unknown fetch or feed names, mismatched feeds, bad labels,
+        # unwritable or full outputs.
+        message, code = cli_message(exc, flags), EXIT_USAGE
+    except KernloomError as exc:
+        message, code = failed + cli_message(exc, flags), EXIT_FAILED
+    except MemoryError:
+        message = failed + "out of memory; use smaller feeds or a smaller graph"
+        code = EXIT_FAILED
+    errors = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+    errors.print(f"error: {message}")
+    return code

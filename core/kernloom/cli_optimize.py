@@ -15,15 +15,17 @@ from typing import Any
 
 from rich.console import Console
 
-from kernloom.cli_flags import OPTIMIZE_FLAGS, cli_message
-from kernloom.errors import InvalidArgumentError, KernloomError, NotFoundError
+from kernloom.cli_flags import (
+    EXIT_OK,
+    OPTIMIZE_FLAGS,
+    run_command,
+)
+from kernloom.errors import InvalidArgumentError
 from kernloom.graph.graph import Graph
 from kernloom.optimizer import optimize_step_graph
 from kernloom.registry import Registry
 
 __all__ = ["add_optimize_parser"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _sinks(graph: Graph) -> set[str]:
@@ -65,15 +67,9 @@ def _optimize(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _handler(registry: Registry, args: argparse.Namespace) -> int:
-    errors = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-    try:
-        return _optimize(registry, args)
-    except (InvalidArgumentError, NotFoundError) as exc:
-        errors.print(f"error: {cli_message(exc, OPTIMIZE_FLAGS)}", markup=False)
-        return EXIT_USAGE
-    except KernloomError as exc:
-        errors.print(f"error: optimizing failed: {cli_message(exc, OPTIMIZE_FLAGS)}", markup=False)
-        return EXIT_FAILED
+    return run_command(
+        lambda: _optimize(registry, args), failed="optimizing failed: ", flags=OPTIMIZE_FLAGS
+    )
 
 
 def add_optimize_parser(sub: Any) -> None:

@@ -30,14 +30,11 @@ from kernloom.cli_args import (
     positive_seconds,
     settings_from_pairs,
 )
-from kernloom.cli_flags import cli_message
+from kernloom.cli_flags import EXIT_OK, cli_message, run_command
 from kernloom.cli_onnx import is_onnx_path, load_onnx_graph
 from kernloom.cli_outputs import OutputPlan, member_of, plan_outputs, write_npy, write_npz
 from kernloom.errors import (
-    InvalidArgumentError,
-    KernelError,
     KernloomError,
-    NotFoundError,
     ResourceExhaustedError,
     did_you_mean,
 )
@@ -51,7 +48,6 @@ from kernloom.runtime.session_options import RunMetadata, RunOptions, SessionCon
 
 __all__ = ["add_run_parser"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _LIMIT_HINT = "pass --max-input-size to allow more"
 
 
@@ -216,26 +212,9 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
 
 
 def _handler(registry: Registry, args: argparse.Namespace) -> int:
-    errors = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-    try:
-        return _run(registry, args)
-    except UsageError as exc:
-        errors.print(f"error: {exc}")
-        return EXIT_USAGE
-    except KernelError as exc:  # a kernel's bad argument too: the run itself failed
-        errors.print(f"error: the run failed: {cli_message(exc)}")
-        return EXIT_FAILED
-    except (InvalidArgumentError, NotFoundError, FileError, ResourceExhaustedError) as exc:
-        # Bad graph files, unknown fetch or feed names, mismatched feeds, bad labels,
-        # unwritable or full outputs; a device's memory limit reached (--memory-limit).
-        errors.print(f"error: {cli_message(exc)}")
-        return EXIT_USAGE
-    except KernloomError as exc:
-        errors.print(f"error: the run failed: {cli_message(exc)}")
-        return EXIT_FAILED
-    except MemoryError:
-        errors.print("error: the run failed: out of memory; use smaller feeds or a smaller graph")
-        return EXIT_FAILED
+    return run_command(
+        lambda: _run(registry, args), failed="the run failed: ", usage=(ResourceExhaustedError,)
+    )
 
 
 def add_run_parser(sub: Any) -> None:

@@ -20,11 +20,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kernloom.cli_args import Once, UsageError, int_in_range
-from kernloom.cli_flags import CLI_FLAGS, cli_message
+from kernloom.cli_args import Once, int_in_range
+from kernloom.cli_flags import CLI_FLAGS, run_command
 from kernloom.cli_outputs import check_writable
-from kernloom.errors import InvalidArgumentError, KernelError, KernloomError, NotFoundError
-from kernloom.fileio import FileError
 from kernloom.graph.builder import constant, placeholder
 from kernloom.graph.graph import Graph
 from kernloom.ops import wrapper
@@ -147,21 +145,7 @@ _DEMO_FLAGS: Final = {
 
 
 def _handler(registry: Registry, args: argparse.Namespace) -> int:
-    errors = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-    try:
-        return _run_demo(registry, args)
-    except UsageError as exc:
-        errors.print(f"error: {exc}")
-        return 2
-    except KernelError as exc:  # a kernel's bad argument too: the run itself failed
-        errors.print(f"error: {cli_message(exc, _DEMO_FLAGS)}")
-        return 1
-    except (InvalidArgumentError, NotFoundError, FileError) as exc:
-        errors.print(f"error: {cli_message(exc, _DEMO_FLAGS)}")
-        return 2
-    except KernloomError as exc:
-        errors.print(f"error: {cli_message(exc, _DEMO_FLAGS)}")
-        return 1
+    return run_command(lambda: _run_demo(registry, args), failed="", flags=_DEMO_FLAGS)
 
 
 def add_demo_parser(sub: Any) -> None:

@@ -19,6 +19,7 @@ from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 from kernloom.errors import InvalidArgumentError, did_you_mean
+from kernloom.pydantic_values import value_schema
 
 __all__ = [
     "DType",
@@ -100,11 +101,7 @@ class DType:
     def __get_pydantic_core_schema__(
         cls, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(
-            as_dtype,
-            serialization=core_schema.plain_serializer_function_ser_schema(lambda d: d.name),
-            json_schema_input_schema=core_schema.str_schema(),
-        )
+        return value_schema(as_dtype, lambda d: d.name, core_schema.str_schema())
 
 
 _BY_NAME: dict[str, DType] = {}

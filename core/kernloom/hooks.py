@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import enum
 import re
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import pluggy
 
@@ -46,6 +48,7 @@ __all__ = [
     "PluginState",
     "hookimpl",
     "hookspec",
+    "in_process_plugin",
 ]
 
 PROJECT_NAME: Final = "kernloom"
@@ -65,6 +68,15 @@ core release that changes nothing for plugins keeps every plugin working.
 hookspec: Final = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl: Final = pluggy.HookimplMarker(PROJECT_NAME)
 """Decorate a plugin's ``kernloom_register`` function with this."""
+
+
+def in_process_plugin(register: Callable[[Any], None]) -> types.SimpleNamespace:
+    """A plugin object for ``Registry.register_plugin`` whose hook is ``register`` (called
+    with the ``Registrar``), declaring this API version: how the fakes and the kit make the
+    plugins they register without an entry point."""
+    return types.SimpleNamespace(
+        kernloom_register=hookimpl(register), KERNLOOM_API=f">={KERNLOOM_API_VERSION}"
+    )
 
 
 class KernloomHookSpecs:

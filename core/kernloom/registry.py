@@ -22,9 +22,7 @@ from typing import Any, final
 
 from kernloom.environment import PluginSettings
 from kernloom.errors import (
-    KernloomError,
     KernloomPluginWarning,
-    NotFoundError,
     PluginError,
     did_you_mean,
 )
@@ -33,11 +31,8 @@ from kernloom.framework.device_factory_registry import (
     DeviceFactoryRegistry,
     FactoryConflict,
     FactoryOverride,
-    FactoryRegistration,
     ResolvedFactory,
-    create_devices_checked,
 )
-from kernloom.framework.device_independent_kernels import device_independent_registrations
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.kernel_registry import (
     KernelConflict,
@@ -45,41 +40,37 @@ from kernloom.framework.kernel_registry import (
     KernelRegistry,
 )
 from kernloom.framework.node_def import NodeDef
-from kernloom.framework.op_def import OpDef, OpRegistry
+from kernloom.framework.op_def import OpDef, OpRegistry, OpSource
 from kernloom.framework.op_kernel import OpKernel
 from kernloom.framework.origin import Origin
 from kernloom.hooks import (
     ENTRY_POINT_GROUP,
     PluginRecord,
-    PluginState,
 )
-from kernloom.op_library import standard_ops
-from kernloom.plugin_loader import (
-    PluginFailure,
-    check_api,
-    describe_exception,
-    format_tb,
-    run_hook,
-)
+from kernloom.plugin_loader import PluginLoader, PluginTables
 from kernloom.registrar import GraphPassRegistration
 
-__all__ = ["Registry", "default_registry"]
+__all__ = ["Registry", "default_registry", "registry_of"]
 
 
 @final
 class Registry:
-    """Device factories (and, later, ops and kernels) from plugins, with their origins."""
+    """What the installed plugins provide, with their origins: the op table, the kernels
+    (``KernelRegistry``: lookup and construction), the device factories
+    (``DeviceFactoryRegistry``: lookup and device creation) and the graph passes. A
+    ``PluginLoader`` fills them; once loading ends they are frozen (``freeze``)."""
 
     def __init__(self, settings: PluginSettings | None = None) -> None:
         self._settings = settings or PluginSettings()
-        self._factories = DeviceFactoryRegistry()
-        self._ops = OpRegistry(parent=standard_ops())
-        self._kernels = KernelRegistry()
-        self._independent_types: set[str] = set()
-        self._graph_passes: list[GraphPassRegistration] = []
-        self._warned_factories: set[str] = set()
-        self._records: dict[str, PluginRecord] = {}
-        self._notes: list[str] = []
+        self._tables = PluginTables()
+        self._loader = PluginLoader(self._settings, self._tables)
+        self._factories = self._tables.factories
+        self._ops = self._tables.ops
+        self._kernels = self._tables.kernels
+        self._graph_passes = self._tables.graph_passes
+        self._records = self._tables.records
+        self._notes = self._tables.notes
+        self._frozen = False
         self._lock = threading.Lock()
 
     # -- building ---------------------------------------------------------------------
@@ -104,7 +95,7 @@ class Registry:
             entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         found = sorted(entry_points, key=lambda ep: (ep.name, ep.value))
         for ep in found:
-            registry._load_entry_point(ep)
+            registry._loader.load_entry_point(ep)
         if settings.allow is not None:
             names = [ep.name for ep in found]
             for wanted in sorted(settings.allow - set(names)):
@@ -146,102 +137,34 @@ class Registry:
         """
         origin = Origin(name, distribution, version)
         value = getattr(plugin, "__name__", type(plugin).__name__)
-        record = self._load_object(plugin, origin, value, api_required=False)
+        if self._frozen:
+            raise PluginError(
+                f"cannot register {origin} ({value}): this registry is frozen, as plugin "
+                f"loading ended (the default registry is frozen when built; any other, when it "
+                f"first finds a kernel or creates devices). Build a new "
+                f"kernloom.plugin.Registry() and register_plugin every plugin into it before "
+                f"using it."
+            )
+        record = self._loader.load_object(plugin, origin, value, api_required=False)
         if record.failed:
             raise PluginError(record.describe())
         return record
 
-    def _load_entry_point(self, ep: importlib.metadata.EntryPoint) -> None:
-        dist = getattr(ep, "dist", None)
-        origin = Origin(ep.name, dist.name if dist else None, dist.version if dist else None)
-        if ep.name in self._records:
-            other = self._records[ep.name]
-            reason = (
-                f"entry-point name {ep.name!r} is also used by "
-                f"{other.distribution or other.value}; plugin names must be unique, so this "
-                f"one is left out"
-            )
-            record = PluginRecord.of(origin, ep.value, PluginState.FAILED, reason=reason)
-            self._record(record, key=f"{ep.name}@{ep.value}")
-            return
-        skipped = self._settings.why_skipped(ep.name)
-        if skipped is not None:
-            self._record(PluginRecord.of(origin, ep.value, PluginState.DISABLED, reason=skipped))
-            return
-        try:
-            plugin = ep.load()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:
-            # SystemExit too: a plugin calling sys.exit() on import must not end the host.
-            reason = f"error importing {ep.value!r}: {describe_exception(exc)}"
-            self._record(
-                PluginRecord.of(
-                    origin, ep.value, PluginState.FAILED, reason=reason, traceback=format_tb(exc)
-                )
-            )
-            return
-        self._load_object(plugin, origin, ep.value, api_required=True)
-
-    def _load_object(
-        self, plugin: object, origin: Origin, value: str, *, api_required: bool
-    ) -> PluginRecord:
-        api: str | None = None
+    def freeze(self) -> None:
+        """End loading: the op, kernel and device-factory tables refuse registrations from
+        now on. ``default_registry()`` is frozen when built; any other registry the first
+        time it finds a kernel or creates devices, so that nothing a session, placer or
+        kernel cache has seen changes under it. (Before that, in-process plugins may join
+        the installed ones: ``from_entry_points()`` then ``register_plugin``.)"""
         with self._lock:
-            try:
-                if origin.plugin in self._records:
-                    raise PluginFailure(
-                        PluginState.FAILED,
-                        f"a plugin named {origin.plugin!r} is already registered",
-                    )
-                api = check_api(plugin, value, api_required)
-                registrar = run_hook(plugin, origin, self._ops)
-            except PluginFailure as failure:
-                cause = failure.__cause__
-                record = PluginRecord.of(
-                    origin,
-                    value,
-                    failure.state,
-                    reason=failure.reason,
-                    traceback=format_tb(cause) if cause is not None else "",
-                    api_requirement=failure.api or api,
-                )
-            else:
-                for registration in registrar.factories:
-                    conflict = self._factories.add(registration)
-                    if conflict is not None:
-                        self._notes.append(str(conflict))
-                    self._add_device_independent_kernels(registration.device_type)
-                for op_def in registrar.op_defs:
-                    self._ops.add(op_def, origin)
-                self._graph_passes.extend(registrar.graph_passes)
-                for kernel in registrar.kernels:
-                    kernel_conflict = self._kernels.add(kernel)
-                    if kernel_conflict is not None:
-                        self._notes.append(str(kernel_conflict))
-                record = PluginRecord.of(
-                    origin,
-                    value,
-                    PluginState.LOADED,
-                    api_requirement=api,
-                    registered=registrar.summary(),
-                )
-        self._record(record)
-        return record
+            if self._frozen:
+                return
+            self._frozen = True
+            self._tables.freeze()
 
-    def _add_device_independent_kernels(self, device_type: str) -> None:
-        """Give a device type the kernels that are the same everywhere (Const, Identity,
-        NoOp, _Send/_Recv, _Arg/_Retval, control flow) the first time a factory for it
-        appears, so that a plugin never has to register them. They sit at priority -1: a
-        plugin's own kernel for one of these ops (priority 0 or more) wins."""
-        if device_type in self._independent_types:
-            return
-        self._independent_types.add(device_type)
-        for registration in device_independent_registrations(device_type):
-            self._kernels.add(registration)
-
-    def _record(self, record: PluginRecord, *, key: str | None = None) -> None:
-        self._records[key or record.name] = record
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
 
     # -- what was loaded ----------------------------------------------------------------
 
@@ -301,6 +224,7 @@ class Registry:
         self, node: NodeDef, device_type: str, backend: str | None = None
     ) -> KernelRegistration:
         """The kernel a node gets on a device type (and backend); see ``KernelRegistry``."""
+        self.freeze()
         return self._kernels.find(node, self.node_attrs(node), device_type, backend)
 
     def supported_device_types(
@@ -310,12 +234,14 @@ class Registry:
         backends: Mapping[str, str] | None = None,
     ) -> list[str]:
         """The device types on which ``node`` has a kernel, in placement order."""
+        self.freeze()
         return self._kernels.supported_device_types(
             node, self.node_attrs(node), self.placement_order(options), backends
         )
 
     def create_kernel(self, node: NodeDef, device: Device) -> OpKernel:
         """Look up and construct the kernel for ``node`` on ``device``."""
+        self.freeze()
         op_def = self.op_def(node.op)
         return self._kernels.create(node, op_def, op_def.check_attrs(node.attrs, node.name), device)
 
@@ -337,54 +263,12 @@ class Registry:
         return self._factories.resolve(self.factory_overrides(options))
 
     def create_devices(self, options: DeviceOptions | None = None) -> DeviceMgr:
-        """Create the devices of every factory in use, in placement order.
-
-        A factory that finds no hardware contributes nothing. A factory that *fails*
-        (raises, or returns something that is not a list of its devices) is left out too:
-        it is warned about once per registry, listed in ``DeviceMgr.unavailable`` (so a
-        graph that asks for its type is told why) and shown by ``kernloom devices``; only
-        ``KERNLOOM_STRICT_PLUGINS=1`` makes it fatal. If no device at all can be created
-        the error says what each factory reported and what to install.
-        """
+        """Create the devices of every factory in use, in placement order (see
+        ``DeviceFactoryRegistry.create_devices``); the registry is frozen from here on."""
+        self.freeze()
         options = options or DeviceOptions()
-        devices: list[Device] = []
-        unavailable: dict[str, str] = {}
-        for registration in self._factories.chosen(self.factory_overrides(options)).values():
-            try:
-                created = create_devices_checked(registration, options)
-            except KernloomError as exc:
-                if self._settings.strict:
-                    raise
-                self._warn_factory_failure(registration, str(exc))
-                unavailable[registration.device_type] = str(exc)
-                continue
-            devices.extend(created)
-            if not created:
-                reason = registration.factory.unavailable_reason() or "it found no device"
-                unavailable[registration.device_type] = f"{registration.origin}: {reason}"
-        if not devices:
-            detail = (
-                "; ".join(f"{t} ({why})" for t, why in unavailable.items())
-                if unavailable
-                else "no plugin registers a device factory"
-            )
-            raise NotFoundError(
-                f"no device could be created: {detail}. Install a device plugin, e.g. "
-                f"`pip install kernloom-cpu-numpy`, and check `kernloom plugins`."
-            )
-        return DeviceMgr(devices, unavailable=unavailable)
-
-    def _warn_factory_failure(self, registration: FactoryRegistration, message: str) -> None:
-        key = f"{registration.device_type}@{registration.origin}"
-        with self._lock:
-            if key in self._warned_factories:
-                return
-            self._warned_factories.add(key)
-        warnings.warn(
-            f"{message}; {registration.device_type} is left out and only graphs that need it "
-            f"fail (`kernloom devices` shows it; KERNLOOM_STRICT_PLUGINS=1 makes it fatal)",
-            KernloomPluginWarning,
-            stacklevel=3,
+        return self._factories.create_devices(
+            options, self.factory_overrides(options), strict=self._settings.strict
         )
 
 
@@ -398,4 +282,11 @@ def default_registry() -> Registry:
     with _default_lock:
         if _default is None:
             _default = Registry.from_entry_points()
+            _default.freeze()
         return _default
+
+
+def registry_of(source: OpSource | None) -> Registry:
+    """The registry to run a graph with: the one it was built with (``Graph.registry``) if
+    that is a ``Registry``, else the installed plugins' (built here, on first need)."""
+    return source if isinstance(source, Registry) else default_registry()

@@ -16,6 +16,7 @@ from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 from kernloom.errors import InvalidArgumentError
+from kernloom.pydantic_values import value_schema
 
 __all__ = ["Dim", "TensorShape", "as_shape"]
 
@@ -181,12 +182,7 @@ class TensorShape:
     def __get_pydantic_core_schema__(
         cls, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(
-            as_shape,
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                lambda s: None if s.dims is None else list(s.dims)
-            ),
-        )
+        return value_schema(as_shape, lambda s: None if s.dims is None else list(s.dims))
 
 
 def as_shape(value: object) -> TensorShape:

@@ -35,13 +35,16 @@ depends on which plugin was installed first.
 from __future__ import annotations
 
 import enum
+import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import final
 
-from kernloom.errors import KernloomError, NotFoundError, did_you_mean
+from kernloom.errors import KernloomError, KernloomPluginWarning, NotFoundError, did_you_mean
 from kernloom.framework.device import Device, DeviceFactory, DeviceOptions
-from kernloom.framework.origin import Origin
+from kernloom.framework.device_mgr import DeviceMgr
+from kernloom.framework.origin import Origin, refuse_frozen
 
 __all__ = [
     "DeviceFactoryRegistry",
@@ -109,16 +112,31 @@ class ResolvedFactory:
 
 @final
 class DeviceFactoryRegistry:
-    """The accepted factory registrations and the conflicts met while accepting them."""
+    """The accepted factory registrations and the conflicts met while accepting them: the
+    lookup of the factory in use per device type (``chosen``) and device creation through
+    it (``create_devices``). Filled while plugins load, then frozen."""
 
-    __slots__ = ("_by_type", "_conflicts")
+    __slots__ = ("_by_type", "_conflicts", "_frozen", "_lock", "_warned")
 
     def __init__(self) -> None:
         self._by_type: dict[str, list[FactoryRegistration]] = {}
         self._conflicts: list[FactoryConflict] = []
+        self._frozen = False
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def freeze(self) -> None:
+        """Refuse every later ``add`` (plugin loading is over)."""
+        self._frozen = True
 
     def add(self, registration: FactoryRegistration) -> FactoryConflict | None:
         """Accept a registration, unless it ties an earlier one (then report the conflict)."""
+        if self._frozen:
+            raise refuse_frozen(
+                "device factory registry",
+                registration.origin,
+                f"a {registration.device_type} device factory",
+            )
         same_type = self._by_type.setdefault(registration.device_type, [])
         for existing in same_type:
             if existing.priority == registration.priority:
@@ -227,6 +245,62 @@ class DeviceFactoryRegistry:
                 f"Plugins with a {device_type} factory: {', '.join(names)}."
                 + did_you_mean(override.plugin, names)
             )
+
+    def create_devices(
+        self,
+        options: DeviceOptions,
+        overrides: Mapping[str, FactoryOverride] | None = None,
+        *,
+        strict: bool = False,
+    ) -> DeviceMgr:
+        """Create the devices of every factory in use, in placement order.
+
+        A factory that finds no hardware contributes nothing. A factory that *fails*
+        (raises, or returns something that is not a list of its devices) is left out too:
+        it is warned about once per registry, listed in ``DeviceMgr.unavailable`` (so a
+        graph that asks for its type is told why) and shown by ``kernloom devices``; only
+        ``strict`` (``KERNLOOM_STRICT_PLUGINS=1``) makes it fatal. If no device at all can
+        be created the error says what each factory reported and what to install.
+        """
+        devices: list[Device] = []
+        unavailable: dict[str, str] = {}
+        for registration in self.chosen(overrides).values():
+            try:
+                created = create_devices_checked(registration, options)
+            except KernloomError as exc:
+                if strict:
+                    raise
+                self._warn_failure(registration, str(exc))
+                unavailable[registration.device_type] = str(exc)
+                continue
+            devices.extend(created)
+            if not created:
+                reason = registration.factory.unavailable_reason() or "it found no device"
+                unavailable[registration.device_type] = f"{registration.origin}: {reason}"
+        if not devices:
+            detail = (
+                "; ".join(f"{t} ({why})" for t, why in unavailable.items())
+                if unavailable
+                else "no plugin registers a device factory"
+            )
+            raise NotFoundError(
+                f"no device could be created: {detail}. Install a device plugin, e.g. "
+                f"`pip install kernloom-cpu-numpy`, and check `kernloom plugins`."
+            )
+        return DeviceMgr(devices, unavailable=unavailable)
+
+    def _warn_failure(self, registration: FactoryRegistration, message: str) -> None:
+        key = f"{registration.device_type}@{registration.origin}"
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        warnings.warn(
+            f"{message}; {registration.device_type} is left out and only graphs that need it "
+            f"fail (`kernloom devices` shows it; KERNLOOM_STRICT_PLUGINS=1 makes it fatal)",
+            KernloomPluginWarning,
+            stacklevel=4,
+        )
 
     def _winner_at(self, origin: Origin) -> str:
         for conflict in self._conflicts:

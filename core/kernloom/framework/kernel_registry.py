@@ -5,8 +5,10 @@ hook. Lookup for a node on a device follows DESIGN.md exactly:
 
 1. the kernel's device type is the device's, and its backend (if it names one) the
    device's backend;
-2. its label equals the node's ``_kernel`` attr: an unlabelled node only gets unlabelled
-   kernels, a labelled node only kernels with that label -- never a fallback;
+2. its label equals the node's label (``label_of``: the first of the node's string
+   ``kl.kernel_label`` scopes that some kernel of its op has, else its ``_kernel`` attr):
+   an unlabelled node only gets unlabelled kernels, a labelled node only kernels with that
+   label -- never a fallback;
 3. every constraint holds for the node's attrs;
 4. the highest priority wins; two at the top is an error.
 
@@ -20,7 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
-from kernloom.errors import InvalidArgumentError, KernelError, KernloomError, NotFoundError
+from kernloom.errors import (
+    InvalidArgumentError,
+    KernelError,
+    KernloomError,
+    NotFoundError,
+    did_you_mean,
+)
 from kernloom.framework.attr import format_attr_value
 from kernloom.framework.device import Device
 from kernloom.framework.kernel_def import KernelDef, KernelDefBuilder
@@ -33,7 +41,7 @@ from kernloom.framework.op_kernel import (
     OpKernelConstruction,
     OpKernelContext,
 )
-from kernloom.framework.origin import Origin
+from kernloom.framework.origin import Origin, refuse_frozen
 
 __all__ = [
     "KernelConflict",
@@ -117,7 +125,7 @@ class KernelLibrary:
         label: str = "",
         priority: int = 0,
         backend: str | None = None,
-        type_constraints: Mapping[str, Sequence[object]] | None = None,
+        type_constraints: Mapping[str, Sequence[object] | None] | None = None,
         host_memory: Sequence[str] = (),
         expensive: bool = True,
         direct: Callable[..., Any] | None = None,
@@ -125,6 +133,8 @@ class KernelLibrary:
         """Register the decorated ``OpKernel`` subclass or function ``fn(ctx)``.
 
         ``spec`` is a ``KernelDef``, a builder, or an op name completed by the keywords.
+        A ``type_constraints`` value of ``None`` (``kernloom.plugin.types.OP_TYPES``)
+        constrains nothing: the kernel takes every dtype its op allows.
         ``expensive`` and ``direct`` (``OpKernel.direct``, the context-free fast entry)
         apply to functions; a class sets ``is_expensive`` and ``direct`` itself.
         """
@@ -136,7 +146,8 @@ class KernelLibrary:
             if backend is not None:
                 builder.backend(backend)
             for attr, dtypes in (type_constraints or {}).items():
-                builder.type_constraint(attr, list(dtypes))
+                if dtypes is not None:  # None (types.OP_TYPES): every dtype the op allows
+                    builder.type_constraint(attr, list(dtypes))
             kernel_def = builder.build()
         elif isinstance(spec, KernelDefBuilder):
             kernel_def = spec.build()
@@ -264,11 +275,20 @@ def rejection(
 
 @final
 class KernelRegistry:
-    __slots__ = ("_by_op", "_conflicts")
+    """The kernels of a registry: lookup (``find``) and construction (``create``) of the
+    kernel for a node on a device. Filled while plugins load, then frozen."""
+
+    __slots__ = ("_by_op", "_conflicts", "_frozen", "_labels")
 
     def __init__(self) -> None:
         self._by_op: dict[str, list[KernelRegistration]] = {}
         self._conflicts: list[KernelConflict] = []
+        self._labels: set[str] = set()
+        self._frozen = False
+
+    def freeze(self) -> None:
+        """Refuse every later ``add`` (plugin loading is over)."""
+        self._frozen = True
 
     def overlapping(self, kernel_def: KernelDef) -> KernelRegistration | None:
         for existing in self._by_op.get(kernel_def.op, ()):
@@ -280,13 +300,45 @@ class KernelRegistry:
         """Add a kernel. One that cannot be told apart from an existing one is kept all the
         same and reported: the lookup of a node that matches both fails, naming both, rather
         than the load order silently picking one (as TensorFlow's registry refuses)."""
+        if self._frozen:
+            raise refuse_frozen(
+                "kernel registry", registration.origin, registration.kernel_def.describe()
+            )
         existing = self.overlapping(registration.kernel_def)
         conflict = None
         if existing is not None:
             conflict = KernelConflict(kept=existing, rejected=registration)
             self._conflicts.append(conflict)
         self._by_op.setdefault(registration.kernel_def.op, []).append(registration)
+        if registration.kernel_def.label:
+            self._labels.add(registration.kernel_def.label)
         return conflict
+
+    def label_of(self, node: NodeDef, where: str) -> str:
+        """The label ``node`` asks for: the first of its string ``kl.kernel_label`` scopes
+        (innermost first) that some kernel of its op has, else its ``_kernel`` attr.
+
+        Labels are checked here, where kernels are chosen, not when the graph is built: a
+        scope label that no kernel at all has (a typo, or the plugin that has it is not
+        installed) is an ``InvalidArgumentError`` naming the node, op, label, ``where``
+        (the device) and the labels that do exist.
+        """
+        scoped = node.scope_labels
+        if scoped:
+            own = {r.kernel_def.label for r in self._by_op.get(node.op, ())}
+            for label in scoped:
+                if label in own:
+                    return label
+            for label in scoped:
+                if label not in self._labels:
+                    raise InvalidArgumentError(
+                        f"node {node.name!r} (op {node.op}) on {where}: kl.kernel_label asks "
+                        f"for kernel label {label!r}, but no kernel is registered with it; "
+                        f"labels: {', '.join(sorted(self._labels)) or '(none)'}."
+                        + did_you_mean(label, self._labels)
+                        + " Install the plugin that provides it, or fix the label."
+                    )
+        return node.kernel_label
 
     @property
     def conflicts(self) -> tuple[KernelConflict, ...]:
@@ -305,7 +357,7 @@ class KernelRegistry:
         backend: str | None = None,
     ) -> KernelRegistration:
         """The kernel for ``node`` (with complete ``attrs``) on a device of this type/backend."""
-        label = node.kernel_label
+        label = self.label_of(node, f"device type {device_type}")
         candidates = self._by_op.get(node.op, [])
         fits = [
             r
@@ -384,7 +436,7 @@ class KernelRegistry:
     ) -> str | None:
         """In one line, why ``node`` has no kernel on ``device_type``; None when it has one.
         (For placement explanations; ``find`` gives the full list.)"""
-        label = node.kernel_label
+        label = self.label_of(node, f"device type {device_type}")
         candidates = self._by_op.get(node.op, [])
         reasons = [rejection(r.kernel_def, attrs, device_type, backend, label) for r in candidates]
         if any(reason is None for reason in reasons):
@@ -408,7 +460,7 @@ class KernelRegistry:
         backends: Mapping[str, str] | None = None,
     ) -> list[str]:
         """The types in ``device_types`` (placement order) on which the node has a kernel."""
-        label = node.kernel_label
+        label = self.label_of(node, f"device types {', '.join(device_types) or '(none)'}")
         backends = backends or {}
         return [
             t

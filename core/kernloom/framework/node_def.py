@@ -12,9 +12,15 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["KERNEL_LABEL_ATTR", "NodeDef"]
+__all__ = ["KERNEL_LABEL_ATTR", "KERNEL_SCOPE_ATTR", "NodeDef"]
 
 KERNEL_LABEL_ATTR: Final = "_kernel"
+KERNEL_SCOPE_ATTR: Final = "_kernel_scope"
+"""The labels of the string ``kl.kernel_label`` scopes a node was built in, innermost
+first. Unlike ``_kernel`` they are wishes, not demands: where the kernel is chosen, the
+first one that some kernel of the node's op has is the node's label (so the constants
+built alongside keep their default kernels), and one that no kernel at all has is an
+error there. The graph builder cannot decide this: it knows ops, not kernels."""
 
 
 class NodeDef(BaseModel):
@@ -33,3 +39,9 @@ class NodeDef(BaseModel):
         """The kernel label this node asks for; empty for the default kernel."""
         label = self.attrs.get(KERNEL_LABEL_ATTR, "")
         return label if isinstance(label, str) else ""
+
+    @property
+    def scope_labels(self) -> list[str]:
+        """The string ``kl.kernel_label`` scopes around the node, innermost first."""
+        labels = self.attrs.get(KERNEL_SCOPE_ATTR, [])
+        return [x for x in labels if isinstance(x, str)] if isinstance(labels, list) else []

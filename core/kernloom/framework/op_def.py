@@ -26,7 +26,7 @@ import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,12 +39,21 @@ from kernloom.errors import (
     did_you_mean,
 )
 from kernloom.framework.attr import AttrKind, AttrType, check_attr_value, format_attr_value
-from kernloom.framework.origin import Origin
+from kernloom.framework.origin import Origin, refuse_frozen
 
 if TYPE_CHECKING:
     from kernloom.framework.shape_inference import InferenceContext
 
-__all__ = ["ArgDef", "AttrDef", "OpDef", "OpDefBuilder", "OpLibrary", "OpRegistry", "ShapeFn"]
+__all__ = [
+    "ArgDef",
+    "AttrDef",
+    "OpDef",
+    "OpDefBuilder",
+    "OpLibrary",
+    "OpRegistry",
+    "OpSource",
+    "ShapeFn",
+]
 
 ShapeFn = Callable[["InferenceContext"], None]
 
@@ -570,6 +579,14 @@ class OpRegistration:
     origin: Origin
 
 
+class OpSource(Protocol):
+    """What a graph needs from a registry: the op definitions, and nothing about kernels,
+    devices or plugins (``Registry`` is one; so is anything holding an ``OpRegistry``)."""
+
+    @property
+    def ops(self) -> OpRegistry: ...
+
+
 @final
 class OpRegistry:
     """Op definitions by name, each with the plugin that registered it.
@@ -578,13 +595,20 @@ class OpRegistry:
     lookups fall through to it, and a name in the parent cannot be registered again.
     """
 
-    __slots__ = ("_ops", "_parent")
+    __slots__ = ("_frozen", "_ops", "_parent")
 
     def __init__(self, parent: OpRegistry | None = None) -> None:
         self._parent = parent
         self._ops: dict[str, OpRegistration] = {}
+        self._frozen = False
+
+    def freeze(self) -> None:
+        """Refuse every later ``add`` (plugin loading is over)."""
+        self._frozen = True
 
     def add(self, op_def: OpDef, origin: Origin) -> None:
+        if self._frozen:
+            raise refuse_frozen("op registry", origin, f"op {op_def.name}")
         existing = self.registration(op_def.name)
         if existing is not None:
             raise AlreadyExistsError(

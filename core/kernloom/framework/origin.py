@@ -4,7 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Origin"]
+from kernloom.errors import RegistrationError
+
+__all__ = ["Origin", "refuse_frozen"]
+
+
+def refuse_frozen(table: str, origin: Origin, what: str) -> RegistrationError:
+    """The error for a registration into a table that plugin loading has frozen.
+
+    A loaded registry is immutable: what a session, a placer or a cached kernel saw must
+    stay what is there, so a late registration is refused rather than half-seen.
+    """
+    return RegistrationError(
+        f"{origin} registers {what} into a {table} that is frozen: plugins register only "
+        f"while their registry loads them. Register it in the plugin's kernloom_register "
+        f"hook, or (in tests) build a new kernloom.plugin.Registry() and register_plugin "
+        f"every plugin into it before using it."
+    )
 
 
 @dataclass(frozen=True, slots=True)

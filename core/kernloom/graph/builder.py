@@ -76,7 +76,7 @@ def placeholder(
 
 
 def apply_op(
-    op: str,
+    op: str | OpDef,
     inputs: Sequence[object],
     attrs: Mapping[str, Any],
     *,
@@ -129,7 +129,7 @@ def make_wrapper(op_def: OpDef) -> Callable[..., OpResult]:
         bound.apply_defaults()
         values = [bound.arguments[n] for n in input_names]
         attrs = {n: bound.arguments[n] for n in attr_names}
-        return apply_op(op_def.name, values, attrs, name=bound.arguments["name"])
+        return apply_op(op_def, values, attrs, name=bound.arguments["name"])
 
     wrapper.__signature__ = signature  # type: ignore[attr-defined]
     wrapper.__name__ = wrapper.__qualname__ = wrapper_name(op_def.name)

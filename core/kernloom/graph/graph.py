@@ -25,14 +25,15 @@ import numpy as np
 from kernloom.dtypes import DType
 from kernloom.errors import InvalidArgumentError, NotFoundError, did_you_mean
 from kernloom.framework.device_name import parse_device_name
-from kernloom.framework.node_def import KERNEL_LABEL_ATTR
+from kernloom.framework.node_def import KERNEL_LABEL_ATTR, KERNEL_SCOPE_ATTR
+from kernloom.framework.op_def import OpDef, OpRegistry, OpSource
 from kernloom.framework.shape_inference import InferenceContext, infer_shapes
 from kernloom.graph.graph_def import graph_from_json, graph_to_json, load_graph
 from kernloom.graph.node import COLOCATION_ATTR, Node
 from kernloom.graph.op_inputs import convert_inputs
 from kernloom.graph.tensor import Tensor
+from kernloom.op_library import standard_ops
 from kernloom.op_library.control_flow_ops import BACK_EDGE_OPS
-from kernloom.registry import Registry, default_registry
 from kernloom.shapes import TensorShape, as_shape
 
 __all__ = [
@@ -105,8 +106,11 @@ def get_default_graph() -> Graph:
 class Graph:
     """A set of nodes and the builder state used to add more."""
 
-    def __init__(self, registry: Registry | None = None) -> None:
+    def __init__(self, registry: OpSource | None = None) -> None:
         self._registry = registry
+        self._adopted: dict[str, OpDef] = {}
+        """Ops from outside ``ops`` that the generated wrappers brought (a plugin's op
+        built into a graph made without a registry)."""
         self._nodes: dict[str, Node] = {}
         self._names_in_use: dict[str, int] = {}
         self._scopes = _Scopes()
@@ -119,11 +123,42 @@ class Graph:
         what a change reaches (``changed_since``)."""
 
     @property
-    def registry(self) -> Registry:
-        """The registry that defines this graph's ops (the default one unless given)."""
-        if self._registry is None:
-            self._registry = default_registry()
+    def registry(self) -> OpSource | None:
+        """The registry the graph was made with; None for the installed plugins' registry,
+        which a session builds when it first needs kernels or devices (never the graph:
+        building a graph loads no plugin)."""
         return self._registry
+
+    def derived(self) -> Graph:
+        """A new, empty graph with this one's ops (a rewrite or a step's copy of it)."""
+        graph = Graph(self._registry)
+        graph._adopted = dict(self._adopted)
+        return graph
+
+    @property
+    def ops(self) -> OpRegistry:
+        """The ops this graph can be built from: its registry's, else the standard ones."""
+        return self._registry.ops if self._registry is not None else standard_ops()
+
+    def op_def(self, op: str | OpDef) -> OpDef:
+        """The definition of ``op``. An ``OpDef`` (a generated wrapper's, for a plugin's op
+        this graph's ops do not have) is adopted: later nodes and loads find it by name."""
+        if isinstance(op, OpDef):
+            if op.name not in self.ops:
+                self._adopted.setdefault(op.name, op)
+            return self.op_def(op.name)
+        adopted = self._adopted.get(op)
+        if adopted is not None:
+            return adopted
+        if self._registry is None and op not in self.ops:
+            raise NotFoundError(
+                f"no op named {op!r} is in the standard library."
+                + did_you_mean(op, self.ops.names())
+                + " An op a plugin defines is built with its wrapper (kl.ops), or in a graph "
+                "made with that plugin's registry: kl.Graph(registry=default_registry()) "
+                "(kernloom.plugin)."
+            )
+        return self.ops.get(op)
 
     # -- lookup -----------------------------------------------------------------------
 
@@ -160,7 +195,7 @@ class Graph:
 
     @classmethod
     def from_json(
-        cls, text: str, *, registry: Registry | None = None, source: str = "<string>"
+        cls, text: str, *, registry: OpSource | None = None, source: str = "<string>"
     ) -> Graph:
         """A graph from GraphDef JSON, validated completely; errors name the node."""
         return graph_from_json(text, new_graph=cls, registry=registry, source=source)
@@ -170,7 +205,7 @@ class Graph:
         cls,
         path: str | os.PathLike[str],
         *,
-        registry: Registry | None = None,
+        registry: OpSource | None = None,
         max_bytes: int | None = None,
     ) -> Graph:
         """Load a file written by ``save``; a file over ``max_bytes`` (default 2 GiB) is
@@ -272,23 +307,22 @@ class Graph:
 
     @contextlib.contextmanager
     def kernel_label(self, label: str | Mapping[str, str]) -> Iterator[None]:
-        """Nodes built inside ask for kernels with this label (attr ``_kernel``).
+        """Nodes built inside ask for kernels with this label.
 
         A string applies to the nodes whose op has a kernel with that label (so the
-        constants and casts built alongside keep their default kernels); a label that no
-        kernel has is an error here, so a typo cannot silently do nothing. A mapping
-        ``{"MatMul": "einsum"}`` labels exactly those op types (TensorFlow's label map): an
-        op name that does not exist is an error here, a label that none of the op's
-        kernels has is an error naming the node and op as soon as one is built inside.
+        constants and casts built alongside keep their default kernels). Which ops have
+        one is a question about kernels, which the graph does not know: the node records
+        the wish (attr ``_kernel_scope``) and the label is settled where its kernel is
+        chosen, where a label that no kernel has is an error naming the node, op, device
+        and the labels there are. A mapping ``{"MatMul": "einsum"}`` labels exactly those
+        op types (TensorFlow's label map, attr ``_kernel``): an op name that does not exist
+        is an error here; a label that none of the op's kernels has fails kernel lookup,
+        naming the node and op.
         """
         if isinstance(label, str):
-            labels = {
-                r.kernel_def.label for r in self.registry.kernels.kernels() if r.kernel_def.label
-            }
-            if label not in labels:
+            if not label:
                 raise InvalidArgumentError(
-                    f"no kernel is registered with label {label!r}; labels: "
-                    f"{', '.join(sorted(labels)) or '(none)'}." + did_you_mean(label, labels)
+                    "kl.kernel_label: the label is empty; give the label of the kernels to use"
                 )
         elif isinstance(label, Mapping):
             for op, wanted in label.items():
@@ -298,7 +332,7 @@ class Graph:
                         f"{op!r}: {wanted!r}"
                     )
                 try:
-                    self.registry.op_def(op)
+                    self.op_def(op)
                 except NotFoundError as exc:
                     raise NotFoundError(f"kl.kernel_label({dict(label)!r}): {exc}") from None
         else:
@@ -386,28 +420,23 @@ class Graph:
             node.inputs[index] = tensor
             self._record_change(node)
 
-    def _scoped_label(self, op: str, where: str) -> str | None:
-        """The label the innermost ``kernel_label`` scope gives ``op``'s node (``where``)."""
+    def _scoped_labels(self, op: str) -> dict[str, Any]:
+        """The label attrs the open ``kernel_label`` scopes give a node of ``op``: the
+        string scopes inside the innermost map that names ``op`` (``_kernel_scope``,
+        innermost first) and that map's label (``_kernel``)."""
+        wishes: list[str] = []
         for label in reversed(self._scopes.label):
             if isinstance(label, str):
-                if any(r.kernel_def.label == label for r in self.registry.kernels.kernels(op)):
-                    return label
+                wishes.append(label)
             elif op in label:
-                wanted = label[op]
-                labels = {r.kernel_def.label for r in self.registry.kernels.kernels(op)}
-                if wanted not in labels:
-                    named = sorted(x for x in labels if x)
-                    raise InvalidArgumentError(
-                        f"{where}: kl.kernel_label asks for kernel label {wanted!r}, but no "
-                        f"{op} kernel has it; {op}'s labels: {', '.join(named) or '(none)'}."
-                        + did_you_mean(wanted, named)
-                    )
-                return wanted
-        return None
+                return {KERNEL_LABEL_ATTR: label[op]} | (
+                    {KERNEL_SCOPE_ATTR: wishes} if wishes else {}
+                )
+        return {KERNEL_SCOPE_ATTR: wishes} if wishes else {}
 
     def apply_op(
         self,
-        op: str,
+        op: str | OpDef,
         inputs: Sequence[object],
         attrs: Mapping[str, Any],
         *,
@@ -418,14 +447,14 @@ class Graph:
         type attrs, the other inputs, or ``dtype_hint``); return its output, a tuple of
         outputs, or the node itself when it has none. The wrappers and the ``Tensor``
         operators end here."""
-        op_def = self.registry.op_def(op)
+        op_def = self.op_def(op)
         if len(inputs) != len(op_def.inputs):
             raise InvalidArgumentError(
-                f"op {op} takes {len(op_def.inputs)} input(s) "
+                f"op {op_def.name} takes {len(op_def.inputs)} input(s) "
                 f"({', '.join(a.name for a in op_def.inputs)}), got {len(inputs)}"
             )
         converted = convert_inputs(op_def, inputs, attrs, self, dtype_hint)
-        node = self.add_node(op, converted, attrs, name=name)
+        node = self.add_node(op_def.name, converted, attrs, name=name)
         if not node.outputs:
             return node
         return node.outputs[0] if len(node.outputs) == 1 else tuple(node.outputs)
@@ -448,7 +477,7 @@ class Graph:
         overrides the device scope.
         """
         with self._lock:
-            op_def = self.registry.op_def(op)
+            op_def = self.op_def(op)
             flow = self._scopes.flow[-1] if self._scopes.flow and not exact_name else None
             if flow is not None:
                 # Before naming this node: importing may add Switch/Enter nodes.
@@ -484,9 +513,8 @@ class Graph:
                 flat.extend(group)
                 dtypes.append([t.dtype for t in group] if is_list else group[0].dtype)
             given = dict(attrs or {})
-            label = self._scoped_label(op, where) if self._scopes.label else None
-            if label and KERNEL_LABEL_ATTR not in given:
-                given[KERNEL_LABEL_ATTR] = label
+            if self._scopes.label and KERNEL_LABEL_ATTR not in given:
+                given.update(self._scoped_labels(op))
             colocate = [n for group in self._scopes.colocate for n in group]
             if colocate and COLOCATION_ATTR not in given:
                 given[COLOCATION_ATTR] = [f"loc:@{n.name}" for n in colocate]

@@ -30,7 +30,7 @@ import binascii
 import heapq
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -41,16 +41,16 @@ from kernloom.dtypes import DType, as_dtype
 from kernloom.errors import InvalidArgumentError, KernloomError, did_you_mean
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES, FileReadError, read_text_bounded
 from kernloom.framework.attr import AttrKind, AttrType
+from kernloom.framework.op_def import OpDef, OpSource
 from kernloom.graph.tensor import Tensor
 from kernloom.op_library.control_flow_ops import BACK_EDGE_OPS
-from kernloom.registry import Registry
 from kernloom.shapes import TensorShape
 
 if TYPE_CHECKING:
     from kernloom.graph.graph import Graph
     from kernloom.graph.node import Node
 
-GraphFactory = Callable[["Registry | None"], "Graph"]
+GraphFactory = Callable[[OpSource | None], "Graph"]
 """What builds the empty graph a GraphDef loads into (``Graph`` itself: passed in, so that
 this module does not import the graph module that serialises through it)."""
 
@@ -59,9 +59,12 @@ __all__ = [
     "MAX_NESTING",
     "MAX_RANK",
     "GraphDef",
+    "GraphLoader",
     "NodeJSON",
+    "file_order",
     "graph_from_json",
     "graph_to_json",
+    "group_inputs",
     "load_graph",
 ]
 
@@ -168,15 +171,95 @@ def graph_to_json(graph: Graph, *, indent: int | None = 1) -> str:
 # -- decoding ---------------------------------------------------------------------------------
 
 
-class _Loader:
-    def __init__(self, source: str, registry: Registry | None, new_graph: GraphFactory) -> None:
+class GraphLoader:
+    """What every graph loader (GraphDef JSON here, a TensorFlow GraphDef in ``kernloom.tf``)
+    shares: errors that name the file and the node, and a node's inputs grouped per
+    argument of its op."""
+
+    def __init__(self, source: str) -> None:
         self.source = source
-        self.registry = registry
-        self.new_graph = new_graph
 
     def fail(self, message: str, node: str | None = None) -> InvalidArgumentError:
         where = f"{self.source}: node {node!r}: " if node is not None else f"{self.source}: "
         return InvalidArgumentError(where + message)
+
+    def group_inputs(
+        self, op_def: OpDef, data: list[Tensor], attrs: Mapping[str, Any], node: str
+    ) -> list[Tensor | list[Tensor]]:
+        try:
+            return group_inputs(op_def, data, attrs)
+        except InvalidArgumentError as exc:
+            raise self.fail(str(exc), node) from None
+
+    def data_inputs(
+        self,
+        graph: Graph,
+        node: str,
+        sources: Sequence[tuple[str, int]],
+        later: list[tuple[str, int, str, int]],
+    ) -> list[Tensor]:
+        """The tensors ``sources`` (``(node, slot)``) name, for ``node``. A back edge from a
+        node not added yet (a loop's NextIteration) gets a stand-in, another data input of
+        the same node, and goes on ``later`` for ``Graph.update_input``."""
+        present = [(s, k) for s, k in sources if s in graph]
+        data: list[Tensor] = []
+        for src, slot in sources:
+            if src not in graph:
+                if not present:
+                    raise self.fail(
+                        f"every data input comes back from a loop ({src!r} first); a Merge "
+                        f"needs an input from outside the loop too",
+                        node,
+                    )
+                later.append((node, len(data), src, slot))
+                src, slot = present[0]
+            data.append(self.output(graph, node, src, slot))
+        return data
+
+    def output(self, graph: Graph, node: str, src: str, slot: int) -> Tensor:
+        """Output ``slot`` of ``src``, which ``node`` reads."""
+        producer = graph.node(src)
+        if slot >= len(producer.outputs):
+            raise self.fail(
+                f"input '{src}:{slot}' asks for output {slot}, but node {src!r} "
+                f"(op {producer.op}) has {len(producer.outputs)} output(s)",
+                node,
+            )
+        return producer.outputs[slot]
+
+    def add_node(
+        self,
+        graph: Graph,
+        op_def: OpDef,
+        name: str,
+        data: list[Tensor],
+        attrs: Mapping[str, Any],
+        *,
+        device: str,
+        controls: Sequence[Node],
+    ) -> Node:
+        """Add the loaded node under its own name; ``add_node``'s errors name the node and
+        op already, and get the file's name in front."""
+        grouped = self.group_inputs(op_def, data, attrs, name)
+        try:
+            return graph.add_node(
+                op_def.name,
+                grouped,
+                attrs,
+                name=name,
+                device=device,
+                control_inputs=controls,
+                exact_name=True,
+            )
+        except KernloomError as exc:
+            raise InvalidArgumentError(f"{self.source}: {exc.message}", hint=exc.hint) from None
+
+
+class _Loader(GraphLoader):
+    def __init__(self, source: str, registry: OpSource | None, new_graph: GraphFactory) -> None:
+        super().__init__(source)
+        self.registry = registry
+        self.new_graph = new_graph
 
     def parse(self, text: str) -> GraphDef:
         try:
@@ -346,9 +429,16 @@ class _Loader:
             by_name[node.name] = node
         edges: dict[str, list[tuple[str, int | None]]] = {}
         for node in graph_def.nodes:
-            if node.op not in graph.registry.ops:
+            if node.op not in graph.ops:
                 raise self.fail(
-                    f"unknown op {node.op!r}." + did_you_mean(node.op, graph.registry.ops.names()),
+                    f"unknown op {node.op!r}."
+                    + did_you_mean(node.op, graph.ops.names())
+                    + (
+                        " If a plugin defines it, load with "
+                        "registry=kernloom.plugin.default_registry()."
+                        if graph.registry is None
+                        else ""
+                    ),
                     node.name,
                 )
             parsed = []
@@ -399,33 +489,10 @@ class _Loader:
             name: {src for src, slot in inputs if src not in back or slot is None}
             for name, inputs in edges.items()
         }
-        pending = {n.name: len(forward[n.name]) for n in graph_def.nodes}
-        users: dict[str, list[str]] = {}
-        for name, sources in forward.items():
-            for src in sources:
-                users.setdefault(src, []).append(name)
-        # Kahn's algorithm, taking the earliest ready node in file order, so a file that is
-        # already in topological order (every file we write) loads in exactly that order.
-        position = {n.name: i for i, n in enumerate(graph_def.nodes)}
-        ready = [position[n.name] for n in graph_def.nodes if pending[n.name] == 0]
-        heapq.heapify(ready)
-        order: list[str] = []
-        while ready:
-            name = graph_def.nodes[heapq.heappop(ready)].name
-            order.append(name)
-            for user in users.get(name, []):
-                pending[user] -= 1
-                if pending[user] == 0:
-                    heapq.heappush(ready, position[user])
-        if len(order) != len(graph_def.nodes):
-            stuck = next(n.name for n in graph_def.nodes if pending[n.name])
-            cycle = [stuck]
-            while True:  # walk back along unfinished inputs until a node repeats
-                nxt = next(src for src in forward[cycle[-1]] if pending[src])
-                if nxt in cycle:
-                    cycle = [*cycle[cycle.index(nxt) :], nxt]
-                    break
-                cycle.append(nxt)
+        order, cycle = file_order(
+            [n.name for n in graph_def.nodes], {k: sorted(v) for k, v in forward.items()}
+        )
+        if cycle:
             raise self.fail("the graph has a cycle: " + " <- ".join(repr(c) for c in cycle))
         return order
 
@@ -439,79 +506,88 @@ class _Loader:
         """Add ``node``; a back edge from a node not added yet gets a stand-in (another data
         input of the same node) and goes on ``later`` for ``Graph.update_input``."""
         attrs = {key: self.decode_attr(raw, node.name, key) for key, raw in node.attrs.items()}
-        data: list[Tensor] = []
-        data_inputs = [(src, slot) for src, slot in inputs if slot is not None]
-        for src, slot in data_inputs:
-            if src not in graph:
-                stand_in = next(((s, k) for s, k in data_inputs if s in graph), None)
-                if stand_in is None:
-                    raise self.fail(
-                        f"every data input comes back from a loop ({src!r} first); a Merge "
-                        f"needs an input from outside the loop too",
-                        node.name,
-                    )
-                later.append((node.name, len(data), src, slot))
-                src, slot = stand_in
-            producer = graph.node(src)
-            if slot >= len(producer.outputs):
-                raise self.fail(
-                    f"input '{src}:{slot}' asks for output {slot}, but node {src!r} "
-                    f"(op {producer.op}) has {len(producer.outputs)} output(s)",
-                    node.name,
-                )
-            data.append(producer.outputs[slot])
+        sources = [(src, slot) for src, slot in inputs if slot is not None]
+        data = self.data_inputs(graph, node.name, sources, later)
         controls = [graph.node(src) for src, slot in inputs if slot is None]
-        op_def = graph.registry.op_def(node.op)
-        grouped = self.group_inputs(op_def, data, attrs, node.name)
-        try:
-            graph.add_node(
-                node.op,
-                grouped,
-                attrs,
-                name=node.name,
-                device=node.device,
-                control_inputs=controls,
-                exact_name=True,
-            )
-        except KernloomError as exc:
-            # add_node's messages name the node and op already.
-            raise InvalidArgumentError(f"{self.source}: {exc.message}", hint=exc.hint) from None
+        op_def = graph.op_def(node.op)
+        self.add_node(graph, op_def, node.name, data, attrs, device=node.device, controls=controls)
 
-    def group_inputs(
-        self, op_def: Any, data: list[Tensor], attrs: Mapping[str, Any], node: str
-    ) -> list[Tensor | list[Tensor]]:
-        fixed = sum(1 for a in op_def.inputs if not a.is_list)
-        lists = [a for a in op_def.inputs if a.is_list]
-        if (not lists and len(data) != fixed) or (lists and len(data) < fixed):
-            raise self.fail(f"op {op_def.name} takes {fixed} input(s), got {len(data)}", node)
-        out: list[Tensor | list[Tensor]] = []
-        position = 0
-        for arg in op_def.inputs:
-            if arg.is_list:
-                count = _list_length(attrs, arg)
-                if not isinstance(count, int):
-                    count = len(data) - fixed if len(lists) == 1 else None
-                if count is None or count < 0 or position + count > len(data):
-                    raise self.fail(
-                        f"cannot tell how many inputs belong to list '{arg.spec()}'", node
-                    )
-                out.append(data[position : position + count])
-                position += count
-            else:
-                if position >= len(data):
-                    raise self.fail(
-                        f"op {op_def.name} takes more than {len(data)} input(s) with these "
-                        f"attrs (none is left for '{arg.spec()}')",
-                        node,
-                    )
-                out.append(data[position])
-                position += 1
-        if position != len(data):
-            raise self.fail(
-                f"op {op_def.name} takes {position} input(s) with these attrs, got {len(data)}",
-                node,
-            )
-        return out
+
+def group_inputs(
+    op_def: OpDef, data: Sequence[Tensor], attrs: Mapping[str, Any]
+) -> list[Tensor | list[Tensor]]:
+    """A node's flat data inputs, as a GraphDef lists them, grouped per argument of its op
+    (a list for a list argument, ``N * T``), its length from the attrs or, for the one list
+    of an op, from what is left: what every graph loader (GraphDef JSON, a TensorFlow
+    GraphDef) does before it adds the node. ``InvalidArgumentError`` says what does not fit.
+    """
+    fixed = sum(1 for a in op_def.inputs if not a.is_list)
+    lists = [a for a in op_def.inputs if a.is_list]
+    if (not lists and len(data) != fixed) or (lists and len(data) < fixed):
+        raise InvalidArgumentError(f"op {op_def.name} takes {fixed} input(s), got {len(data)}")
+    out: list[Tensor | list[Tensor]] = []
+    position = 0
+    for arg in op_def.inputs:
+        if arg.is_list:
+            count = _list_length(attrs, arg)
+            if not isinstance(count, int):
+                count = len(data) - fixed if len(lists) == 1 else None
+            if count is None or count < 0 or position + count > len(data):
+                raise InvalidArgumentError(
+                    f"op {op_def.name}: cannot tell how many inputs belong to list '{arg.spec()}'"
+                )
+            out.append(list(data[position : position + count]))
+            position += count
+        else:
+            if position >= len(data):
+                raise InvalidArgumentError(
+                    f"op {op_def.name} takes more than {len(data)} input(s) with these "
+                    f"attrs (none is left for '{arg.spec()}')"
+                )
+            out.append(data[position])
+            position += 1
+    if position != len(data):
+        raise InvalidArgumentError(
+            f"op {op_def.name} takes {position} input(s) with these attrs, got {len(data)}"
+        )
+    return out
+
+
+def file_order(
+    names: Sequence[str], sources: Mapping[str, Sequence[str]]
+) -> tuple[list[str], list[str]]:
+    """The nodes ``names`` (in file order) in a topological order of the edges ``sources``
+    (node -> the nodes it waits for), and a cycle (``[a, b, a]``, each waiting for the
+    next) when there is one, else ``[]``: what every graph loader (GraphDef JSON, a
+    TensorFlow GraphDef) needs before it can add nodes.
+
+    Kahn's algorithm, taking the earliest ready node in file order, so that a file that is
+    already in topological order (every file we write) loads in exactly that order.
+    """
+    position = {name: i for i, name in enumerate(names)}
+    pending = {name: len(sources[name]) for name in names}
+    users: dict[str, list[str]] = {}
+    for name in names:
+        for source in sources[name]:
+            users.setdefault(source, []).append(name)
+    ready = [position[name] for name in names if pending[name] == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        name = names[heapq.heappop(ready)]
+        order.append(name)
+        for user in users.get(name, []):
+            pending[user] -= 1
+            if pending[user] == 0:
+                heapq.heappush(ready, position[user])
+    if len(order) == len(names):
+        return order, []
+    cycle = [next(name for name in names if pending[name])]
+    while True:  # walk back along unfinished inputs until a node repeats
+        step = next(source for source in sources[cycle[-1]] if pending[source])
+        if step in cycle:
+            return order, [*cycle[cycle.index(step) :], step]
+        cycle.append(step)
 
 
 def _list_length(attrs: Mapping[str, Any], arg: Any) -> int | None:
@@ -527,7 +603,7 @@ def graph_from_json(
     text: str,
     *,
     new_graph: GraphFactory,
-    registry: Registry | None = None,
+    registry: OpSource | None = None,
     source: str = "<string>",
 ) -> Graph:
     loader = _Loader(source, registry, new_graph)
@@ -538,7 +614,7 @@ def load_graph(
     path: str | Path,
     *,
     new_graph: GraphFactory,
-    registry: Registry | None = None,
+    registry: OpSource | None = None,
     max_bytes: int = DEFAULT_MAX_READ_BYTES,
     limit_hint: str = "pass Graph.load(..., max_bytes=N) to allow more",
 ) -> Graph:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 from kernloom.errors import InvalidArgumentError
-from kernloom.framework.node_def import KERNEL_LABEL_ATTR, NodeDef
+from kernloom.framework.node_def import KERNEL_LABEL_ATTR, KERNEL_SCOPE_ATTR, NodeDef
 from kernloom.framework.op_def import OpDef
 
 if TYPE_CHECKING:
@@ -64,6 +64,13 @@ class Node:
 
     @property
     def kernel_label(self) -> str:
+        """The label this node asks for: its innermost string ``kl.kernel_label`` scope's,
+        else its ``_kernel`` attr (a label map's, or a loaded GraphDef's). A scope's label
+        is a wish settled where the kernel is chosen: a node whose op has no kernel with
+        it gets its default kernel there."""
+        scoped = self.attrs.get(KERNEL_SCOPE_ATTR)
+        if isinstance(scoped, list) and scoped and isinstance(scoped[0], str):
+            return scoped[0]
         label = self.attrs.get(KERNEL_LABEL_ATTR, "")
         return label if isinstance(label, str) else ""
 

@@ -166,6 +166,19 @@ def global_variables(graph: Graph | None = None) -> list[Variable]:
     return list(_by_graph.get(graph or get_default_graph(), []))
 
 
+def existing_variables(
+    graph: Graph | None, caller: str, advice: str
+) -> tuple[Graph, list[Variable]]:
+    """``graph`` (the default graph if None) and its variables, for a ``caller`` that
+    defaults to all of them: none is an ``InvalidArgumentError`` naming the caller and
+    ``advice`` (most likely the call was made outside ``graph.as_default()``)."""
+    target = graph or get_default_graph()
+    found = global_variables(target)
+    if not found:
+        raise InvalidArgumentError(f"{caller}: the graph has no kl.Variable{advice}")
+    return target, found
+
+
 def variables_initializer(
     variables: Sequence[Variable] | None = None,
     *,
@@ -175,13 +188,11 @@ def variables_initializer(
     """A node whose run initialises ``variables`` (by default every variable of ``graph``,
     or of the default graph): ``session.run(kl.variables_initializer())``."""
     if variables is None:
-        target = graph or get_default_graph()
-        found = global_variables(target)
-        if not found:
-            raise InvalidArgumentError(
-                "kl.variables_initializer(): the graph has no kl.Variable. Call it inside "
-                "`with graph.as_default():`, or pass graph= or the variables."
-            )
+        target, found = existing_variables(
+            graph,
+            "kl.variables_initializer()",
+            ". Call it inside `with graph.as_default():`, or pass graph= or the variables.",
+        )
     else:
         found = list(variables)
         target = found[0].graph if found else graph or get_default_graph()

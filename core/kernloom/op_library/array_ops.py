@@ -69,17 +69,25 @@ def _unknown_from_shape_vector(ctx: InferenceContext, index: int) -> TensorShape
     return TensorShape.unknown(vector[0]) if vector.rank == 1 else TensorShape(None)
 
 
+def _shape_vector(ctx: InferenceContext, index: int, name: str) -> list[int] | None:
+    """Input ``index`` (``name``: a vector of dimensions, as TensorFlow's shape functions
+    ask; the kernels also take a scalar, the legacy spelling of a vector of one, when the
+    shape is only known at run time) as ints; None, with the output's shape set as far as
+    it is known, when its value is only known at run time."""
+    if ctx.input_shape(index).rank not in (None, 1):
+        raise ctx.fail(f"{name} must be a vector, got a tensor of shape {ctx.input_shape(index)}")
+    value = ctx.input_value(index)
+    if value is None:
+        ctx.set_output(0, _unknown_from_shape_vector(ctx, index))
+        return None
+    return [int(x) for x in np.asarray(value).reshape(-1)]
+
+
 def _reshape_shape(ctx: InferenceContext) -> None:
     source = ctx.input_shape(0)
-    # As TensorFlow's shape function: a vector (its kernel also takes a scalar, the legacy
-    # spelling of a vector of one, when the shape is only known at run time).
-    if ctx.input_shape(1).rank not in (None, 1):
-        raise ctx.fail(f"shape must be a vector, got a tensor of shape {ctx.input_shape(1)}")
-    target = ctx.input_value(1)
-    if target is None:
-        ctx.set_output(0, _unknown_from_shape_vector(ctx, 1))
+    target_dims = _shape_vector(ctx, 1, "shape")
+    if target_dims is None:
         return
-    target_dims = [int(x) for x in np.asarray(target).reshape(-1)]
     if target_dims.count(-1) > 1:
         raise ctx.fail(f"only one dimension of shape {target_dims} may be -1")
     if any(x < -1 for x in target_dims):
@@ -151,13 +159,9 @@ def _fill_shape(ctx: InferenceContext) -> None:
     # takes the legacy forms, scalar dims and a value of shape [1], when shapes are unknown).
     if ctx.input_shape(1).rank not in (0, None):
         raise ctx.fail(f"value must be a scalar, got shape {ctx.input_shape(1)}")
-    if ctx.input_shape(0).rank not in (1, None):
-        raise ctx.fail(f"dims must be a vector, got shape {ctx.input_shape(0)}")
-    dims = ctx.input_value(0)
-    if dims is None:
-        ctx.set_output(0, _unknown_from_shape_vector(ctx, 0))
+    dims_list = _shape_vector(ctx, 0, "dims")
+    if dims_list is None:
         return
-    dims_list = [int(x) for x in np.asarray(dims).reshape(-1)]
     if any(x < 0 for x in dims_list):
         raise ctx.fail(f"dims {dims_list} has a negative dimension")
     ctx.set_output(0, dims_list)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kernloom.framework.op_def import OpLibrary
+from kernloom.framework.op_def import OpDefBuilder, OpLibrary
 from kernloom.framework.shape_inference import InferenceContext
 from kernloom.shapes import Dim, TensorShape
 
@@ -354,23 +354,32 @@ def _lrn_shape(ctx: InferenceContext) -> None:
 # -- the ops ---------------------------------------------------------------------------------
 
 
+_LAYOUT = "data_format: {'NHWC', 'NCHW'} = 'NHWC'"
+
+
+def _convolution(lib: OpLibrary, name: str, types: str, *, cudnn: bool = True) -> OpDefBuilder:
+    """``name`` with the attrs of TensorFlow's 2-D convolutions: T, strides (the
+    ``use_cudnn_on_gpu`` flag it ignores), padding SAME, VALID or EXPLICIT with
+    explicit_paddings, data_format and dilations; the caller adds inputs and the rest."""
+    builder = lib.register_op(name).attr(f"T: {types}").attr("strides: list(int)")
+    if cudnn:
+        builder = builder.attr("use_cudnn_on_gpu: bool = true")
+    return (
+        builder.attr("padding: {'SAME', 'VALID', 'EXPLICIT'}")
+        .attr("explicit_paddings: list(int) = []")
+        .attr(_LAYOUT)
+        .attr("dilations: list(int) = [1, 1, 1, 1]")
+    )
+
+
 def define(lib: OpLibrary) -> None:
-    padding = "padding: {'SAME', 'VALID', 'EXPLICIT'}"
     explicit = "explicit_paddings: list(int) = []"
-    layout = "data_format: {'NHWC', 'NCHW'} = 'NHWC'"
-    dilations = "dilations: list(int) = [1, 1, 1, 1]"
+    layout = _LAYOUT
     (
-        lib.register_op("Conv2D")
+        _convolution(lib, "Conv2D", CONV_TYPES)
         .input("input: T")
         .input("filter: T")
         .output("output: T")
-        .attr(f"T: {CONV_TYPES}")
-        .attr("strides: list(int)")
-        .attr("use_cudnn_on_gpu: bool = true")
-        .attr(padding)
-        .attr(explicit)
-        .attr(layout)
-        .attr(dilations)
         .shape_fn(_conv2d_shape)
         .doc(
             "2-D cross-correlation of input [N, H, W, C] (or NCHW) with filter "
@@ -382,16 +391,10 @@ def define(lib: OpLibrary) -> None:
         )
     )
     (
-        lib.register_op("DepthwiseConv2dNative")
+        _convolution(lib, "DepthwiseConv2dNative", FLOAT_TYPES, cudnn=False)
         .input("input: T")
         .input("filter: T")
         .output("output: T")
-        .attr(f"T: {FLOAT_TYPES}")
-        .attr("strides: list(int)")
-        .attr(padding)
-        .attr(explicit)
-        .attr(layout)
-        .attr(dilations)
         .shape_fn(_depthwise_shape)
         .doc(
             "Each input channel c convolved with filter[:, :, c, m] for every multiplier m; "
@@ -400,18 +403,11 @@ def define(lib: OpLibrary) -> None:
         )
     )
     (
-        lib.register_op("Conv2DBackpropInput")
+        _convolution(lib, "Conv2DBackpropInput", CONV_TYPES)
         .input("input_sizes: int32")
         .input("filter: T")
         .input("out_backprop: T")
         .output("output: T")
-        .attr(f"T: {CONV_TYPES}")
-        .attr("strides: list(int)")
-        .attr("use_cudnn_on_gpu: bool = true")
-        .attr(padding)
-        .attr(explicit)
-        .attr(layout)
-        .attr(dilations)
         .shape_fn(_backprop_input_shape)
         .doc(
             "The gradient of Conv2D with respect to its input (a transposed convolution): "

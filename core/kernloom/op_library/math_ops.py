@@ -236,6 +236,21 @@ def _binary(
         builder.commutative()
 
 
+def _equality(lib: OpLibrary, name: str, doc: str) -> None:
+    """Equal and NotEqual: every dtype, and TensorFlow's ``incompatible_shape_error``."""
+    (
+        lib.register_op(name)
+        .input("x: T")
+        .input("y: T")
+        .output("z: bool")
+        .attr(f"T: {spec(ALL)}")
+        .attr("incompatible_shape_error: bool = true")
+        .shape_fn(_not_equal_shape)
+        .commutative()
+        .doc(doc)
+    )
+
+
 def _reduction(lib: OpLibrary, name: str, types: str, doc: str) -> None:
     """A reduction over the axes in ``reduction_indices`` (host memory), with ``keep_dims``."""
     (
@@ -299,19 +314,11 @@ def define(lib: OpLibrary) -> None:
     unary("Sqrt", inexact, "The square root of x.")
     unary("Square", numbers, "x * x.")
     unary("Tanh", inexact, "The hyperbolic tangent of x.")
-    (
-        lib.register_op("Equal")
-        .input("x: T")
-        .input("y: T")
-        .output("z: bool")
-        .attr(f"T: {spec(ALL)}")
-        .attr("incompatible_shape_error: bool = true")
-        .shape_fn(_not_equal_shape)
-        .commutative()
-        .doc(
-            "x == y, elementwise, broadcasting (NaN == NaN is false). With "
-            "incompatible_shape_error=false, shapes that cannot broadcast give a scalar false."
-        )
+    _equality(
+        lib,
+        "Equal",
+        "x == y, elementwise, broadcasting (NaN == NaN is false). With "
+        "incompatible_shape_error=false, shapes that cannot broadcast give a scalar false.",
     )
     compare("Less", reals, "x < y, elementwise, broadcasting.")
     compare("Greater", reals, "x > y, elementwise, broadcasting.")
@@ -518,19 +525,11 @@ def _define_model_ops(lib: OpLibrary) -> None:
     comparison = "x {} y, elementwise, broadcasting."
     binary("GreaterEqual", reals, comparison.format(">="), out="bool")
     binary("LessEqual", reals, comparison.format("<="), out="bool")
-    (
-        lib.register_op("NotEqual")
-        .input("x: T")
-        .input("y: T")
-        .output("z: bool")
-        .attr(f"T: {spec(ALL)}")
-        .attr("incompatible_shape_error: bool = true")
-        .shape_fn(_not_equal_shape)
-        .commutative()
-        .doc(
-            "x != y, elementwise, broadcasting (NaN != NaN is true). With "
-            "incompatible_shape_error=false, shapes that cannot broadcast give a scalar true."
-        )
+    _equality(
+        lib,
+        "NotEqual",
+        "x != y, elementwise, broadcasting (NaN != NaN is true). With "
+        "incompatible_shape_error=false, shapes that cannot broadcast give a scalar true.",
     )
     for name, sign in (("LogicalAnd", "and"), ("LogicalOr", "or")):
         (

@@ -11,7 +11,18 @@ from typing import Final
 from kernloom import dtypes as d
 from kernloom.dtypes import DType
 
-__all__ = ["ALL", "COMPLEX", "FLOATS", "INDEX", "INTEGERS", "NUMBERS", "REALS", "SIGNED", "spec"]
+__all__ = [
+    "ALL",
+    "COMPLEX",
+    "FLOATS",
+    "INDEX",
+    "INTEGERS",
+    "NUMBERS",
+    "OP_TYPES",
+    "REALS",
+    "SIGNED",
+    "spec",
+]
 
 FLOATS: Final = (d.float16, d.float32, d.float64)
 COMPLEX: Final = (d.complex64, d.complex128)
@@ -27,6 +38,14 @@ INEXACT: Final = (*FLOATS, *COMPLEX)
 ALL: Final = (*NUMBERS, d.bool_)
 INDEX: Final = (d.int32, d.int64)
 """Shapes, axes and permutations."""
+
+
+OP_TYPES: Final = None
+"""In a kernel's type constraints (``type_constraints={"T": OP_TYPES}``, or a kernel
+table's types column): every dtype the op's attr allows. An op declares its dtypes once, in
+its OpDef (``T: {float16, float32, ...}``); a kernel that covers all of them says so instead
+of listing them again, and lookup checks only what the op itself allows. List a group only
+where a kernel covers fewer dtypes than its op."""
 
 
 def spec(types: tuple[DType, ...]) -> str:

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Final
 
-from kernloom.framework.node_def import KERNEL_LABEL_ATTR
+from kernloom.framework.node_def import KERNEL_LABEL_ATTR, KERNEL_SCOPE_ATTR
 from kernloom.graph.graph import COLOCATION_ATTR, Graph, Node
 
 __all__ = [
@@ -88,6 +88,7 @@ def may_rewrite(node: Node, preserved: frozenset[str], frames: set[str]) -> bool
         or node.name in frames
         or COLOCATION_ATTR in node.attrs
         or node.attrs.get(KERNEL_LABEL_ATTR)
+        or node.attrs.get(KERNEL_SCOPE_ATTR)
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from kernloom.graph.graph import Graph, Node
+from kernloom.graph.graph import Graph, Node, constant_value
 from kernloom.graph.tensor import Tensor
 from kernloom.optimizer.analysis import Consumers, frame_nodes, may_rewrite, name_list
 from kernloom.optimizer.graph_pass import GraphPass, PassContext
@@ -140,7 +140,7 @@ class _Run:
         neutral = _IDENTITY_CONSTANT[node.op]
         sides = [(0, 1), (1, 0)] if node.op in _COMMUTATIVE else [(0, 1)]
         for keep, drop in sides:
-            value = _const_value(inputs[drop])
+            value = constant_value(inputs[drop])
             if value is None or not _all_equal(value, neutral):
                 continue
             shape = node.outputs[0].shape
@@ -225,13 +225,6 @@ def _link(op: str, inputs: list[Tensor], is_constant: Any) -> tuple[Tensor, Tens
         return None
     if op == "Sub" and is_constant(b) and not is_constant(a):
         return a, b, -1
-    return None
-
-
-def _const_value(tensor: Tensor) -> np.ndarray[Any, Any] | None:
-    if tensor.node.op == "Const":
-        value: np.ndarray[Any, Any] = tensor.node.attrs["value"]
-        return value
     return None
 
 

@@ -21,7 +21,7 @@ from kernloom.op_library.types import FLOATS
 from kernloom.optimizer.analysis import Consumers, frame_nodes, may_rewrite, name_list
 from kernloom.optimizer.graph_pass import FUSED_FROM_ATTR, GraphPass, PassContext
 from kernloom.optimizer.placement_hint import has_kernel, likely_device_type
-from kernloom.optimizer.rewriter import GraphRewriter
+from kernloom.optimizer.rewriter import FusedNode, GraphRewriter, replace_groups
 
 __all__ = ["ElementwiseFusion"]
 
@@ -65,29 +65,17 @@ class ElementwiseFusion(GraphPass):
         if not groups:
             return graph
         inner = {m.name for ms in groups.values() for m in ms} - set(groups)
-        rewriter = GraphRewriter(graph)
-        for node in graph.nodes:
-            if node.name in inner:
-                continue
-            group = groups.get(node.name)
-            if group is None:
-                rewriter.copy(node)
-                continue
-            leaves, expression = _expression(group)
-            new = rewriter.add(
-                FUSED_OP,
-                [[rewriter.mapped(t) for t in leaves]],
-                {"expression": expression, FUSED_FROM_ATTR: [m.name for m in group]},
-                name=node.name,
-                exact_name=True,
-                device=node.requested_device,
-            )
-            rewriter.alias(node, new.outputs, new)
         ctx.note(
             f"fused {len(groups)} group(s) of {sum(map(len, groups.values()))} elementwise "
             f"node(s): {name_list(f'{r} ({len(ms)} ops)' for r, ms in groups.items())}"
         )
-        return rewriter.finish(ctx.preserved)
+        return replace_groups(graph, groups, inner, _fused, ctx.preserved)
+
+
+def _fused(rewriter: GraphRewriter, root: Node, group: list[Node]) -> FusedNode:
+    leaves, expression = _expression(group)
+    attrs = {"expression": expression, FUSED_FROM_ATTR: [m.name for m in group]}
+    return FUSED_OP, [[rewriter.mapped(t) for t in leaves]], attrs
 
 
 def _fusable(node: Node, ctx: PassContext, frames: set[str]) -> bool:

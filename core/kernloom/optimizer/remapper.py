@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kernloom.graph.graph import Graph, Node
+from kernloom.graph.tensor import Tensor
 from kernloom.optimizer.analysis import Consumers, frame_nodes, may_rewrite, name_list
 from kernloom.optimizer.graph_pass import FUSED_FROM_ATTR, GraphPass, PassContext
 from kernloom.optimizer.placement_hint import has_kernel, likely_device_type
-from kernloom.optimizer.rewriter import GraphRewriter
+from kernloom.optimizer.rewriter import FusedNode, GraphRewriter, replace_groups
 
 __all__ = ["Remapper"]
 
@@ -53,33 +54,24 @@ class Remapper(GraphPass):
                 inner.update(n.name for n in found if n is not None and n is not last)
         if not patterns:
             return graph
-        rewriter = GraphRewriter(graph)
-        fused: list[str] = []
-        for node in graph.nodes:
-            if node.name in inner:
-                continue
-            pattern = patterns.get(node.name)
-            if pattern is None:
-                rewriter.copy(node)
-                continue
-            product, bias_add, activation = pattern
-            attrs = _fused_attrs(product, bias_add, activation)
-            new = rewriter.add(
-                _FUSED_OP[product.op],
-                [
-                    rewriter.mapped(product.inputs[0]),
-                    rewriter.mapped(product.inputs[1]),
-                    [rewriter.mapped(bias_add.inputs[1])],
-                ],
-                attrs,
-                name=node.name,
-                exact_name=True,
-                device=node.requested_device,
-            )
-            rewriter.alias(node, new.outputs, new)
-            fused.append(f"{node.name} <- {' + '.join(attrs[FUSED_FROM_ATTR])}")
+        fused = [
+            f"{root} <- {' + '.join(n.name for n in pattern if n is not None)}"
+            for root, pattern in patterns.items()
+        ]
         ctx.note(f"fused {len(fused)} pattern(s): {name_list(fused)}")
-        return rewriter.finish(ctx.preserved)
+        return replace_groups(graph, patterns, inner, _fused, ctx.preserved)
+
+
+def _fused(
+    rewriter: GraphRewriter, root: Node, pattern: tuple[Node, Node, Node | None]
+) -> FusedNode:
+    product, bias_add, activation = pattern
+    inputs: list[Tensor | list[Tensor]] = [
+        rewriter.mapped(product.inputs[0]),
+        rewriter.mapped(product.inputs[1]),
+        [rewriter.mapped(bias_add.inputs[1])],
+    ]
+    return _FUSED_OP[product.op], inputs, _fused_attrs(product, bias_add, activation)
 
 
 def _fused_attrs(product: Node, bias_add: Node, activation: Node | None) -> dict[str, Any]:

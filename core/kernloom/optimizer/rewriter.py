@@ -11,13 +11,17 @@ nodes that nothing preserved needs any more.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, final
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from typing import Any, TypeVar, final
 
 from kernloom.graph.graph import Graph, Node, with_stand_ins
 from kernloom.graph.tensor import Tensor
 
-__all__ = ["GraphRewriter", "live_nodes", "prune"]
+__all__ = ["FusedNode", "GraphRewriter", "live_nodes", "prune", "replace_groups"]
+
+Group = TypeVar("Group")
+FusedNode = tuple[str, Sequence[Tensor | Sequence[Tensor]], Mapping[str, Any]]
+"""What replaces a group: the op, its inputs (already in the new graph) and its attrs."""
 
 
 @final
@@ -26,7 +30,7 @@ class GraphRewriter:
 
     def __init__(self, source: Graph) -> None:
         self.source = source
-        self.graph = Graph(source.registry)
+        self.graph = source.derived()
         self.graph.reserve_names([n.name for n in source.nodes])
         self._tensors: dict[str, Tensor] = {}
         self._nodes: dict[str, Node] = {}
@@ -120,6 +124,34 @@ class GraphRewriter:
     def finish(self, roots: Iterable[str]) -> Graph:
         """Close the loops' back edges and drop what ``roots`` no longer need."""
         return prune(self.close_loops(), roots)
+
+
+def replace_groups(
+    graph: Graph,
+    roots: Mapping[str, Group],
+    inner: Set[str],
+    fused: Callable[[GraphRewriter, Node, Group], FusedNode],
+    preserved: Iterable[str],
+) -> Graph:
+    """A copy of ``graph`` in which each group of nodes is one node: the node named by a key
+    of ``roots`` (the group's last, whose outputs its users read) becomes what ``fused``
+    builds for it, under the root's name and requested device, so that users, fetches and
+    traces find it in the root's place; the ``inner`` nodes the groups absorbed are left
+    out; everything else is copied. How a fusing pass rewrites, whatever it fuses."""
+    rewriter = GraphRewriter(graph)
+    for node in graph.nodes:
+        if node.name in inner:
+            continue
+        group = roots.get(node.name)
+        if group is None:
+            rewriter.copy(node)
+            continue
+        op, inputs, attrs = fused(rewriter, node, group)
+        new = rewriter.add(
+            op, inputs, attrs, name=node.name, exact_name=True, device=node.requested_device
+        )
+        rewriter.alias(node, new.outputs, new)
+    return rewriter.finish(preserved)
 
 
 def live_nodes(graph: Graph, roots: Iterable[str]) -> set[str]:

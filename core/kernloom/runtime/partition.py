@@ -27,7 +27,7 @@ from kernloom.framework.device_name import parse_device_name
 from kernloom.framework.memory_types import memory_types
 from kernloom.graph.graph import BACK_EDGE_OPS, Graph, Node, with_stand_ins
 from kernloom.graph.tensor import Tensor
-from kernloom.registry import Registry
+from kernloom.registry import Registry, registry_of
 from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.control_loops import ControlLoops
 
@@ -228,4 +228,4 @@ def partition(
         raise InvalidArgumentError(
             f"cannot partition: nodes without a device: {', '.join(missing)}"
         )
-    return _Partitioner(graph, placement, devices, registry or graph.registry).run()
+    return _Partitioner(graph, placement, devices, registry or registry_of(graph.registry)).run()

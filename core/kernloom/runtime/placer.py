@@ -32,7 +32,7 @@ from kernloom.framework.device import Device
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.device_name import DeviceSpec, parse_device_name
 from kernloom.graph.graph import Graph, Node
-from kernloom.registry import Registry
+from kernloom.registry import Registry, registry_of
 
 __all__ = ["METADATA_OPS", "Placement", "PlacementDecision", "Placer", "TypeCandidate"]
 
@@ -119,7 +119,7 @@ class Placer:
     ) -> None:
         self._graph = graph
         self._devices = devices
-        self._registry = registry or graph.registry
+        self._registry = registry or registry_of(graph.registry)
         self._soft = allow_soft_placement
         self._log = log_device_placement
         self._types = devices.device_types()

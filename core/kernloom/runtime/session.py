@@ -46,7 +46,7 @@ from kernloom.framework.resource_mgr import ResourceMgr
 from kernloom.graph.graph import Graph, Node, get_default_graph
 from kernloom.optimizer import OptimizerReport, check_pass_names, optimize_step_graph
 from kernloom.optimizer import unchanged_nodes as _unchanged_nodes
-from kernloom.registry import Registry
+from kernloom.registry import Registry, registry_of
 from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.executor import Executor, ExecutorBarrier, RunArgs
 from kernloom.runtime.kernel_choice import describe_kernels
@@ -244,7 +244,7 @@ class Session:
         )
         self.graph = graph if graph is not None else get_default_graph()
         self.config = config if config is not None else SessionConfig()
-        self.registry = registry if registry is not None else self.graph.registry
+        self.registry = registry if registry is not None else registry_of(self.graph.registry)
         self._closed = True  # until everything below exists: close() then has nothing to do
         self._check_labels()
         check_pass_names(self.config.disabled_passes, self.registry.graph_passes)

@@ -19,8 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
 
-from kernloom.framework.node_def import KERNEL_LABEL_ATTR
-
 if TYPE_CHECKING:
     from kernloom.framework.device import Device
     from kernloom.runtime.graph_view import NodeItem
@@ -96,13 +94,14 @@ class _Record:
         end = time.perf_counter_ns()
         node = self.item.node
         kernel = self.item.kernel
-        label = node.attrs.get(KERNEL_LABEL_ATTR, "")
+        # The kernel's own label: a ``kl.kernel_label`` scope's wish is settled at lookup.
+        label = kernel.signature.kernel_def.label
         self.collector.add(
             NodeExecStats(
                 node=node.name,
                 op=node.op,
                 kernel=type(kernel).__qualname__,
-                label=label if isinstance(label, str) else "",
+                label=label,
                 device=self.device.name,
                 thread_id=self.thread.ident or 0,
                 thread_name=self.thread.name,

@@ -70,7 +70,7 @@ def build_step_graph(
 ) -> StepGraph:
     fed = set(feeds)
     needed = _needed(graph, fed, fetches, targets)
-    step = Graph(graph.registry)
+    step = graph.derived()
     step.reserve_names([n.name for n in graph.nodes])
     labels = dict(kernel_labels or {})
     args: dict[str, Tensor] = {}

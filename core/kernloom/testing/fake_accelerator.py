@@ -29,19 +29,15 @@ from kernloom.dtypes import DType
 from kernloom.framework.device import (
     Device,
     DeviceAttributes,
-    DeviceFactory,
-    DeviceOptions,
-    device_count_for,
-    full_device_name,
 )
 from kernloom.framework.device_independent_kernels import register_device_independent_kernels
-from kernloom.framework.device_name import LOCAL_PREFIX
 from kernloom.framework.kernel_checks import reshape_dims
 from kernloom.framework.kernel_registry import KernelLibrary
 from kernloom.framework.op_kernel import OpKernelContext
-from kernloom.hooks import KERNLOOM_API_VERSION, hookimpl
+from kernloom.hooks import in_process_plugin
 from kernloom.op_library import types as t
 from kernloom.registrar import Registrar
+from kernloom.testing.fake_device import FakeDeviceFactory
 
 __all__ = [
     "FAKE_ACCEL",
@@ -142,31 +138,17 @@ class FakeAccelDevice(Device):
         return out
 
 
-class FakeAccelFactory(DeviceFactory):
+class FakeAccelFactory(FakeDeviceFactory):
+    """``count`` fake accelerators (``FakeAccelDevice``, type ``FAKE_ACCEL``)."""
+
     def __init__(self, count: int = 1) -> None:
-        self.count = count
-
-    def list_physical_devices(self) -> list[str]:
-        return [f"/physical_device:{FAKE_ACCEL}:{i}" for i in range(self.count)]
-
-    def create_devices(
-        self, options: DeviceOptions, name_prefix: str = LOCAL_PREFIX
-    ) -> list[Device]:
-        return [
-            FakeAccelDevice(
-                DeviceAttributes(
-                    name=full_device_name(name_prefix, FAKE_ACCEL, i),
-                    device_type=FAKE_ACCEL,
-                    backend=BACKEND,
-                    memory_limit=options.memory_limit.get(FAKE_ACCEL, 1 << 30),
-                    physical_device_desc=f"fake accelerator {i}",
-                )
-            )
-            for i in range(device_count_for(options, FAKE_ACCEL, self.count))
-        ]
-
-    def unavailable_reason(self) -> str | None:
-        return "count=0" if self.count == 0 else None
+        super().__init__(
+            FAKE_ACCEL,
+            count=count,
+            backend=BACKEND,
+            device_class=FakeAccelDevice,
+            physical_name="fake accelerator",
+        )
 
 
 def _data(value: Any, ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
@@ -230,13 +212,10 @@ def build_library() -> KernelLibrary:
 def fake_accelerator_plugin(count: int = 1) -> types.SimpleNamespace:
     """The FAKE_ACCEL factory and kernels, as a plugin object for ``Registry.register_plugin``."""
 
-    @hookimpl
     def kernloom_register(registry: Registrar) -> None:
         registry.register_device_factory(
             FAKE_ACCEL, FakeAccelFactory(count), priority=FAKE_ACCEL_PRIORITY
         )
         registry.register_kernels(build_library())
 
-    return types.SimpleNamespace(
-        kernloom_register=kernloom_register, KERNLOOM_API=f">={KERNLOOM_API_VERSION}"
-    )
+    return in_process_plugin(kernloom_register)

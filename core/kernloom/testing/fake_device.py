@@ -10,6 +10,7 @@ although it is a numpy array (the runtime asks the device, never the value's typ
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from kernloom.framework.device import (
     full_device_name,
 )
 from kernloom.framework.device_name import LOCAL_PREFIX
-from kernloom.hooks import KERNLOOM_API_VERSION, hookimpl
+from kernloom.hooks import in_process_plugin
 from kernloom.registrar import Registrar
 
 __all__ = ["FakeDevice", "FakeDeviceFactory", "fake_plugin"]
@@ -82,13 +83,18 @@ class FakeDeviceFactory(DeviceFactory):
         backend: str = "numpy",
         memory_limit: int = _DEFAULT_MEMORY,
         unavailable_reason: str | None = None,
+        device_class: Callable[[DeviceAttributes], Device] = FakeDevice,
+        physical_name: str | None = None,
     ) -> None:
         self.device_type = device_type
+        self.device_class = device_class
+        """What it creates: ``FakeDevice``, or a fake of one's own (``FakeAccelDevice``)."""
+        self.physical_name = physical_name or f"fake {device_type}"
         self.count = count
         self.backend = backend
         self.memory_limit = memory_limit
         self._unavailable = unavailable_reason
-        self.created: list[FakeDevice] = []
+        self.created: list[Device] = []
 
     def list_physical_devices(self) -> list[str]:
         return [f"/physical_device:{self.device_type}:{i}" for i in range(self.count)]
@@ -98,13 +104,13 @@ class FakeDeviceFactory(DeviceFactory):
     ) -> list[Device]:
         count = device_count_for(options, self.device_type, self.count)
         devices = [
-            FakeDevice(
+            self.device_class(
                 DeviceAttributes(
                     name=full_device_name(name_prefix, self.device_type, i),
                     device_type=self.device_type,
                     backend=self.backend,
                     memory_limit=options.memory_limit.get(self.device_type, self.memory_limit),
-                    physical_device_desc=f"fake {self.device_type} {i}",
+                    physical_device_desc=f"{self.physical_name} {i}",
                 )
             )
             for i in range(count)
@@ -122,11 +128,8 @@ def fake_plugin(*factories: tuple[str, DeviceFactory, int]) -> types.SimpleNames
     """A plugin object registering ``(device_type, factory, priority)`` triples, for
     ``Registry.register_plugin`` in tests."""
 
-    @hookimpl
     def kernloom_register(registry: Registrar) -> None:
         for device_type, factory, priority in factories:
             registry.register_device_factory(device_type, factory, priority=priority)
 
-    return types.SimpleNamespace(
-        kernloom_register=kernloom_register, KERNLOOM_API=f">={KERNLOOM_API_VERSION}"
-    )
+    return in_process_plugin(kernloom_register)

@@ -16,6 +16,7 @@ import numpy as np
 
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
+from kernloom.registry import registry_of
 from kernloom.runtime.session import Session
 from kernloom.runtime.session_options import SessionConfig
 
@@ -36,7 +37,7 @@ def check_graph_pass(
     pass named ``pass_name``; raise ``AssertionError`` naming the fetch that differs, or
     the pass if it did not change the graph (unless ``expect_change`` is false). Returns
     the values with the pass."""
-    known = [p.graph_pass.name for p in graph.registry.graph_passes]
+    known = [p.graph_pass.name for p in registry_of(graph.registry).graph_passes]
     if pass_name not in known:
         raise AssertionError(
             f"no plugin of this graph's registry registers a graph pass named {pass_name!r}; "

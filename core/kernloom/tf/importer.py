@@ -20,7 +20,6 @@ shape invariant, which a GraphDef does not record.
 
 from __future__ import annotations
 
-import heapq
 import os
 import re
 from collections.abc import Mapping
@@ -37,7 +36,7 @@ from kernloom.fileio import (
 )
 from kernloom.framework.op_def import OpDef
 from kernloom.graph.graph import BACK_EDGE_OPS, Graph
-from kernloom.graph.tensor import Tensor
+from kernloom.graph.graph_def import GraphLoader, file_order
 from kernloom.op_library.control_flow_ops import relaxed_shape
 from kernloom.registry import Registry, default_registry
 from kernloom.shapes import TensorShape
@@ -68,18 +67,14 @@ class _NodeSpec:
     converted: dict[str, Any] | None = None
 
 
-class _Importer:
+class _Importer(GraphLoader):
     def __init__(
         self, source: str, registry: Registry, *, max_bytes: int, clear_devices: bool
     ) -> None:
-        self.source = source
+        super().__init__(source)
         self.registry = registry
         self.max_bytes = max_bytes
         self.clear_devices = clear_devices
-
-    def fail(self, message: str, node: str | None = None) -> InvalidArgumentError:
-        where = f"{self.source}: node {node!r}: " if node is not None else f"{self.source}: "
-        return InvalidArgumentError(where + message)
 
     # -- structure ----------------------------------------------------------------------
 
@@ -157,36 +152,16 @@ class _Importer:
             | set(spec.control)
             for spec in specs.values()
         }
-        pending = {name: len(sources) for name, sources in forward.items()}
-        users: dict[str, list[str]] = {}
-        for name, sources in forward.items():
-            for source in sources:
-                users.setdefault(source, []).append(name)
         by_position = sorted(specs.values(), key=lambda s: s.position)
-        ready = [s.position for s in by_position if pending[s.name] == 0]
-        heapq.heapify(ready)
-        order: list[_NodeSpec] = []
-        while ready:
-            spec = by_position[heapq.heappop(ready)]
-            order.append(spec)
-            for user in users.get(spec.name, []):
-                pending[user] -= 1
-                if pending[user] == 0:
-                    heapq.heappush(ready, specs[user].position)
-        if len(order) != len(specs):
-            stuck = next(s.name for s in by_position if pending[s.name])
-            cycle = [stuck]
-            while True:  # walk back along unfinished inputs until a node repeats
-                step = next(s for s in sorted(forward[cycle[-1]]) if pending[s])
-                if step in cycle:
-                    cycle = [*cycle[cycle.index(step) :], step]
-                    break
-                cycle.append(step)
+        order, cycle = file_order(
+            [s.name for s in by_position], {k: sorted(v) for k, v in forward.items()}
+        )
+        if cycle:
             raise self.fail(
                 "the graph has a cycle that is not a loop's back edge (NextIteration -> "
                 "Merge): " + " <- ".join(repr(c) for c in cycle)
             )
-        return order
+        return [specs[name] for name in order]
 
     # -- building -----------------------------------------------------------------------
 
@@ -197,40 +172,6 @@ class _Importer:
             except ConversionError as exc:
                 raise self.fail(f"(op {spec.op}) {exc}", spec.name) from None
         return dict(spec.converted)
-
-    def group(self, spec: _NodeSpec, op_def: OpDef, data: list[Tensor], attrs: Any) -> list[Any]:
-        """The flat inputs grouped per argument: a list for a list argument (``N * T``)."""
-        fixed = sum(1 for a in op_def.inputs if not a.is_list)
-        lists = sum(1 for a in op_def.inputs if a.is_list)
-        out: list[Any] = []
-        position = 0
-        for arg in op_def.inputs:
-            if arg.is_list:
-                count = attrs.get(arg.type_list_attr or arg.number_attr)
-                if isinstance(count, list | tuple):  # a list(type) attr: one per dtype
-                    count = len(count)
-                if not isinstance(count, int) and lists == 1:
-                    count = len(data) - fixed
-                if not isinstance(count, int) or count < 0 or position + count > len(data):
-                    raise self.fail(
-                        f"(op {spec.op}) cannot tell how many of its {len(data)} inputs belong "
-                        f"to '{arg.spec()}'",
-                        spec.name,
-                    )
-                out.append(data[position : position + count])
-                position += count
-            else:
-                if position >= len(data):
-                    break
-                out.append(data[position])
-                position += 1
-        if position != len(data) or len(out) != len(op_def.inputs):
-            expected = ", ".join(a.spec() for a in op_def.inputs) or "none"
-            raise self.fail(
-                f"(op {spec.op}) has {len(data)} data input(s); the op takes {expected}",
-                spec.name,
-            )
-        return out
 
     def build(
         self,
@@ -245,40 +186,21 @@ class _Importer:
         for spec in order:
             op_def = self.registry.op_def(spec.op)
             attrs = self.attrs_of(spec, op_def, specs)
-            data: list[Tensor] = []
-            present = [(s, k) for s, k in spec.data if s in graph]
-            for source, slot in spec.data:
-                if source not in graph:  # a back edge: its NextIteration comes later
-                    if not present:
-                        raise self.fail(
-                            f"(op {spec.op}) every data input comes back from a loop ({source!r} "
-                            f"first); a Merge needs an input from outside the loop too",
-                            spec.name,
-                        )
-                    later.append((spec.name, len(data), source, slot))
-                    source, slot = present[0]
-                data.append(self.output(graph, spec, source, slot))
-            grouped = self.group(spec, op_def, data, attrs)
+            data = self.data_inputs(graph, spec.name, spec.data, later)
             controls = [graph.node(c) for c in spec.control]
-            try:
-                node = graph.add_node(
-                    spec.op,
-                    grouped,
-                    attrs,
-                    name=spec.name,
-                    device=spec.device,
-                    control_inputs=controls,
-                    exact_name=True,
-                )
-                relaxed = loop_shapes.get(spec.name)
-                if relaxed is not None:
+            node = self.add_node(
+                graph, op_def, spec.name, data, attrs, device=spec.device, controls=controls
+            )
+            relaxed = loop_shapes.get(spec.name)
+            if relaxed is not None:
+                try:
                     graph.set_output_shape(node.outputs[0], relaxed)
-            except KernloomError as exc:  # add_node's messages name the node and op
-                raise InvalidArgumentError(f"{self.source}: {exc.message}", hint=exc.hint) from None
+                except KernloomError as exc:
+                    raise InvalidArgumentError(f"{self.source}: {exc.message}") from None
         relax: dict[str, TensorShape] = {}
         for consumer, index, source, slot in later:
             merge = graph.node(consumer)
-            tensor = self.output(graph, specs[consumer], source, slot)
+            tensor = self.output(graph, consumer, source, slot)
             try:
                 graph.update_input(merge, index, tensor)
             except KernloomError as exc:  # a back edge of another dtype
@@ -289,16 +211,6 @@ class _Importer:
                 if wider != current:
                     relax[consumer] = relaxed_shape(wider, relax.get(consumer, wider))
         return graph, relax
-
-    def output(self, graph: Graph, spec: _NodeSpec, source: str, slot: int) -> Tensor:
-        producer = graph.node(source)
-        if slot >= len(producer.outputs):
-            raise self.fail(
-                f"input '{source}:{slot}' asks for output {slot}, but node {source!r} (op "
-                f"{producer.op}) has {len(producer.outputs)} output(s)",
-                spec.name,
-            )
-        return producer.outputs[slot]
 
     def run(self, data: bytes, text: bool | None) -> Graph:
         try:

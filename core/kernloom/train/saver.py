@@ -40,8 +40,8 @@ from kernloom.errors import (
 )
 from kernloom.fileio import atomic_write_with
 from kernloom.graph.builder import apply_op, placeholder
-from kernloom.graph.graph import Graph, Node, get_default_graph
-from kernloom.graph.variables import Variable, global_variables
+from kernloom.graph.graph import Graph, Node
+from kernloom.graph.variables import Variable, existing_variables
 from kernloom.runtime.session import Session
 from kernloom.shapes import TensorShape
 
@@ -98,13 +98,12 @@ def _named_variables(
     var_list: Sequence[Variable] | Mapping[str, Variable] | None, graph: Graph | None
 ) -> tuple[Graph, list[tuple[str, Variable]]]:
     if var_list is None:
-        target = graph or get_default_graph()
-        found = global_variables(target)
-        if not found:
-            raise InvalidArgumentError(
-                "kl.train.Saver(): the graph has no kl.Variable to save. Build the saver "
-                "inside `with graph.as_default():` after the variables, or pass var_list="
-            )
+        target, found = existing_variables(
+            graph,
+            "kl.train.Saver()",
+            " to save. Build the saver inside `with graph.as_default():` after the "
+            "variables, or pass var_list=",
+        )
         return target, [(v.name, v) for v in found]
     if isinstance(var_list, Mapping):
         named = list(var_list.items())

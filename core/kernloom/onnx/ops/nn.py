@@ -9,6 +9,7 @@ covers (an AvgPool of a padded mask) where ``count_include_pad`` says so.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -243,14 +244,10 @@ def _global(node: OnnxNode, ctx: ConversionContext, reducer: Any) -> Result:
     return [reducer(x, ctx.int32s(list(range(2, rank))), keep_dims=True)]
 
 
-@converter("GlobalAveragePool", 1)
-def _global_average_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _global(node, ctx, ops.mean)
+converter("GlobalAveragePool", 1)(functools.partial(_global, reducer=ops.mean))
 
 
-@converter("GlobalMaxPool", 1)
-def _global_max_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _global(node, ctx, ops.max)
+converter("GlobalMaxPool", 1)(functools.partial(_global, reducer=ops.max))
 
 
 # -- softmax --------------------------------------------------------------------------------
@@ -277,24 +274,22 @@ def _softmax(node: OnnxNode, ctx: ConversionContext, fn: Any, legacy: bool) -> R
     return [ops.transpose(moved, ctx.int32s([int(i) for i in inverse]))]
 
 
-@converter("Softmax", 1, 11, attrs=("axis",))
-def _softmax_legacy(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _softmax(node, ctx, ops.softmax, legacy=True)
+converter("Softmax", 1, 11, attrs=("axis",))(
+    functools.partial(_softmax, fn=ops.softmax, legacy=True)
+)
 
 
-@converter("Softmax", 13, attrs=("axis",))
-def _softmax_13(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _softmax(node, ctx, ops.softmax, legacy=False)
+converter("Softmax", 13, attrs=("axis",))(functools.partial(_softmax, fn=ops.softmax, legacy=False))
 
 
-@converter("LogSoftmax", 1, 11, attrs=("axis",))
-def _log_softmax_legacy(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _softmax(node, ctx, ops.log_softmax, legacy=True)
+converter("LogSoftmax", 1, 11, attrs=("axis",))(
+    functools.partial(_softmax, fn=ops.log_softmax, legacy=True)
+)
 
 
-@converter("LogSoftmax", 13, attrs=("axis",))
-def _log_softmax_13(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _softmax(node, ctx, ops.log_softmax, legacy=False)
+converter("LogSoftmax", 13, attrs=("axis",))(
+    functools.partial(_softmax, fn=ops.log_softmax, legacy=False)
+)
 
 
 # -- matrices -------------------------------------------------------------------------------
@@ -365,14 +360,14 @@ def _rearrange(node: OnnxNode, ctx: ConversionContext, to_depth: bool) -> Result
     return [ops.transpose(fn(nhwc, block_size=block), ctx.int32s([0, 3, 1, 2]))]
 
 
-@converter("SpaceToDepth", 1, attrs=("blocksize", "mode"))
-def _space_to_depth(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _rearrange(node, ctx, to_depth=True)
+converter("SpaceToDepth", 1, attrs=("blocksize", "mode"))(
+    functools.partial(_rearrange, to_depth=True)
+)
 
 
-@converter("DepthToSpace", 1, attrs=("blocksize", "mode"))
-def _depth_to_space(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _rearrange(node, ctx, to_depth=False)
+converter("DepthToSpace", 1, attrs=("blocksize", "mode"))(
+    functools.partial(_rearrange, to_depth=False)
+)
 
 
 @converter("LpPool", 11, attrs=(*_WINDOW_ATTRS, "ceil_mode", "p"))

@@ -3,6 +3,7 @@ opset 13 (18 for most), as an optional input after; ``noop_with_empty_axes``."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -147,14 +148,14 @@ def _arg(node: OnnxNode, ctx: ConversionContext, fn: Callable[..., Tensor]) -> R
     return [index]
 
 
-@converter("ArgMax", 1, attrs=("axis", "keepdims", "select_last_index"))
-def _argmax(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _arg(node, ctx, ops.arg_max)
+converter("ArgMax", 1, attrs=("axis", "keepdims", "select_last_index"))(
+    functools.partial(_arg, fn=ops.arg_max)
+)
 
 
-@converter("ArgMin", 1, attrs=("axis", "keepdims", "select_last_index"))
-def _argmin(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _arg(node, ctx, ops.arg_min)
+converter("ArgMin", 1, attrs=("axis", "keepdims", "select_last_index"))(
+    functools.partial(_arg, fn=ops.arg_min)
+)
 
 
 __all__: list[str] = []

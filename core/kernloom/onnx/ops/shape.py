@@ -8,6 +8,7 @@ takes it as a tensor.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -219,14 +220,10 @@ def _squeeze(node: OnnxNode, ctx: ConversionContext, as_input: bool) -> Result:
     return [ops.squeeze(x, squeeze_dims=sorted(axis_of(node, a, rank) for a in axes))]
 
 
-@converter("Squeeze", 1, 11, attrs=("axes",))
-def _squeeze_1(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _squeeze(node, ctx, as_input=False)
+converter("Squeeze", 1, 11, attrs=("axes",))(functools.partial(_squeeze, as_input=False))
 
 
-@converter("Squeeze", 13)
-def _squeeze_13(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _squeeze(node, ctx, as_input=True)
+converter("Squeeze", 13)(functools.partial(_squeeze, as_input=True))
 
 
 def _unsqueeze(node: OnnxNode, ctx: ConversionContext, as_input: bool) -> Result:
@@ -254,14 +251,10 @@ def _unsqueeze(node: OnnxNode, ctx: ConversionContext, as_input: bool) -> Result
     return [y]
 
 
-@converter("Unsqueeze", 1, 11, attrs=("axes",))
-def _unsqueeze_1(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _unsqueeze(node, ctx, as_input=False)
+converter("Unsqueeze", 1, 11, attrs=("axes",))(functools.partial(_unsqueeze, as_input=False))
 
 
-@converter("Unsqueeze", 13)
-def _unsqueeze_13(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return _unsqueeze(node, ctx, as_input=True)
+converter("Unsqueeze", 13)(functools.partial(_unsqueeze, as_input=True))
 
 
 @converter("Gather", 1, attrs=("axis",))

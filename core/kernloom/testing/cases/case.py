@@ -7,7 +7,7 @@ the code under test.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,15 @@ import numpy as np
 
 import kernloom as kl
 
-__all__ = ["RNG", "Array", "Case", "assert_matches", "sample", "tolerance"]
+__all__ = [
+    "RNG",
+    "Array",
+    "Case",
+    "assert_matches",
+    "reduction_cases",
+    "sample",
+    "tolerance",
+]
 
 Array = np.ndarray[Any, Any]
 
@@ -74,3 +82,25 @@ def sample(
     if dtype.is_complex:
         values = values + 1j * RNG.standard_normal(shape)
     return np.asarray(values).astype(np_dtype)
+
+
+REDUCTION_AXES: list[Any] = [[1], [0, 2], [-1], [], [0, 1, 2], 1]
+"""The axes every reduction op is checked over on a rank-3 input: one, several, negative,
+none (the identity), all, and a scalar axis."""
+
+
+def reduction_cases(
+    op: str, x: Array, dtype: kl.DType, reference: Callable[[Any, bool], Callable[..., Any]]
+) -> Iterator[Case]:
+    """``op`` (a reduction with an ``axis`` input and ``keep_dims``) of ``x`` over each of
+    ``REDUCTION_AXES``, with and without ``keep_dims``; ``reference(axes, keep)`` gives the
+    reference function for one of them."""
+    for axes in REDUCTION_AXES:
+        for keep in (False, True):
+            yield Case(
+                op,
+                [x, np.array(axes, np.int32)],
+                {"keep_dims": keep},
+                reference=reference(axes, keep),
+                id=f"{op}-{dtype}-{axes}-{keep}",
+            )

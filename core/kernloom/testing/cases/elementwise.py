@@ -11,6 +11,7 @@ op's kernels take, scalar, empty and broadcast shapes, NaN, inf, -0.0 and intege
 from __future__ import annotations
 
 import cmath
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ import numpy as np
 
 import kernloom as kl
 from kernloom.op_library import types as t
-from kernloom.testing.cases.case import Array, Case, sample
+from kernloom.testing.cases.case import Array, Case, reduction_cases, sample
 
 __all__ = ["cases"]
 
@@ -568,15 +569,7 @@ def _reduction_cases() -> Iterator[Case]:
     for op, types in (("Prod", t.NUMBERS), ("All", (kl.bool_,)), ("Any", (kl.bool_,))):
         for dtype in types:
             x = sample((2, 3, 4), dtype, small=True)
-            for axes in ([1], [0, 2], [-1], [], [0, 1, 2], 1):
-                for keep in (False, True):
-                    yield Case(
-                        op,
-                        [x, np.array(axes, np.int32)],
-                        {"keep_dims": keep},
-                        reference=_reduce_reference(op, axes, keep),
-                        id=f"{op}-{dtype}-{axes}-{keep}",
-                    )
+            yield from reduction_cases(op, x, dtype, functools.partial(_reduce_reference, op))
     yield Case(
         "Prod",
         [np.zeros((0, 3), np.float32), np.array([0], np.int64)],

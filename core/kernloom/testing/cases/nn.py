@@ -19,6 +19,11 @@ from kernloom.testing.cases.case import Array, Case, sample
 __all__ = ["cases"]
 
 
+def strided(strides: tuple[int, int], padding: str, **more: Any) -> dict[str, Any]:
+    """A windowed op's (convolution, pooling) attrs in NHWC: ``strides`` over (H, W)."""
+    return {"strides": [1, *strides, 1], "padding": padding, **more}
+
+
 def _pads(
     size: int, window: int, stride: int, dilation: int, padding: str, explicit: Any
 ) -> tuple[int, int, int]:
@@ -71,6 +76,28 @@ def _geometry(
     return out
 
 
+def _taps(
+    attrs: dict[str, Any], in_hw: tuple[int, int], k_hw: tuple[int, int]
+) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """Every (output row i, output col j, filter row p, filter col q, input row r, input
+    col s) of a 2-D correlation whose input position lies inside the input (padding adds
+    nothing): the loops the convolution references share, written from the definition."""
+    h, w = in_hw
+    kh, kw = k_hw
+    (oh, top, sh, dh, _), (ow, left, sw, dw, _) = _geometry(attrs, in_hw, k_hw)
+    for i in range(oh):
+        for j in range(ow):
+            for p in range(kh):
+                for q in range(kw):
+                    r, s = i * sh + p * dh - top, j * sw + q * dw - left
+                    if 0 <= r < h and 0 <= s < w:
+                        yield i, j, p, q, r, s
+
+
+def _out_hw(attrs: dict[str, Any], in_hw: tuple[int, int], k_hw: tuple[int, int]) -> list[int]:
+    return [axis[0] for axis in _geometry(attrs, in_hw, k_hw)]
+
+
 def conv2d_reference(attrs: dict[str, Any]) -> Any:
     fmt = attrs.get("data_format", "NHWC")
 
@@ -80,20 +107,13 @@ def conv2d_reference(attrs: dict[str, Any]) -> Any:
         kh, kw, group_depth, out_depth = f.shape
         groups = c // group_depth
         per_group = out_depth // groups
-        (oh, top, sh, dh, _), (ow, left, sw, dw, _) = _geometry(attrs, (h, w), (kh, kw))
-        y = np.zeros((n, oh, ow, out_depth))
-        for b in range(n):
-            for i in range(oh):
-                for j in range(ow):
-                    for p in range(kh):
-                        for q in range(kw):
-                            r, s = i * sh + p * dh - top, j * sw + q * dw - left
-                            if 0 <= r < h and 0 <= s < w:
-                                for g in range(groups):
-                                    pixel = xs[b, r, s, g * group_depth : (g + 1) * group_depth]
-                                    y[b, i, j, g * per_group : (g + 1) * per_group] += (
-                                        pixel @ f[p, q, :, g * per_group : (g + 1) * per_group]
-                                    )
+        y = np.zeros((n, *_out_hw(attrs, (h, w), (kh, kw)), out_depth))
+        for i, j, p, q, r, s in _taps(attrs, (h, w), (kh, kw)):
+            for g in range(groups):
+                pixels = xs[:, r, s, g * group_depth : (g + 1) * group_depth]
+                y[:, i, j, g * per_group : (g + 1) * per_group] += (
+                    pixels @ f[p, q, :, g * per_group : (g + 1) * per_group]
+                )
         return _back(y, fmt).astype(x.dtype)
 
     return reference
@@ -106,17 +126,11 @@ def depthwise_reference(attrs: dict[str, Any]) -> Any:
         xs = _nhwc(x, fmt).astype(np.float64)
         n, h, w, c = xs.shape
         kh, kw, _, mult = f.shape
-        (oh, top, sh, dh, _), (ow, left, sw, dw, _) = _geometry(attrs, (h, w), (kh, kw))
-        y = np.zeros((n, oh, ow, c * mult))
-        for i in range(oh):
-            for j in range(ow):
-                for p in range(kh):
-                    for q in range(kw):
-                        r, s = i * sh + p * dh - top, j * sw + q * dw - left
-                        if 0 <= r < h and 0 <= s < w:
-                            for ch in range(c):
-                                for m in range(mult):
-                                    y[:, i, j, ch * mult + m] += xs[:, r, s, ch] * f[p, q, ch, m]
+        y = np.zeros((n, *_out_hw(attrs, (h, w), (kh, kw)), c * mult))
+        for i, j, p, q, r, s in _taps(attrs, (h, w), (kh, kw)):
+            for ch in range(c):
+                for m in range(mult):
+                    y[:, i, j, ch * mult + m] += xs[:, r, s, ch] * f[p, q, ch, m]
         return _back(y, fmt).astype(x.dtype)
 
     return reference
@@ -131,15 +145,9 @@ def backprop_input_reference(attrs: dict[str, Any]) -> Any:
         n, h, w, c = full if fmt == "NHWC" else (full[0], full[2], full[3], full[1])
         dys = _nhwc(dy, fmt).astype(np.float64)
         kh, kw = f.shape[:2]
-        (oh, top, sh, dh, _), (ow, left, sw, dw, _) = _geometry(attrs, (h, w), (kh, kw))
         dx = np.zeros((n, h, w, c))
-        for i in range(oh):
-            for j in range(ow):
-                for p in range(kh):
-                    for q in range(kw):
-                        r, s = i * sh + p * dh - top, j * sw + q * dw - left
-                        if 0 <= r < h and 0 <= s < w:
-                            dx[:, r, s, :] += dys[:, i, j, :] @ f[p, q].T
+        for i, j, p, q, r, s in _taps(attrs, (h, w), (kh, kw)):
+            dx[:, r, s, :] += dys[:, i, j, :] @ f[p, q].T
         return _back(dx, fmt).astype(dy.dtype)
 
     return reference
@@ -275,51 +283,27 @@ def lrn_reference(attrs: dict[str, Any]) -> Any:
 def _conv_cases() -> Iterator[Case]:
     nchw = "NCHW"
     settings: list[tuple[str, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
-        ("valid", (2, 5, 6, 3), (3, 3, 3, 4), {"strides": [1, 1, 1, 1], "padding": "VALID"}),
-        (
-            "same-stride2-odd",
-            (1, 6, 7, 2),
-            (3, 3, 2, 3),
-            {"strides": [1, 2, 2, 1], "padding": "SAME"},
-        ),
-        (
-            "same-even-filter",
-            (1, 5, 5, 2),
-            (2, 4, 2, 2),
-            {"strides": [1, 1, 1, 1], "padding": "SAME"},
-        ),
-        ("same-stride3", (2, 7, 8, 2), (2, 2, 2, 3), {"strides": [1, 3, 3, 1], "padding": "SAME"}),
-        (
-            "dilated",
-            (1, 7, 7, 2),
-            (3, 2, 2, 2),
-            {"strides": [1, 1, 1, 1], "padding": "SAME", "dilations": [1, 2, 3, 1]},
-        ),
+        ("valid", (2, 5, 6, 3), (3, 3, 3, 4), strided((1, 1), "VALID")),
+        ("same-stride2-odd", (1, 6, 7, 2), (3, 3, 2, 3), strided((2, 2), "SAME")),
+        ("same-even-filter", (1, 5, 5, 2), (2, 4, 2, 2), strided((1, 1), "SAME")),
+        ("same-stride3", (2, 7, 8, 2), (2, 2, 2, 3), strided((3, 3), "SAME")),
+        ("dilated", (1, 7, 7, 2), (3, 2, 2, 2), strided((1, 1), "SAME", dilations=[1, 2, 3, 1])),
         (
             "explicit",
             (1, 4, 5, 2),
             (3, 3, 2, 2),
-            {
-                "strides": [1, 2, 1, 1],
-                "padding": "EXPLICIT",
-                "explicit_paddings": [0, 0, 2, 1, 0, 3, 0, 0],
-            },
+            strided((2, 1), "EXPLICIT", explicit_paddings=[0, 0, 2, 1, 0, 3, 0, 0]),
         ),
-        ("1x1", (2, 3, 4, 5), (1, 1, 5, 6), {"strides": [1, 1, 1, 1], "padding": "VALID"}),
-        ("1x1-stride2", (1, 5, 5, 3), (1, 1, 3, 2), {"strides": [1, 2, 2, 1], "padding": "SAME"}),
-        ("grouped", (1, 4, 4, 4), (3, 3, 2, 6), {"strides": [1, 1, 1, 1], "padding": "SAME"}),
-        ("empty-batch", (0, 4, 4, 2), (3, 3, 2, 2), {"strides": [1, 1, 1, 1], "padding": "SAME"}),
-        (
-            "window-equals-input",
-            (1, 3, 3, 2),
-            (3, 3, 2, 1),
-            {"strides": [1, 1, 1, 1], "padding": "VALID"},
-        ),
+        ("1x1", (2, 3, 4, 5), (1, 1, 5, 6), strided((1, 1), "VALID")),
+        ("1x1-stride2", (1, 5, 5, 3), (1, 1, 3, 2), strided((2, 2), "SAME")),
+        ("grouped", (1, 4, 4, 4), (3, 3, 2, 6), strided((1, 1), "SAME")),
+        ("empty-batch", (0, 4, 4, 2), (3, 3, 2, 2), strided((1, 1), "SAME")),
+        ("window-equals-input", (1, 3, 3, 2), (3, 3, 2, 1), strided((1, 1), "VALID")),
         (
             "wider-than-the-image",
             (1, 3, 3, 4),
             (3, 3, 4, 16),
-            {"strides": [1, 1, 1, 1], "padding": "SAME", "dilations": [1, 2, 1, 1]},
+            strided((1, 1), "SAME", dilations=[1, 2, 1, 1]),
         ),
     ]
     for name, x_shape, f_shape, attrs in settings:
@@ -361,28 +345,19 @@ def _pads_to_nchw(pads: list[int]) -> list[int]:
 
 def _depthwise_cases() -> Iterator[Case]:
     settings: list[tuple[str, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
-        ("same", (2, 5, 5, 3), (3, 3, 3, 1), {"strides": [1, 1, 1, 1], "padding": "SAME"}),
-        (
-            "multiplier-stride2",
-            (1, 6, 7, 2),
-            (3, 3, 2, 3),
-            {"strides": [1, 2, 2, 1], "padding": "SAME"},
-        ),
+        ("same", (2, 5, 5, 3), (3, 3, 3, 1), strided((1, 1), "SAME")),
+        ("multiplier-stride2", (1, 6, 7, 2), (3, 3, 2, 3), strided((2, 2), "SAME")),
         (
             "valid-dilated",
             (1, 7, 6, 2),
             (2, 3, 2, 2),
-            {"strides": [1, 1, 1, 1], "padding": "VALID", "dilations": [1, 2, 1, 1]},
+            strided((1, 1), "VALID", dilations=[1, 2, 1, 1]),
         ),
         (
             "explicit",
             (1, 4, 4, 2),
             (3, 3, 2, 1),
-            {
-                "strides": [1, 1, 1, 1],
-                "padding": "EXPLICIT",
-                "explicit_paddings": [0, 0, 1, 2, 2, 0, 0, 0],
-            },
+            strided((1, 1), "EXPLICIT", explicit_paddings=[0, 0, 1, 2, 2, 0, 0, 0]),
         ),
     ]
     for name, x_shape, f_shape, attrs in settings:
@@ -405,28 +380,24 @@ def _depthwise_cases() -> Iterator[Case]:
 
 def _backprop_cases() -> Iterator[Case]:
     settings: list[tuple[str, list[int], tuple[int, ...], dict[str, Any]]] = [
-        ("same-stride2", [2, 7, 6, 3], (3, 3, 3, 4), {"strides": [1, 2, 2, 1], "padding": "SAME"}),
+        ("same-stride2", [2, 7, 6, 3], (3, 3, 3, 4), strided((2, 2), "SAME")),
         (
             "valid-uncovered",
             [1, 8, 7, 2],
             (3, 2, 2, 3),
-            {"strides": [1, 3, 2, 1], "padding": "VALID"},
+            strided((3, 2), "VALID"),
         ),
         (
             "dilated",
             [1, 6, 6, 2],
             (2, 3, 2, 2),
-            {"strides": [1, 1, 1, 1], "padding": "SAME", "dilations": [1, 2, 2, 1]},
+            strided((1, 1), "SAME", dilations=[1, 2, 2, 1]),
         ),
         (
             "explicit",
             [1, 4, 5, 2],
             (3, 3, 2, 3),
-            {
-                "strides": [1, 2, 1, 1],
-                "padding": "EXPLICIT",
-                "explicit_paddings": [0, 0, 1, 3, 2, 0, 0, 0],
-            },
+            strided((2, 1), "EXPLICIT", explicit_paddings=[0, 0, 1, 3, 2, 0, 0, 0]),
         ),
     ]
     for name, sizes, f_shape, attrs in settings:
@@ -456,38 +427,21 @@ def _backprop_cases() -> Iterator[Case]:
     )
 
 
+def window(
+    ksize: tuple[int, int], strides: tuple[int, int], padding: str, **more: Any
+) -> dict[str, Any]:
+    """A pooling op's attrs for an NHWC window: ``ksize`` and ``strides`` over (H, W)."""
+    return {"ksize": [1, *ksize, 1], **strided(strides, padding, **more)}
+
+
 def _pool_cases() -> Iterator[Case]:
     settings: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
-        (
-            "valid-2x2",
-            (2, 4, 6, 3),
-            {"ksize": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "padding": "VALID"},
-        ),
-        (
-            "same-3x3-stride2",
-            (1, 5, 6, 2),
-            {"ksize": [1, 3, 3, 1], "strides": [1, 2, 2, 1], "padding": "SAME"},
-        ),
-        (
-            "same-odd-pad",
-            (1, 4, 4, 2),
-            {"ksize": [1, 2, 3, 1], "strides": [1, 1, 1, 1], "padding": "SAME"},
-        ),
-        (
-            "same-stride3",
-            (1, 7, 5, 1),
-            {"ksize": [1, 3, 2, 1], "strides": [1, 3, 2, 1], "padding": "SAME"},
-        ),
-        (
-            "same-pad-at-end-only",
-            (2, 6, 8, 3),
-            {"ksize": [1, 3, 3, 1], "strides": [1, 2, 2, 1], "padding": "SAME"},
-        ),
-        (
-            "window-larger-than-input",
-            (1, 2, 3, 2),
-            {"ksize": [1, 4, 4, 1], "strides": [1, 1, 1, 1], "padding": "SAME"},
-        ),
+        ("valid-2x2", (2, 4, 6, 3), window((2, 2), (2, 2), "VALID")),
+        ("same-3x3-stride2", (1, 5, 6, 2), window((3, 3), (2, 2), "SAME")),
+        ("same-odd-pad", (1, 4, 4, 2), window((2, 3), (1, 1), "SAME")),
+        ("same-stride3", (1, 7, 5, 1), window((3, 2), (3, 2), "SAME")),
+        ("same-pad-at-end-only", (2, 6, 8, 3), window((3, 3), (2, 2), "SAME")),
+        ("window-larger-than-input", (1, 2, 3, 2), window((4, 4), (1, 1), "SAME")),
     ]
     for name, shape, attrs in settings:
         for dtype in (kl.float32, kl.float64, kl.float16):
@@ -503,19 +457,14 @@ def _pool_cases() -> Iterator[Case]:
             yield Case(
                 "MaxPool", [x], attrs, max_pool_reference(attrs), id=f"MaxPool-{name}-{dtype}"
             )
-    explicit = {
-        "ksize": [1, 2, 2, 1],
-        "strides": [1, 1, 2, 1],
-        "padding": "EXPLICIT",
-        "explicit_paddings": [0, 0, 1, 0, 1, 1, 0, 0],
-    }
+    explicit = window((2, 2), (1, 2), "EXPLICIT", explicit_paddings=[0, 0, 1, 0, 1, 1, 0, 0])
     x = sample((1, 4, 5, 2), kl.float32)
     yield Case("MaxPool", [x], explicit, max_pool_reference(explicit), id="MaxPool-explicit")
     # -inf and NaN: the padding never wins, a NaN in the window wins.
     special = np.array(
         [[-np.inf, -np.inf, 1.0], [np.nan, -np.inf, 2.0], [3.0, 4.0, -np.inf]], np.float32
     )
-    same = {"ksize": [1, 2, 2, 1], "strides": [1, 1, 1, 1], "padding": "SAME"}
+    same = window((2, 2), (1, 1), "SAME")
     yield Case(
         "MaxPool", [special[None, :, :, None]], same, max_pool_reference(same), id="MaxPool-inf-nan"
     )
@@ -536,7 +485,7 @@ def _pool_cases() -> Iterator[Case]:
         x = sample((2, 3, 5, 6), kl.float32)
         yield Case("MaxPool", [x], attrs, max_pool_reference(attrs), id=f"MaxPool-NCHW-{fmt_name}")
         yield Case("AvgPool", [x], attrs, avg_pool_reference(attrs), id=f"AvgPool-NCHW-{fmt_name}")
-    empty = {"ksize": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "padding": "SAME"}
+    empty = window((2, 2), (2, 2), "SAME")
     yield Case(
         "MaxPool",
         [np.zeros((0, 4, 4, 2), np.float32)],
@@ -555,31 +504,13 @@ def _pool_cases() -> Iterator[Case]:
 
 def _argmax_cases() -> Iterator[Case]:
     settings: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
-        (
-            "valid",
-            (2, 4, 6, 3),
-            {"ksize": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "padding": "VALID"},
-        ),
+        ("valid", (2, 4, 6, 3), window((2, 2), (2, 2), "VALID")),
         (
             "same-batch-index",
             (2, 5, 5, 2),
-            {
-                "ksize": [1, 3, 3, 1],
-                "strides": [1, 2, 2, 1],
-                "padding": "SAME",
-                "include_batch_in_index": True,
-            },
+            window((3, 3), (2, 2), "SAME", include_batch_in_index=True),
         ),
-        (
-            "same-int32-index",
-            (1, 4, 5, 2),
-            {
-                "ksize": [1, 2, 3, 1],
-                "strides": [1, 1, 2, 1],
-                "padding": "SAME",
-                "Targmax": kl.int32,
-            },
-        ),
+        ("same-int32-index", (1, 4, 5, 2), window((2, 3), (1, 2), "SAME", Targmax=kl.int32)),
     ]
     for name, shape, attrs in settings:
         for dtype in (kl.float32, kl.float64, kl.int32, kl.uint8):
@@ -593,7 +524,7 @@ def _argmax_cases() -> Iterator[Case]:
             )
     # Ties go to the first element in row-major window order; -inf elements beat padding.
     ties = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 2.0], [-np.inf, -np.inf, 2.0]], np.float32)
-    same = {"ksize": [1, 2, 2, 1], "strides": [1, 1, 1, 1], "padding": "SAME"}
+    same = window((2, 2), (1, 1), "SAME")
     yield Case(
         "MaxPoolWithArgmax",
         [ties[None, :, :, None]],

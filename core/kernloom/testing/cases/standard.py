@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -9,7 +10,7 @@ import numpy as np
 
 import kernloom as kl
 from kernloom.op_library import types as t
-from kernloom.testing.cases.case import Array, Case, sample
+from kernloom.testing.cases.case import Array, Case, reduction_cases, sample
 
 __all__ = ["cases"]
 
@@ -175,16 +176,8 @@ def cases() -> Iterator[Case]:
     for op, fn, types in reductions:
         for dtype in types:
             x = sample((2, 3, 4), dtype)
-            for axes in ([1], [0, 2], [-1], [], [0, 1, 2], 1):
-                for keep in (False, True):
-                    axes_array = np.array(axes, np.int32)
-                    yield Case(
-                        op,
-                        [x, axes_array],
-                        {"keep_dims": keep},
-                        reference=_reduction_reference(op, fn, axes, keep),
-                        id=f"{op}-{dtype}-{axes}-{keep}",
-                    )
+            reference = functools.partial(_reduction_reference, op, fn)
+            yield from reduction_cases(op, x, dtype, reference)
     yield Case(
         "Sum",
         [np.zeros((0, 3), np.float32), np.array([0], np.int64)],

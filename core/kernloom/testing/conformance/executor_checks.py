@@ -10,7 +10,6 @@ variable kernels, labelled kernels) is skipped with the reason, never failed.
 from __future__ import annotations
 
 import threading
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +26,9 @@ from kernloom.graph.builder import apply_op, placeholder
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
 from kernloom.graph.variables import Variable
-from kernloom.hooks import KERNLOOM_API_VERSION, hookimpl
+from kernloom.hooks import in_process_plugin
 from kernloom.registrar import Registrar
+from kernloom.registry import Registry
 from kernloom.runtime.session import Session
 from kernloom.runtime.session_options import RunMetadata, RunOptions, SessionConfig
 from kernloom.testing.conformance.failure import KitFailure
@@ -47,7 +47,7 @@ __all__ = [
     "check_variables",
     "check_while_loop",
     "find_probe",
-    "register_fail_kernel",
+    "probe_registry",
 ]
 
 FAIL_OP = "KernloomKitFail"
@@ -322,35 +322,39 @@ def _fail(ctx: OpKernelContext) -> None:
     raise RuntimeError("the conformance kit's probe kernel fails on purpose")
 
 
-def register_fail_kernel(plan: KitPlan) -> None:
-    """Register the kit's ``FAIL_OP`` and its kernel on the device under test (once)."""
-    if FAIL_OP in plan.registry.ops:
-        return
+def probe_registry(plan: KitPlan) -> Registry:
+    """A registry of the kit's own for its failing probe kernel: the factory in use for the
+    device under test (the same instance) and ``FAIL_OP`` with its kernel. The registry
+    under test is loaded, hence frozen, and never changed by the kit."""
+    registry = plan.registry
+    factory = registry.device_factories.chosen(registry.factory_overrides())[plan.device_type]
     library = KernelLibrary()
     library.kernel(FAIL_OP, device=plan.device_type)(_fail)
 
-    @hookimpl
     def kernloom_register(registry: Registrar) -> None:
+        registry.register_device_factory(
+            plan.device_type, factory.factory, priority=factory.priority
+        )
         registry.register_op(FAIL_OP).input("x: T").output("y: T").attr("T: type")
         registry.register_kernels(library)
 
-    plugin = types.SimpleNamespace(
-        kernloom_register=kernloom_register, KERNLOOM_API=f">={KERNLOOM_API_VERSION}"
-    )
-    plan.registry.register_plugin(plugin, name=PROBE_PLUGIN)
+    probe = Registry()
+    probe.register_plugin(in_process_plugin(kernloom_register), name=PROBE_PLUGIN)
+    return probe
 
 
 def check_kernel_error(plan: KitPlan) -> None:
     """A kernel that raises on the device fails the run with an error naming the node and
     the device (the device's ``compute`` must let the exception through)."""
-    register_fail_kernel(plan)
-    graph = Graph(plan.registry)
+    registry = probe_registry(plan)
+    graph = Graph(registry)
     with graph.as_default():
         x = placeholder(int32, [2], name="x")
         with graph.device(_pin(plan)):
             out = apply_op(FAIL_OP, [x], {}, name="kit_failing_node")
     try:
-        _run(graph, plan, out, {x: np.arange(2, dtype=np.int32)})
+        with Session(graph, registry=registry) as session:
+            session.run(out, {x: np.arange(2, dtype=np.int32)})
     except KernelError as exc:
         message = str(exc)
         missing = [s for s in ("kit_failing_node", plan.device.name) if s not in message]

@@ -154,22 +154,22 @@ class LeakyRelu(OpKernel):
 
 SIGNED_REALS = (*t.FLOATS, *(d for d in t.SIGNED if d.is_integer))
 
-UNARY: tuple[tuple[str, Callable[..., Any], tuple[Any, ...]], ...] = (
-    ("Relu6", _relu6, t.REALS),
-    ("Elu", _elu, t.FLOATS),
-    ("Selu", _selu, t.FLOATS),
-    ("Softplus", _softplus, t.FLOATS),
-    ("Softsign", _softsign, t.FLOATS),
-    ("Erf", _erf, t.FLOATS),
+UNARY: tuple[tuple[str, Callable[..., Any], tuple[Any, ...] | None], ...] = (
+    ("Relu6", _relu6, t.OP_TYPES),
+    ("Elu", _elu, t.OP_TYPES),
+    ("Selu", _selu, t.OP_TYPES),
+    ("Softplus", _softplus, t.OP_TYPES),
+    ("Softsign", _softsign, t.OP_TYPES),
+    ("Erf", _erf, t.OP_TYPES),
     ("Rsqrt", _rsqrt, t.FLOATS),  # complex: complex_rules
     ("Reciprocal", _reciprocal, t.FLOATS),
     ("Abs", np.absolute, SIGNED_REALS),
-    ("Sign", _sign, t.SIGNED),
-    ("Floor", np.floor, t.FLOATS),
-    ("Ceil", np.ceil, t.FLOATS),
+    ("Sign", _sign, t.OP_TYPES),
+    ("Floor", np.floor, t.OP_TYPES),
+    ("Ceil", np.ceil, t.OP_TYPES),
     ("Round", _round, t.FLOATS),
-    ("Sin", np.sin, t.INEXACT),
-    ("Cos", np.cos, t.INEXACT),
+    ("Sin", np.sin, t.OP_TYPES),
+    ("Cos", np.cos, t.OP_TYPES),
     ("Atan", np.arctan, t.FLOATS),
     ("Expm1", np.expm1, t.FLOATS),
     ("Log1p", np.log1p, t.FLOATS),
@@ -184,7 +184,7 @@ PREDICATES: tuple[tuple[str, Callable[..., Any]], ...] = (
 def register(lib: KernelLibrary) -> None:
     """Add this family's kernels to ``lib``."""
 
-    def cpu(op: str, types: tuple[Any, ...], **kw: Any) -> Any:
+    def cpu(op: str, types: tuple[Any, ...] | None, **kw: Any) -> Any:
         return lib.kernel(op, device=CPU, backend="numpy", type_constraints={"T": types}, **kw)
 
     for op, fn, types in UNARY:
@@ -195,4 +195,4 @@ def register(lib: KernelLibrary) -> None:
     cpu("Round", integers, direct=_unary_in_place(_identity))(_unary(_identity))
     for op, fn in PREDICATES:
         cpu(op, t.FLOATS)(_predicate(fn))
-    cpu("LeakyRelu", t.FLOATS)(LeakyRelu)
+    cpu("LeakyRelu", t.OP_TYPES)(LeakyRelu)

@@ -67,6 +67,6 @@ def register(lib: KernelLibrary) -> None:
     cpu("Transpose", host_memory=["perm"])(transpose)
     cpu("ConcatV2", host_memory=["axis"])(concat)
     cpu("Fill", host_memory=["dims"])(fill)
-    cpu("ZerosLike", type_constraints={"T": t.ALL})(_filled(0))
-    cpu("OnesLike", type_constraints={"T": t.ALL})(_filled(1))
+    cpu("ZerosLike", type_constraints={"T": t.OP_TYPES})(_filled(0))
+    cpu("OnesLike", type_constraints={"T": t.OP_TYPES})(_filled(1))
     cpu("Shape", host_memory=["output"], expensive=False)(shape)

@@ -142,32 +142,32 @@ def cast(ctx: OpKernelContext) -> None:
     np.copyto(out, tf_cast(np, x, out.dtype, truncate=bool(ctx.attr("Truncate"))))
 
 
-Table = tuple[tuple[str, Callable[..., Any], tuple[Any, ...]], ...]
+Table = tuple[tuple[str, Callable[..., Any], tuple[Any, ...] | None], ...]
 _WIDE_UNSIGNED = ("uint16", "uint32", "uint64")
 """What TensorFlow's Add (not AddV2) leaves out."""
 
 BINARY: Table = (
-    ("Add", np.add, tuple(x for x in t.NUMBERS if x.name not in _WIDE_UNSIGNED)),
-    ("Sub", np.subtract, t.NUMBERS),
+    ("Add", np.add, t.OP_TYPES),
+    ("Sub", np.subtract, t.OP_TYPES),
     ("Mul", np.multiply, t.REALS),  # complex: complex_rules
     ("RealDiv", np.true_divide, t.FLOATS),
-    ("Maximum", np.maximum, t.REALS),
-    ("Minimum", np.minimum, t.REALS),
-    ("Pow", np.power, tuple(x for x in t.NUMBERS if not x.is_unsigned)),
+    ("Maximum", np.maximum, t.OP_TYPES),
+    ("Minimum", np.minimum, t.OP_TYPES),
+    ("Pow", np.power, t.OP_TYPES),
 )
 UNARY: Table = (
-    ("Neg", np.negative, t.SIGNED),
-    ("Exp", np.exp, t.INEXACT),
-    ("Log", np.log, t.INEXACT),
-    ("Sqrt", np.sqrt, t.INEXACT),
+    ("Neg", np.negative, t.OP_TYPES),
+    ("Exp", np.exp, t.OP_TYPES),
+    ("Log", np.log, t.OP_TYPES),
+    ("Sqrt", np.sqrt, t.OP_TYPES),
     ("Square", np.square, t.REALS),
-    ("Tanh", np.tanh, t.INEXACT),
+    ("Tanh", np.tanh, t.OP_TYPES),
     ("Sigmoid", _sigmoid, t.FLOATS),
-    ("Relu", _relu, t.REALS),
+    ("Relu", _relu, t.OP_TYPES),
 )
 COMPARISONS: Table = (
-    ("Less", np.less, t.REALS),
-    ("Greater", np.greater, t.REALS),
+    ("Less", np.less, t.OP_TYPES),
+    ("Greater", np.greater, t.OP_TYPES),
 )
 
 
@@ -175,7 +175,7 @@ def register(lib: KernelLibrary) -> None:
     def kernel(
         op: str,
         fn: Callable[[OpKernelContext], None],
-        types: tuple[Any, ...],
+        types: tuple[Any, ...] | None,
         attr: str = "T",
         direct: Callable[..., Any] | None = None,
     ) -> None:
@@ -190,6 +190,6 @@ def register(lib: KernelLibrary) -> None:
         kernel(op, _unary(fn), types, direct=_unary_in_place(fn))
     for op, fn, types in COMPARISONS:
         kernel(op, _compare(fn), types)
-    kernel("Select", select, t.ALL)
-    kernel("AddN", add_n, t.NUMBERS)
+    kernel("Select", select, t.OP_TYPES)
+    kernel("AddN", add_n, t.OP_TYPES)
     lib.kernel("Cast", device=CPU, backend="numpy")(cast)

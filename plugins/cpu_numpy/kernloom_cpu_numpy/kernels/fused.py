@@ -83,7 +83,9 @@ class FusedElementwise(OpKernel):
         self._steps: list[Step] = []
         self._temps = 0
         for k, (op, operands) in enumerate(steps):
-            dying = [i for kind, i in operands if kind == "t" and last_use.get(i) == k]
+            # Once per temporary: Add(t0, t0) frees t0's slot once, not twice (a slot on
+            # the free list twice would be handed to two live values).
+            dying = sorted({i for kind, i in operands if kind == "t" and last_use.get(i) == k})
             for i in dying:
                 free.append(slot_of[i])
             if k == len(steps) - 1:
@@ -206,11 +208,11 @@ class FusedMatMul(OpKernel):
 
 def register(lib: KernelLibrary) -> None:
     lib.kernel(
-        "_FusedElementwise", device="CPU", backend="numpy", type_constraints={"T": t.FLOATS}
+        "_FusedElementwise", device="CPU", backend="numpy", type_constraints={"T": t.OP_TYPES}
     )(FusedElementwise)
-    lib.kernel("_FusedMatMul", device="CPU", backend="numpy", type_constraints={"T": t.FLOATS})(
+    lib.kernel("_FusedMatMul", device="CPU", backend="numpy", type_constraints={"T": t.OP_TYPES})(
         FusedMatMul
     )
-    lib.kernel("_FusedConv2D", device="CPU", backend="numpy", type_constraints={"T": t.FLOATS})(
+    lib.kernel("_FusedConv2D", device="CPU", backend="numpy", type_constraints={"T": t.OP_TYPES})(
         FusedConv2D
     )

@@ -116,7 +116,7 @@ def depth_to_space(ctx: OpKernelContext) -> None:
 def register(lib: KernelLibrary) -> None:
     """Add this family's kernels to ``lib``."""
 
-    def cpu(op: str, types: tuple[Any, ...], **kw: Any) -> Any:
+    def cpu(op: str, types: tuple[Any, ...] | None, **kw: Any) -> Any:
         return lib.kernel(op, device=CPU, backend="numpy", type_constraints={"T": types}, **kw)
 
     cpu("ResizeBilinear", RESIZE_TYPES, host_memory=["size"])(resize_bilinear)

@@ -430,7 +430,7 @@ def register(lib: KernelLibrary) -> None:
     cpu("OneHot", "depth")(one_hot)
     # No float16: TensorFlow's CPU has no such Where kernel.
     cpu("Where", type_constraints={"T": tuple(x for x in t.ALL if x.name != "float16")})(where)
-    cpu("SelectV2", type_constraints={"T": t.ALL})(select_v2)
+    cpu("SelectV2", type_constraints={"T": t.OP_TYPES})(select_v2)
     cpu("StopGradient", expensive=False)(stop_gradient)
     cpu("PlaceholderWithDefault", expensive=False)(placeholder_with_default)
     # No complex: TensorFlow has no CPU Unique for it.

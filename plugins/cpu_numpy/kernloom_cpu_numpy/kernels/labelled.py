@@ -55,11 +55,11 @@ def softmax_logsumexp(ctx: OpKernelContext) -> None:
 
 
 def register(lib: KernelLibrary) -> None:
-    def labelled(op: str, label: str, types: tuple[Any, ...]) -> Any:
+    def labelled(op: str, label: str, types: tuple[Any, ...] | None) -> Any:
         return lib.kernel(
             op, device="CPU", backend="numpy", label=label, type_constraints={"T": types}
         )
 
     labelled("MatMul", "einsum", MATMUL_TYPES)(matmul_einsum)
     labelled("MatMul", "blocked", MATMUL_TYPES)(matmul_blocked)
-    labelled("Softmax", "logsumexp", t.FLOATS)(softmax_logsumexp)
+    labelled("Softmax", "logsumexp", t.OP_TYPES)(softmax_logsumexp)

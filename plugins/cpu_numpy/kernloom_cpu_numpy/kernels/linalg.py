@@ -146,8 +146,8 @@ class Einsum(OpKernel):
 def register(lib: KernelLibrary) -> None:
     """Add this family's kernels to ``lib``."""
 
-    def cpu(op: str, types: tuple[Any, ...], **kw: Any) -> Any:
+    def cpu(op: str, types: tuple[Any, ...] | None, **kw: Any) -> Any:
         return lib.kernel(op, device=CPU, backend="numpy", type_constraints={"T": types}, **kw)
 
     cpu("BatchMatMulV2", BATCH_MATMUL_TYPES)(batch_matmul)
-    cpu("Einsum", t.NUMBERS)(Einsum)
+    cpu("Einsum", t.OP_TYPES)(Einsum)

@@ -150,17 +150,17 @@ def clip_by_value(ctx: OpKernelContext) -> None:
     np.copyto(out, low, where=out < low)
 
 
-ARITHMETIC: tuple[tuple[str, Fn, tuple[Any, ...]], ...] = (
-    ("AddV2", np.add, t.NUMBERS),
+ARITHMETIC: tuple[tuple[str, Fn, tuple[Any, ...] | None], ...] = (
+    ("AddV2", np.add, t.OP_TYPES),
     ("SquaredDifference", _squared_difference, (*t.FLOATS, *t.INDEX)),  # complex: elsewhere
     ("DivNoNan", _div_no_nan, t.FLOATS),
     ("LogicalAnd", np.logical_and, ()),
     ("LogicalOr", np.logical_or, ()),
 )
-DIVISIONS: tuple[tuple[str, Fn, tuple[Any, ...]], ...] = (
+DIVISIONS: tuple[tuple[str, Fn, tuple[Any, ...] | None], ...] = (
     ("Div", _truncate_divide, t.REALS),  # complex: complex_rules
     ("FloorDiv", _floor_divide, t.REALS),
-    ("FloorMod", _floor_mod, t.REALS),
+    ("FloorMod", _floor_mod, t.OP_TYPES),
 )
 COMPARISONS: tuple[tuple[str, Fn], ...] = (
     ("GreaterEqual", np.greater_equal),
@@ -171,7 +171,7 @@ COMPARISONS: tuple[tuple[str, Fn], ...] = (
 def register(lib: KernelLibrary) -> None:
     """Add this family's kernels to ``lib``."""
 
-    def cpu(op: str, types: tuple[Any, ...], **kw: Any) -> Any:
+    def cpu(op: str, types: tuple[Any, ...] | None, **kw: Any) -> Any:
         constraints = {"T": types} if types else None
         return lib.kernel(op, device=CPU, backend="numpy", type_constraints=constraints, **kw)
 
@@ -181,8 +181,8 @@ def register(lib: KernelLibrary) -> None:
         cpu(op, types, direct=_checked_in_place(fn))(_checked(fn))
     for op, fn in COMPARISONS:
         cpu(op, t.REALS)(_compare(fn))
-    cpu("NotEqual", t.ALL)(_equality(np.not_equal, True))
-    cpu("Equal", t.ALL)(_equality(np.equal, False))
+    cpu("NotEqual", t.OP_TYPES)(_equality(np.not_equal, True))
+    cpu("Equal", t.OP_TYPES)(_equality(np.equal, False))
     cpu("LogicalNot", (), direct=_unary_in_place(np.logical_not))(_unary(np.logical_not))
     # TensorFlow's CPU has no ClipByValue for uint32 and uint64; so neither does kernloom's.
     cpu("ClipByValue", tuple(d for d in t.REALS if d.name not in ("uint32", "uint64")))(

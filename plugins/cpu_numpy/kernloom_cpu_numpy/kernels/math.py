@@ -16,7 +16,6 @@ from kernloom.plugin import (
     OpKernelConstruction,
     OpKernelContext,
     argmax_axis,
-    as_dtype,
     bias_channel,
     matmul_shape,
     reduced_shape,
@@ -133,13 +132,13 @@ def arg_max(ctx: OpKernelContext) -> None:
 
 
 def register(lib: KernelLibrary) -> None:
-    def cpu(op: str, types: tuple[Any, ...], **kw: Any) -> Any:
+    def cpu(op: str, types: tuple[Any, ...] | None, **kw: Any) -> Any:
         return lib.kernel(op, device=CPU, backend="numpy", type_constraints={"T": types}, **kw)
 
-    cpu("Sum", t.NUMBERS, host_memory=["reduction_indices"])(reduce_sum)
-    cpu("Mean", t.NUMBERS, host_memory=["reduction_indices"])(reduce_mean)
-    cpu("Max", t.REALS, host_memory=["reduction_indices"])(_extreme(np.max, lowest))
-    cpu("Min", t.REALS, host_memory=["reduction_indices"])(_extreme(np.min, highest))
-    cpu("MatMul", (*t.FLOATS, *t.INDEX, *t.COMPLEX))(MatMul)
-    cpu("BiasAdd", t.NUMBERS)(bias_add)
-    cpu("ArgMax", (*t.REALS, as_dtype(np.bool_)), host_memory=["dimension"])(arg_max)
+    cpu("Sum", t.OP_TYPES, host_memory=["reduction_indices"])(reduce_sum)
+    cpu("Mean", t.OP_TYPES, host_memory=["reduction_indices"])(reduce_mean)
+    cpu("Max", t.OP_TYPES, host_memory=["reduction_indices"])(_extreme(np.max, lowest))
+    cpu("Min", t.OP_TYPES, host_memory=["reduction_indices"])(_extreme(np.min, highest))
+    cpu("MatMul", t.OP_TYPES)(MatMul)
+    cpu("BiasAdd", t.OP_TYPES)(bias_add)
+    cpu("ArgMax", t.OP_TYPES, host_memory=["dimension"])(arg_max)

@@ -15,7 +15,6 @@ import numpy as np
 from kernloom.plugin import (
     KernelLibrary,
     OpKernelContext,
-    as_dtype,
     axes_of,
     reduced_shape,
     reduction_axes,
@@ -144,14 +143,14 @@ def top_k(ctx: OpKernelContext) -> None:
 def register(lib: KernelLibrary) -> None:
     """Add this family's kernels to ``lib``."""
 
-    def cpu(op: str, types: tuple[Any, ...], **kw: Any) -> Any:
+    def cpu(op: str, types: tuple[Any, ...] | None, **kw: Any) -> Any:
         constraints = {"T": types} if types else None
         return lib.kernel(op, device=CPU, backend="numpy", type_constraints=constraints, **kw)
 
     reduction = {"host_memory": ["reduction_indices"]}
-    cpu("Prod", t.NUMBERS, **reduction)(_reduction(np.prod))
+    cpu("Prod", t.OP_TYPES, **reduction)(_reduction(np.prod))
     cpu("All", (), **reduction)(_reduction(np.all))
     cpu("Any", (), **reduction)(_reduction(np.any))
-    cpu("ArgMin", (*t.REALS, as_dtype(np.bool_)), host_memory=["dimension"])(arg_min)
-    cpu("Cumsum", t.NUMBERS, host_memory=["axis"])(cumsum)
-    cpu("TopKV2", t.REALS, host_memory=["k"])(top_k)
+    cpu("ArgMin", t.OP_TYPES, host_memory=["dimension"])(arg_min)
+    cpu("Cumsum", t.OP_TYPES, host_memory=["axis"])(cumsum)
+    cpu("TopKV2", t.OP_TYPES, host_memory=["k"])(top_k)

@@ -266,52 +266,52 @@ class _Kernels:
     def standard(self) -> list[tuple[str, Kernel, dict[str, Any]]]:
         xp = self.xp
 
-        def typed(types: tuple[Any, ...], **kw: Any) -> dict[str, Any]:
+        def typed(types: tuple[Any, ...] | None, **kw: Any) -> dict[str, Any]:
             return {"type_constraints": {"T": types}, **kw}
 
         reduction = {"host_memory": ["reduction_indices"]}
-        binary: list[tuple[str, Any, tuple[Any, ...]]] = [
-            ("Add", xp.add, tuple(x for x in t.NUMBERS if x.name not in _WIDE_UNSIGNED)),
-            ("Sub", xp.subtract, t.NUMBERS),
-            ("Mul", xp.multiply, t.NUMBERS),
-            ("RealDiv", xp.true_divide, t.INEXACT),
-            ("Maximum", xp.maximum, t.REALS),
-            ("Minimum", xp.minimum, t.REALS),
-            ("Pow", xp.power, tuple(x for x in t.NUMBERS if not x.is_unsigned)),
-            ("Less", xp.less, t.REALS),
-            ("Greater", xp.greater, t.REALS),
+        binary: list[tuple[str, Any, tuple[Any, ...] | None]] = [
+            ("Add", xp.add, t.OP_TYPES),
+            ("Sub", xp.subtract, t.OP_TYPES),
+            ("Mul", xp.multiply, t.OP_TYPES),
+            ("RealDiv", xp.true_divide, t.OP_TYPES),
+            ("Maximum", xp.maximum, t.OP_TYPES),
+            ("Minimum", xp.minimum, t.OP_TYPES),
+            ("Pow", xp.power, t.OP_TYPES),
+            ("Less", xp.less, t.OP_TYPES),
+            ("Greater", xp.greater, t.OP_TYPES),
         ]
-        unary: list[tuple[str, Any, tuple[Any, ...]]] = [
-            ("Neg", xp.negative, t.SIGNED),
-            ("Exp", xp.exp, t.INEXACT),
-            ("Log", xp.log, t.INEXACT),
-            ("Sqrt", xp.sqrt, t.INEXACT),
-            ("Square", xp.square, t.NUMBERS),
-            ("Tanh", xp.tanh, t.INEXACT),
-            ("Sigmoid", self._sigmoid, t.INEXACT),
-            ("Relu", self._relu, t.REALS),
+        unary: list[tuple[str, Any, tuple[Any, ...] | None]] = [
+            ("Neg", xp.negative, t.OP_TYPES),
+            ("Exp", xp.exp, t.OP_TYPES),
+            ("Log", xp.log, t.OP_TYPES),
+            ("Sqrt", xp.sqrt, t.OP_TYPES),
+            ("Square", xp.square, t.OP_TYPES),
+            ("Tanh", xp.tanh, t.OP_TYPES),
+            ("Sigmoid", self._sigmoid, t.OP_TYPES),
+            ("Relu", self._relu, t.OP_TYPES),
         ]
         kernels = [(op, self.binary(fn), typed(types)) for op, fn, types in binary]
         kernels += [(op, self.unary(fn), typed(types)) for op, fn, types in unary]
         kernels += [
-            ("Select", self.select, typed(t.ALL)),
-            ("AddN", self.add_n, typed(t.NUMBERS)),
+            ("Select", self.select, typed(t.OP_TYPES)),
+            ("AddN", self.add_n, typed(t.OP_TYPES)),
             ("Cast", self.cast, {}),
-            ("Sum", self.reduce_sum, typed(t.NUMBERS, **reduction)),
-            ("Mean", self.reduce_mean, typed(t.NUMBERS, **reduction)),
-            ("Max", self.extreme(xp.max, lowest=True), typed(t.REALS, **reduction)),
-            ("Min", self.extreme(xp.min, lowest=False), typed(t.REALS, **reduction)),
-            ("MatMul", self.matmul, typed((*t.FLOATS, *t.INDEX, *t.COMPLEX))),
-            ("BiasAdd", self.bias_add, typed(t.NUMBERS)),
+            ("Sum", self.reduce_sum, typed(t.OP_TYPES, **reduction)),
+            ("Mean", self.reduce_mean, typed(t.OP_TYPES, **reduction)),
+            ("Max", self.extreme(xp.max, lowest=True), typed(t.OP_TYPES, **reduction)),
+            ("Min", self.extreme(xp.min, lowest=False), typed(t.OP_TYPES, **reduction)),
+            ("MatMul", self.matmul, typed(t.OP_TYPES)),
+            ("BiasAdd", self.bias_add, typed(t.OP_TYPES)),
             ("ArgMax", self.arg_max, typed(_ORDERED, host_memory=["dimension"])),
-            ("Softmax", self.softmax, typed(t.FLOATS)),
-            ("LogSoftmax", self.log_softmax, typed(t.FLOATS)),
+            ("Softmax", self.softmax, typed(t.OP_TYPES)),
+            ("LogSoftmax", self.log_softmax, typed(t.OP_TYPES)),
             ("Reshape", self.reshape, {"host_memory": ["shape"], "expensive": False}),
             ("Transpose", self.transpose, {"host_memory": ["perm"]}),
             ("ConcatV2", self.concat, {"host_memory": ["axis"]}),
             ("Fill", self.fill, {"host_memory": ["dims"]}),
-            ("ZerosLike", self.filled(0), typed(t.ALL)),
-            ("OnesLike", self.filled(1), typed(t.ALL)),
+            ("ZerosLike", self.filled(0), typed(t.OP_TYPES)),
+            ("OnesLike", self.filled(1), typed(t.OP_TYPES)),
             ("Shape", self.shape, {"host_memory": ["output"], "expensive": False}),
         ]
         return kernels

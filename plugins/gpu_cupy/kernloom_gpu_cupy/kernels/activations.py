@@ -100,31 +100,31 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         alpha = x.dtype.type(np.float32(ctx.attr("alpha")))  # TF's float attr: 32 bits
         xp.copyto(ctx.allocate_output(0, x.shape), xp.where(x > 0, x, x * alpha))
 
-    table: tuple[tuple[str, Callable[[Any], Any], tuple[Any, ...]], ...] = (
-        ("Relu6", relu6, t.REALS),
-        ("Elu", elu, t.FLOATS),
-        ("Selu", selu, t.FLOATS),
-        ("Softplus", softplus, t.FLOATS),
-        ("Softsign", softsign, t.FLOATS),
-        ("Erf", erf, t.FLOATS),
-        ("Rsqrt", rsqrt, t.INEXACT),
+    table: tuple[tuple[str, Callable[[Any], Any], tuple[Any, ...] | None], ...] = (
+        ("Relu6", relu6, t.OP_TYPES),
+        ("Elu", elu, t.OP_TYPES),
+        ("Selu", selu, t.OP_TYPES),
+        ("Softplus", softplus, t.OP_TYPES),
+        ("Softsign", softsign, t.OP_TYPES),
+        ("Erf", erf, t.OP_TYPES),
+        ("Rsqrt", rsqrt, t.OP_TYPES),
         ("Reciprocal", reciprocal, t.INEXACT),
         ("Abs", xp.abs, SIGNED_REALS),
-        ("Sign", sign, t.SIGNED),
-        ("Floor", xp.floor, t.FLOATS),
-        ("Ceil", xp.ceil, t.FLOATS),
+        ("Sign", sign, t.OP_TYPES),
+        ("Floor", xp.floor, t.OP_TYPES),
+        ("Ceil", xp.ceil, t.OP_TYPES),
         ("Round", round_half_even, _ROUND_TYPES),
-        ("Sin", xp.sin, t.INEXACT),
-        ("Cos", xp.cos, t.INEXACT),
+        ("Sin", xp.sin, t.OP_TYPES),
+        ("Cos", xp.cos, t.OP_TYPES),
         ("Atan", xp.arctan, t.FLOATS),
-        ("Expm1", xp.expm1, t.INEXACT),
-        ("Log1p", xp.log1p, t.INEXACT),
-        ("IsNan", xp.isnan, t.FLOATS),
-        ("IsInf", xp.isinf, t.FLOATS),
-        ("IsFinite", xp.isfinite, t.FLOATS),
+        ("Expm1", xp.expm1, t.OP_TYPES),
+        ("Log1p", xp.log1p, t.OP_TYPES),
+        ("IsNan", xp.isnan, t.OP_TYPES),
+        ("IsInf", xp.isinf, t.OP_TYPES),
+        ("IsFinite", xp.isfinite, t.OP_TYPES),
     )
     for op, fn, types in table:
         lib.kernel(op, device=GPU, backend=BACKEND, type_constraints={"T": types})(unary(fn))
-    lib.kernel("LeakyRelu", device=GPU, backend=BACKEND, type_constraints={"T": t.FLOATS})(
+    lib.kernel("LeakyRelu", device=GPU, backend=BACKEND, type_constraints={"T": t.OP_TYPES})(
         leaky_relu
     )

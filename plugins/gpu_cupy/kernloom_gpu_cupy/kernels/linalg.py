@@ -68,8 +68,8 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         out = ctx.allocate_output(0, batch_matmul_shape(ctx, x.shape, y.shape, adj_x, adj_y))
         xp.matmul(adjoint(x) if adj_x else x, adjoint(y) if adj_y else y, out=out)
 
-    def gpu(op: str, types: tuple[Any, ...]) -> Any:
+    def gpu(op: str, types: tuple[Any, ...] | None) -> Any:
         return lib.kernel(op, device=GPU, backend=BACKEND, type_constraints={"T": types})
 
     gpu("BatchMatMulV2", BATCH_MATMUL_TYPES)(batch_matmul)
-    gpu("Einsum", t.NUMBERS)(_einsum_kernel(xp))
+    gpu("Einsum", t.OP_TYPES)(_einsum_kernel(xp))

@@ -100,26 +100,26 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         clipped = xp.where(high < x, high, x)
         xp.copyto(ctx.allocate_output(0, x.shape), xp.where(clipped < low, low, clipped))
 
-    table: tuple[tuple[str, Fn, tuple[Any, ...], bool], ...] = (
-        ("AddV2", xp.add, t.NUMBERS, False),
-        ("SquaredDifference", squared_difference, (*t.FLOATS, *t.INDEX, *t.COMPLEX), False),
-        ("DivNoNan", div_no_nan, t.INEXACT, False),
-        ("Div", div, t.NUMBERS, True),
+    table: tuple[tuple[str, Fn, tuple[Any, ...] | None, bool], ...] = (
+        ("AddV2", xp.add, t.OP_TYPES, False),
+        ("SquaredDifference", squared_difference, t.OP_TYPES, False),
+        ("DivNoNan", div_no_nan, t.OP_TYPES, False),
+        ("Div", div, t.OP_TYPES, True),
         ("FloorDiv", floor_div, t.REALS, True),
-        ("FloorMod", floor_mod, t.REALS, True),
-        ("GreaterEqual", xp.greater_equal, t.REALS, False),
-        ("LessEqual", xp.less_equal, t.REALS, False),
+        ("FloorMod", floor_mod, t.OP_TYPES, True),
+        ("GreaterEqual", xp.greater_equal, t.OP_TYPES, False),
+        ("LessEqual", xp.less_equal, t.OP_TYPES, False),
         ("LogicalAnd", xp.logical_and, (), False),
         ("LogicalOr", xp.logical_or, (), False),
     )
 
-    def gpu(op: str, types: tuple[Any, ...]) -> Any:
+    def gpu(op: str, types: tuple[Any, ...] | None) -> Any:
         constraints = {"T": types} if types else None
         return lib.kernel(op, device=GPU, backend=BACKEND, type_constraints=constraints)
 
     for op, fn, types, checked in table:
         gpu(op, types)(binary(fn, checked=checked))
-    gpu("NotEqual", t.ALL)(equality(xp.not_equal, True))
-    gpu("Equal", t.ALL)(equality(xp.equal, False))
+    gpu("NotEqual", t.OP_TYPES)(equality(xp.not_equal, True))
+    gpu("Equal", t.OP_TYPES)(equality(xp.equal, False))
     gpu("LogicalNot", ())(logical_not)
     gpu("ClipByValue", t.REALS)(clip_by_value)

@@ -19,7 +19,6 @@ import numpy as np
 from kernloom.plugin import (
     KernelLibrary,
     OpKernelContext,
-    as_dtype,
     axes_of,
     reduced_shape,
     reduction_axes,
@@ -115,14 +114,14 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         xp.copyto(indices, found, casting="unsafe")
         xp.copyto(values, xp.take_along_axis(x, found, axis=-1))
 
-    def gpu(op: str, types: tuple[Any, ...], **kw: Any) -> Any:
+    def gpu(op: str, types: tuple[Any, ...] | None, **kw: Any) -> Any:
         constraints = {"T": types} if types else None
         return lib.kernel(op, device=GPU, backend=BACKEND, type_constraints=constraints, **kw)
 
     reduce = {"host_memory": ["reduction_indices"]}
-    gpu("Prod", t.NUMBERS, **reduce)(reduction(prod))
+    gpu("Prod", t.OP_TYPES, **reduce)(reduction(prod))
     gpu("All", (), **reduce)(reduction(xp.all))
     gpu("Any", (), **reduce)(reduction(xp.any))
-    gpu("ArgMin", (*t.REALS, as_dtype(np.bool_)), host_memory=["dimension"])(arg_min)
-    gpu("Cumsum", t.NUMBERS, host_memory=["axis"])(cumsum)
-    gpu("TopKV2", t.REALS, host_memory=["k"])(top_k)
+    gpu("ArgMin", t.OP_TYPES, host_memory=["dimension"])(arg_min)
+    gpu("Cumsum", t.OP_TYPES, host_memory=["axis"])(cumsum)
+    gpu("TopKV2", t.OP_TYPES, host_memory=["k"])(top_k)

@@ -53,7 +53,7 @@ _ORDERED = tuple(dtype for dtype in d.ALL if not dtype.is_complex)
 def _standard() -> list[tuple[str, Kernel, dict[str, Any]]]:
     """(op, kernel, registration keywords) for every standard op the torch GPU runs."""
 
-    def typed(types: tuple[Any, ...], **kw: Any) -> dict[str, Any]:
+    def typed(types: tuple[Any, ...] | None, **kw: Any) -> dict[str, Any]:
         return {"type_constraints": {"T": types}, **kw}
 
     reduction = {"host_memory": ["reduction_indices"]}
@@ -73,8 +73,8 @@ def _standard() -> list[tuple[str, Kernel, dict[str, Any]]]:
         ("MatMul", math.matmul, typed((*d.FLOATS, *t.COMPLEX))),
         ("BiasAdd", math.bias_add, typed(d.NUMBERS)),
         ("ArgMax", math.arg_max, typed(_ORDERED, host_memory=["dimension"])),
-        ("Softmax", math.softmax, typed(d.FLOATS)),
-        ("LogSoftmax", math.log_softmax, typed(d.FLOATS)),
+        ("Softmax", math.softmax, typed(t.OP_TYPES)),
+        ("LogSoftmax", math.log_softmax, typed(t.OP_TYPES)),
         ("Reshape", array.reshape, {"host_memory": ["shape"], "expensive": False}),
         ("Transpose", array.transpose, typed(d.ALL, host_memory=["perm"])),
         ("ConcatV2", array.concat, typed(d.ALL, host_memory=["axis"])),

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from kernloom.plugin import KernelLibrary, OpKernelContext
+from kernloom.plugin import types as t
 from kernloom_gpu_torch import dtypes as d
 from kernloom_gpu_torch.kernels._util import output, tensor_input
 
@@ -73,33 +74,33 @@ def leaky_relu(ctx: OpKernelContext) -> None:
     output(ctx, 0, x.shape).copy_(torch.where(x > 0, x, x * alpha))
 
 
-UNARY: tuple[tuple[str, Fn, tuple[Any, ...]], ...] = (
+UNARY: tuple[tuple[str, Fn, tuple[Any, ...] | None], ...] = (
     ("Relu6", _relu6, d.REALS),
-    ("Elu", _elu, d.FLOATS),
-    ("Selu", _selu, d.FLOATS),
-    ("Softplus", _softplus, d.FLOATS),
-    ("Softsign", _softsign, d.FLOATS),
-    ("Erf", torch.erf, d.FLOATS),
-    ("Rsqrt", torch.rsqrt, d.INEXACT),
+    ("Elu", _elu, t.OP_TYPES),
+    ("Selu", _selu, t.OP_TYPES),
+    ("Softplus", _softplus, t.OP_TYPES),
+    ("Softsign", _softsign, t.OP_TYPES),
+    ("Erf", torch.erf, t.OP_TYPES),
+    ("Rsqrt", torch.rsqrt, t.OP_TYPES),
     ("Reciprocal", torch.reciprocal, d.INEXACT),
-    ("Abs", torch.abs, tuple(t for t in d.SIGNED if not t.is_complex)),
-    ("Sign", _sign, d.SIGNED),
-    ("Floor", torch.floor, d.FLOATS),
-    ("Ceil", torch.ceil, d.FLOATS),
+    ("Abs", torch.abs, t.OP_TYPES),
+    ("Sign", _sign, t.OP_TYPES),
+    ("Floor", torch.floor, t.OP_TYPES),
+    ("Ceil", torch.ceil, t.OP_TYPES),
     # Halves to even; no int8/int16 (TensorFlow's CPU has no such Round).
     (
         "Round",
         torch.round,
         tuple(t for t in d.SIGNED if t.name not in ("int8", "int16", "complex64", "complex128")),
     ),
-    ("Sin", torch.sin, d.INEXACT),
-    ("Cos", torch.cos, d.INEXACT),
+    ("Sin", torch.sin, t.OP_TYPES),
+    ("Cos", torch.cos, t.OP_TYPES),
     ("Atan", torch.atan, d.FLOATS),
-    ("Expm1", torch.expm1, d.INEXACT),
-    ("Log1p", torch.log1p, d.INEXACT),
-    ("IsNan", torch.isnan, d.FLOATS),
-    ("IsInf", torch.isinf, d.FLOATS),
-    ("IsFinite", torch.isfinite, d.FLOATS),
+    ("Expm1", torch.expm1, t.OP_TYPES),
+    ("Log1p", torch.log1p, t.OP_TYPES),
+    ("IsNan", torch.isnan, t.OP_TYPES),
+    ("IsInf", torch.isinf, t.OP_TYPES),
+    ("IsFinite", torch.isfinite, t.OP_TYPES),
 )
 
 
@@ -107,6 +108,6 @@ def register(lib: KernelLibrary) -> None:
     """Add this family's kernels to ``lib``."""
     for op, fn, types in UNARY:
         lib.kernel(op, device=GPU, backend=BACKEND, type_constraints={"T": types})(_unary(fn))
-    lib.kernel("LeakyRelu", device=GPU, backend=BACKEND, type_constraints={"T": d.FLOATS})(
+    lib.kernel("LeakyRelu", device=GPU, backend=BACKEND, type_constraints={"T": t.OP_TYPES})(
         leaky_relu
     )

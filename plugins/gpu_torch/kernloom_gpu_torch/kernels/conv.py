@@ -454,8 +454,8 @@ def _types(*names: str) -> tuple[Any, ...]:
 
 _FLOATS = ("float16", "float32", "float64")
 KERNELS: Final[tuple[tuple[str, Kernel, dict[str, Any]], ...]] = (
-    ("Conv2D", conv2d, {"type_constraints": {"T": _types(*_FLOATS, "int32")}}),
-    ("DepthwiseConv2dNative", depthwise_conv2d, {"type_constraints": {"T": _types(*_FLOATS)}}),
+    ("Conv2D", conv2d, {"type_constraints": {"T": t.OP_TYPES}}),
+    ("DepthwiseConv2dNative", depthwise_conv2d, {"type_constraints": {"T": t.OP_TYPES}}),
     (
         "Conv2DBackpropInput",
         conv2d_backprop_input,
@@ -466,14 +466,14 @@ KERNELS: Final[tuple[tuple[str, Kernel, dict[str, Any]], ...]] = (
         max_pool,
         {"type_constraints": {"T": _types(*_FLOATS, "int32", "int64", "uint8", "int16", "int8")}},
     ),
-    ("AvgPool", avg_pool, {"type_constraints": {"T": _types(*_FLOATS)}}),
+    ("AvgPool", avg_pool, {"type_constraints": {"T": t.OP_TYPES}}),
     ("MaxPoolWithArgmax", max_pool_with_argmax, {"type_constraints": {"T": d.REALS}}),
     (
         "FusedBatchNormV3",
         fused_batch_norm,
         {"type_constraints": {"T": _types("float16", "float32")}},
     ),
-    ("LRN", lrn, {"type_constraints": {"T": _types("float16", "float32")}}),
+    ("LRN", lrn, {"type_constraints": {"T": t.OP_TYPES}}),
 )
 
 CPU_LABELLED_OPS: Final = (

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from kernloom.plugin import OpKernelContext, add_n_shape, broadcast_shape, select_condition_shape
+from kernloom.plugin import types as t
 from kernloom_gpu_torch import dtypes as d
 from kernloom_gpu_torch.kernels._util import output, tensor_input, tensor_inputs
 
@@ -110,25 +111,25 @@ def _float_to_int(x: torch.Tensor, dst: torch.dtype) -> torch.Tensor:
     return torch.where(valid, wide, invalid).to(dst)
 
 
-Table = tuple[tuple[str, Fn, tuple[Any, ...]], ...]
+Table = tuple[tuple[str, Fn, tuple[Any, ...] | None], ...]
 
 BINARY: Table = (
-    ("Add", torch.add, d.NUMBERS),  # torch has no uint16/32/64: TF's Add list
+    ("Add", torch.add, t.OP_TYPES),  # torch has no uint16/32/64: TF's Add list
     ("Sub", torch.sub, d.NUMBERS),
     ("Mul", torch.mul, d.NUMBERS),
-    ("RealDiv", torch.div, d.INEXACT),
+    ("RealDiv", torch.div, t.OP_TYPES),
     ("Maximum", torch.maximum, d.REALS),
     ("Minimum", torch.minimum, d.REALS),
-    ("Pow", torch.pow, tuple(x for x in d.NUMBERS if not x.is_unsigned)),
+    ("Pow", torch.pow, t.OP_TYPES),
 )
 UNARY: Table = (
-    ("Neg", torch.neg, d.SIGNED),
-    ("Exp", torch.exp, d.INEXACT),
-    ("Log", torch.log, d.INEXACT),
-    ("Sqrt", torch.sqrt, d.INEXACT),
+    ("Neg", torch.neg, t.OP_TYPES),
+    ("Exp", torch.exp, t.OP_TYPES),
+    ("Log", torch.log, t.OP_TYPES),
+    ("Sqrt", torch.sqrt, t.OP_TYPES),
     ("Square", torch.square, d.NUMBERS),
-    ("Tanh", torch.tanh, d.INEXACT),
-    ("Sigmoid", torch.sigmoid, d.INEXACT),
+    ("Tanh", torch.tanh, t.OP_TYPES),
+    ("Sigmoid", torch.sigmoid, t.OP_TYPES),
     ("Relu", _relu, d.REALS),
 )
 COMPARISONS: Table = (

@@ -114,7 +114,7 @@ def clip_by_value(ctx: OpKernelContext) -> None:
     output(ctx, 0, x.shape).copy_(torch.where(clipped < low, low, clipped))
 
 
-BINARY: tuple[tuple[str, Fn, tuple[Any, ...], bool], ...] = (
+BINARY: tuple[tuple[str, Fn, tuple[Any, ...] | None, bool], ...] = (
     ("AddV2", torch.add, d.NUMBERS, False),
     (
         "SquaredDifference",
@@ -122,7 +122,7 @@ BINARY: tuple[tuple[str, Fn, tuple[Any, ...], bool], ...] = (
         d.supported((*t.FLOATS, *t.INDEX, *t.COMPLEX)),
         False,
     ),
-    ("DivNoNan", _div_no_nan, d.INEXACT, False),
+    ("DivNoNan", _div_no_nan, t.OP_TYPES, False),
     ("Div", _div, d.NUMBERS, True),
     ("FloorDiv", _floor_div, d.REALS, True),
     ("FloorMod", _floor_mod, d.REALS, True),
@@ -136,7 +136,7 @@ BINARY: tuple[tuple[str, Fn, tuple[Any, ...], bool], ...] = (
 def register(lib: KernelLibrary) -> None:
     """Add this family's kernels to ``lib``."""
 
-    def gpu(op: str, types: tuple[Any, ...]) -> Any:
+    def gpu(op: str, types: tuple[Any, ...] | None) -> Any:
         constraints = {"T": types} if types else None
         return lib.kernel(op, device=GPU, backend=BACKEND, type_constraints=constraints)
 
