@@ -463,15 +463,9 @@ class _Loader(GraphLoader):
         for name in order:
             self.add(graph, by_name[name], edges[name], later)
         for consumer, index, source, source_slot in later:
-            producer = graph.node(source)
-            if source_slot >= len(producer.outputs):
-                raise self.fail(
-                    f"input '{source}:{source_slot}' asks for output {source_slot}, but node "
-                    f"{source!r} (op {producer.op}) has {len(producer.outputs)} output(s)",
-                    consumer,
-                )
+            tensor = self.output(graph, consumer, source, source_slot)
             try:
-                graph.update_input(graph.node(consumer), index, producer.outputs[source_slot])
+                graph.update_input(graph.node(consumer), index, tensor)
             except KernloomError as exc:  # a loop's back edge of another dtype
                 raise InvalidArgumentError(f"{self.source}: {exc.message}") from None
         return graph
