@@ -178,16 +178,28 @@ def register(lib: KernelLibrary) -> None:
         types: tuple[Any, ...],
         attr: str = "T",
         direct: Callable[..., Any] | None = None,
+        inplace_form: Callable[..., Any] | None = None,
     ) -> None:
-        lib.kernel(op, device=CPU, backend="numpy", type_constraints={attr: types}, direct=direct)(
-            fn
-        )
+        lib.kernel(
+            op,
+            device=CPU,
+            backend="numpy",
+            type_constraints={attr: types},
+            direct=direct,
+            inplace_form=inplace_form,
+        )(fn)
 
     for op, fn, types in BINARY:
         # Pow in place could leave a half-written input behind on its ValueError.
-        kernel(op, _binary(fn), types, direct=None if op == "Pow" else _binary_in_place(fn))
+        if op == "Pow":
+            kernel(op, _binary(fn), types)
+            continue
+        # The in-place form is the ufunc itself: ``np.add(a, b, a)`` costs what ``a + b``
+        # does, and the compiled straight line calls it where it proved ``a`` may be
+        # overwritten (the kernels' outputs are always buffers of their own).
+        kernel(op, _binary(fn), types, direct=_binary_in_place(fn), inplace_form=fn)
     for op, fn, types in UNARY:
-        kernel(op, _unary(fn), types, direct=_unary_in_place(fn))
+        kernel(op, _unary(fn), types, direct=_unary_in_place(fn), inplace_form=fn)
     for op, fn, types in COMPARISONS:
         kernel(op, _compare(fn), types)
     kernel("Select", select, t.ALL)
