@@ -293,11 +293,9 @@ def _generate(
     if bound:
         source.append(f"    {', '.join(bound)}, = _bound")
         line_node.append(-1)
-    check = "cd(); " if deadline else ""
+    check = ["cd()", "if st.stopped: return"] if deadline else ["if st.stopped: return"]
     for node, lines in nodes:
-        source.append(f"    {check}if st.stopped: return")
-        line_node.append(node)
-        for line in lines:
+        for line in (*check, *lines):
             source.append(f"    {line}")
             line_node.append(node)
     namespace: dict[str, Any] = {"_bound": tuple(bound.values())}
