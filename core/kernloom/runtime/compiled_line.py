@@ -299,7 +299,7 @@ def _generate(
             source.append(f"    {line}")
             line_node.append(node)
     namespace: dict[str, Any] = {"_bound": tuple(bound.values())}
-    exec(compile("\n".join(source) + "\n", filename, "exec"), namespace)  # noqa: S102
+    exec(compile("\n".join(source) + "\n", filename, "exec"), namespace)
     return _Function(filename, namespace["line"], line_node)
 
 

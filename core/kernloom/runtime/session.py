@@ -47,6 +47,7 @@ from kernloom.graph.graph import Graph, Node, get_default_graph
 from kernloom.optimizer import OptimizerReport, check_pass_names, optimize_step_graph
 from kernloom.optimizer import unchanged_nodes as _unchanged_nodes
 from kernloom.registry import Registry
+from kernloom.runtime.compiled_line import LineProgram
 from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.executor import Executor, ExecutorBarrier, RunArgs
 from kernloom.runtime.kernel_choice import describe_kernels
@@ -59,7 +60,6 @@ from kernloom.runtime.running_kernels import running_kernels
 from kernloom.runtime.session_options import RunMetadata, RunOptions, SessionConfig
 from kernloom.runtime.step import InterOpPool, Step
 from kernloom.runtime.step_stats import StepStatsCollector
-from kernloom.runtime.compiled_line import LineProgram
 from kernloom.runtime.subgraph import StepGraph, build_step_graph
 
 __all__ = ["CLIENT", "Session"]
