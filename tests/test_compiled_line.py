@@ -182,6 +182,8 @@ def test_fetched_shared_and_viewed_values_keep_their_values(
 
 OPS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "add": (kl.ops.add, np.add),
+    "add_v2": (kl.ops.add_v2, np.add),
+    "squared_difference": (kl.ops.squared_difference, lambda x, y: (x - y) * (x - y)),
     "sub": (kl.ops.sub, np.subtract),
     "mul": (kl.ops.mul, np.multiply),
     "maximum": (kl.ops.maximum, np.maximum),
