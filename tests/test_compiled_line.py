@@ -20,7 +20,8 @@ import kernloom as kl
 import kernloom.plugin as klp
 from kernloom.framework.cancellation import CancellationManager
 from kernloom.runtime.compiled_line import CompiledLine
-from kernloom.runtime.executor import Executor, GraphView
+from kernloom.runtime.executor import Executor, GraphView, RunArgs
+from kernloom.runtime.step import Step
 
 OFF = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
 
@@ -107,6 +108,25 @@ def test_unknown_or_growing_shapes_fetches_shared_values_and_views_are_not_overw
         f = kl.ops.add(e, u, name="f")  # unknown shape: not in place
         kl.ops.neg(f, name="g")  # f's shape unknown: not in place
     assert in_place(registry, g) == {"b", "s", "d"}
+
+
+def test_without_a_call_frame_a_compiled_partition_runs_or_its_arg_node_explains(
+    registry: klp.Registry,
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        c = kl.constant(np.arange(4, dtype=np.float32), name="c")
+        kl.ops.neg(kl.ops.add(c, c, name="a"), name="n")  # n in place over a
+    executor = executor_of(registry, g)
+    assert executor.compiled is not None
+    executor.run(RunArgs(Step()))  # nothing to feed or fetch: runs compiled
+    with g.as_default():
+        node = g.add_node("_Arg", [], {"T": kl.float32, "index": 0}, name="feed")
+        kl.ops.neg(kl.ops.add(node.outputs[0], c), name="m")
+    executor = executor_of(registry, g)
+    assert executor.compiled is not None
+    with pytest.raises(kl.KernelError, match=r"'feed'.*there is no call frame"):
+        executor.run(RunArgs(Step()))
 
 
 # -- results -------------------------------------------------------------------------------------

@@ -173,8 +173,8 @@ class OpKernel(abc.ABC):
 
     inplace_form: Callable[..., Any] | None = None
     """An optional declaration for elementwise kernels: a plain callable
-    ``inplace_form(*inputs, out)`` that computes the op's output into ``out`` -- one of
-    the inputs -- and returns it (for numpy, the ufunc itself: ``np.add``). The compiled
+    ``inplace_form(*inputs, out)`` that writes the op's output into ``out`` -- one of
+    the inputs -- (for numpy, the ufunc itself: ``np.add``; its return value is ignored). The compiled
     straight line (``kernloom.runtime.compiled_line``) calls it, with ``out`` positional,
     where it has proved at plan time that the input is a buffer nothing else holds and
     that the result has exactly its static shape and dtype. Declaring it also promises

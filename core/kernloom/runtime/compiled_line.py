@@ -10,7 +10,7 @@ line calling the kernel's in-place form (``OpKernel.inplace_form``; for numpy th
 with that input as its ``out``::
 
     if st.stopped: return
-    v3 = f0(v3, k5, v3)
+    f0(v3, k5, v3)
 
 Whether a node may do that is decided here, once, not per call: the input it overwrites
 is produced earlier in the same program by a kernel that declares an in-place form (whose
@@ -172,9 +172,11 @@ class CompiledLine:
                 out_name = names[inputs[target]]
                 call = f"{form_name}({', '.join(args)}, {out_name})"
                 others = [names[s] for s in taken if s != inputs[target]]
+                # The result is in ``out``'s buffer by the form's contract: its return
+                # value is not needed, and the output lives on in the input's local.
                 if outputs:
-                    names[outputs[0][1]] = out_name  # the output lives in the input's local
-                    lines = [f"{out_name} = {call}"]
+                    names[outputs[0][1]] = out_name
+                    lines = [call]
                 else:
                     lines = [call, f"{out_name} = None"]
                 lines += [f"{other} = None" for other in others]
