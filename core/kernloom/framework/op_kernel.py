@@ -173,9 +173,9 @@ class OpKernel(abc.ABC):
 
     inplace_form: Callable[..., Any] | None = None
     """An optional declaration for elementwise kernels: a plain callable
-    ``inplace_form(*inputs, out)`` that writes the op's output into ``out`` -- one of
-    the inputs -- (for numpy, the ufunc itself: ``np.add``; its return value is ignored). The compiled
-    straight line (``kernloom.runtime.compiled_line``) calls it, with ``out`` positional,
+    ``inplace_form(*inputs, out)`` that writes the op's output into ``out``, one of the
+    inputs (for numpy, the ufunc itself: ``np.add``; its return value is ignored). The
+    compiled straight line (``kernloom.runtime.compiled_line``) calls it, ``out`` positional,
     where it has proved at plan time that the input is a buffer nothing else holds and
     that the result has exactly its static shape and dtype. Declaring it also promises
     that every output of this kernel is a buffer of its own (newly allocated, or an input
