@@ -17,6 +17,7 @@ import kernloom as kl
 import kernloom.plugin as klp
 from kernloom.framework.cancellation import CancellationManager
 from kernloom.runtime import straight_line
+from kernloom.runtime.compiled_line import CompiledLine
 from kernloom.runtime.executor import Executor, GraphView, RunArgs
 from kernloom.runtime.step import Step
 from kernloom.runtime.straight_line import StraightLine
@@ -33,14 +34,24 @@ def registry() -> klp.Registry:
 def straight_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the devices whose partitions ran on the straight-line executor."""
     runs: list[str] = []
-    original = StraightLine.execute
+    for form in (StraightLine, CompiledLine):
+        original = form.execute
 
-    def spy(self: StraightLine, args: RunArgs) -> BaseException | None:
-        runs.append(self.view.device.name)
-        return original(self, args)
+        def spy(
+            self: Any, args: RunArgs, original: Callable[..., Any] = original
+        ) -> BaseException | None:
+            runs.append(self.view.device.name)
+            return original(self, args)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(StraightLine, "execute", spy)
+        monkeypatch.setattr(form, "execute", spy)
     return runs
+
+
+@pytest.fixture
+def interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps run the interpreted straight line, never its compiled form (tests of the
+    interpreter's own paths)."""
+    monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
 
 
 def view_of(registry: klp.Registry, g: kl.Graph) -> GraphView:
@@ -131,8 +142,9 @@ def test_which_executor_runs_a_step(registry: klp.Registry, straight_runs: list[
 
 
 @pytest.fixture
-def through_context(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ops of the nodes the straight-line executor ran through ``compute``."""
+def through_context(monkeypatch: pytest.MonkeyPatch, interpreted: None) -> list[str]:
+    """The ops of the nodes the (interpreted) straight-line executor ran through
+    ``compute``."""
     ops: list[str] = []
     original = straight_line._through_context
 
@@ -329,6 +341,7 @@ CHAIN = 6
 def test_a_chain_with_broadcasting_operands_stays_on_the_direct_entries(
     registry: klp.Registry,
     monkeypatch: pytest.MonkeyPatch,
+    interpreted: None,
     fed: tuple[int, ...],
     constant: tuple[int, ...],
     running_first: bool,

@@ -129,14 +129,17 @@ class KernelLibrary:
         host_memory: Sequence[str] = (),
         expensive: bool = True,
         direct: Callable[..., Any] | None = None,
+        inplace_form: Callable[..., Any] | None = None,
     ) -> Callable[[Any], Any]:
         """Register the decorated ``OpKernel`` subclass or function ``fn(ctx)``.
 
         ``spec`` is a ``KernelDef``, a builder, or an op name completed by the keywords.
         A ``type_constraints`` value of ``None`` (``kernloom.plugin.types.OP_TYPES``)
         constrains nothing: the kernel takes every dtype its op allows.
-        ``expensive`` and ``direct`` (``OpKernel.direct``, the context-free fast entry)
-        apply to functions; a class sets ``is_expensive`` and ``direct`` itself.
+        ``expensive``, ``direct`` (``OpKernel.direct``, the context-free fast entry) and
+        ``inplace_form`` (``OpKernel.inplace_form``, an elementwise kernel's ``f(*inputs,
+        out)``) apply to functions; a class sets ``is_expensive``, ``direct`` and
+        ``inplace_form`` itself.
         """
         if isinstance(spec, str):
             builder = KernelDefBuilder(spec)
@@ -159,7 +162,9 @@ class KernelLibrary:
             )
 
         def register(impl: Any) -> Any:
-            self.add(kernel_def, impl, expensive=expensive, direct=direct)
+            self.add(
+                kernel_def, impl, expensive=expensive, direct=direct, inplace_form=inplace_form
+            )
             return impl
 
         return register
@@ -171,16 +176,21 @@ class KernelLibrary:
         *,
         expensive: bool = True,
         direct: Callable[..., Any] | None = None,
+        inplace_form: Callable[..., Any] | None = None,
     ) -> None:
         if isinstance(impl, type) and issubclass(impl, OpKernel):
-            if direct is not None:
-                raise InvalidArgumentError(
-                    f"kernel for {kernel_def.describe()}: direct= is for kernel functions; "
-                    f"the class {impl.__qualname__} sets its own `direct` attribute"
-                )
+            for keyword, given in (("direct", direct), ("inplace_form", inplace_form)):
+                if given is not None:
+                    raise InvalidArgumentError(
+                        f"kernel for {kernel_def.describe()}: {keyword}= is for kernel "
+                        f"functions; the class {impl.__qualname__} sets its own "
+                        f"`{keyword}` attribute"
+                    )
             cls: KernelFactory = impl
         elif callable(impl) and not isinstance(impl, type):
-            cls = FunctionKernel.wrap(impl, expensive=expensive, direct=direct)
+            cls = FunctionKernel.wrap(
+                impl, expensive=expensive, direct=direct, inplace_form=inplace_form
+            )
         else:
             raise InvalidArgumentError(
                 f"kernel for {kernel_def.describe()}: {impl!r} is neither an OpKernel subclass "

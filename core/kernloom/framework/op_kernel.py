@@ -171,6 +171,18 @@ class OpKernel(abc.ABC):
     Errors it raises are reported naming the node, as from ``compute``; an entry that
     declines bad inputs lets ``compute`` explain them in its own words."""
 
+    inplace_form: Callable[..., Any] | None = None
+    """An optional declaration for elementwise kernels: a plain callable
+    ``inplace_form(*inputs, out)`` that writes the op's output into ``out``, one of the
+    inputs (for numpy, the ufunc itself: ``np.add``; its return value is ignored). The
+    compiled straight line (``kernloom.runtime.compiled_line``) calls it, ``out`` positional,
+    where it has proved at plan time that the input is a buffer nothing else holds and
+    that the result has exactly its static shape and dtype. Declaring it also promises
+    that every output of this kernel is a buffer of its own (newly allocated, or an input
+    it was allowed to overwrite), never a view or a value kept elsewhere: that is what
+    lets its consumer write into it. A kernel with one or two inputs and one output;
+    only used where its ``direct`` entry would be."""
+
     origin: Origin | None = None
     """The plugin that registered this kernel (set by the registry when it builds the kernel),
     for traces and explanations."""
@@ -225,6 +237,7 @@ class FunctionKernel(OpKernel):
         *,
         expensive: bool,
         direct: Callable[..., Any] | None = None,
+        inplace_form: Callable[..., Any] | None = None,
     ) -> type[OpKernel]:
         return type(
             getattr(fn, "__name__", "kernel"),
@@ -232,6 +245,7 @@ class FunctionKernel(OpKernel):
             {
                 "function": staticmethod(fn),
                 "direct": None if direct is None else staticmethod(direct),
+                "inplace_form": None if inplace_form is None else staticmethod(inplace_form),
                 "is_expensive": expensive,
                 "__module__": getattr(fn, "__module__", __name__),
                 "__qualname__": getattr(fn, "__qualname__", "kernel"),

@@ -34,6 +34,7 @@ from typing import Any, final
 from kernloom.framework.device import Device
 from kernloom.framework.op_kernel import DEAD, OpKernelContext
 from kernloom.graph.graph import Graph
+from kernloom.runtime.compiled_line import CompiledLine, LineProgram
 from kernloom.runtime.frame_propagator import FramePropagator
 from kernloom.runtime.graph_view import GraphView, KernelFactory, NodeItem
 from kernloom.runtime.node_run import (
@@ -71,6 +72,9 @@ class Executor:
         self.schedule = StraightLine.compile(view)
         """The partition as one sequence, for steps that run it on one thread; None when
         it has asynchronous kernels or control flow."""
+        self.compiled = None if self.schedule is None else CompiledLine.compile(self.schedule)
+        """The schedule as one generated function, where some node of it can be written
+        as an in-place call; None otherwise (the schedule is interpreted)."""
 
     @classmethod
     def build(
@@ -90,15 +94,16 @@ class Executor:
     def device(self) -> Device:
         return self.view.device
 
-    def straight_line_for(self, *, parallel: bool, observed: bool) -> StraightLine | None:
+    def straight_line_for(self, *, parallel: bool, observed: bool) -> LineProgram | None:
         """The straight-line schedule, if a step may run this partition on it: nobody
         observes single nodes (``observed``: a trace or a node-outputs callback), and the
         step has no other thread (``parallel`` is False) or no two expensive nodes of the
-        partition could use one. The only place this is decided."""
+        partition could use one; its compiled form where it has one. The only place this
+        is decided."""
         schedule = self.schedule
         if schedule is None or observed or (parallel and not schedule.sequential):
             return None
-        return schedule
+        return self.compiled or schedule
 
     def run_async(self, args: RunArgs, done: Done) -> None:
         """Start the partition for ``args.step``; ``done(error)`` is called once at the end.

@@ -47,6 +47,7 @@ from kernloom.graph.graph import Graph, Node, get_default_graph
 from kernloom.optimizer import OptimizerReport, check_pass_names, optimize_step_graph
 from kernloom.optimizer import unchanged_nodes as _unchanged_nodes
 from kernloom.registry import Registry, registry_of
+from kernloom.runtime.compiled_line import LineProgram
 from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.executor import Executor, ExecutorBarrier, RunArgs
 from kernloom.runtime.kernel_choice import describe_kernels
@@ -59,7 +60,6 @@ from kernloom.runtime.running_kernels import running_kernels
 from kernloom.runtime.session_options import RunMetadata, RunOptions, SessionConfig
 from kernloom.runtime.step import InterOpPool, Step
 from kernloom.runtime.step_stats import StepStatsCollector
-from kernloom.runtime.straight_line import StraightLine
 from kernloom.runtime.subgraph import StepGraph, build_step_graph
 
 __all__ = ["CLIENT", "Session"]
@@ -84,7 +84,7 @@ class _Compiled:
     arg_devices: tuple[Device, ...]
     retval_devices: tuple[Device, ...]
     send_recv_pairs: int
-    inline: StraightLine | None
+    inline: LineProgram | None
     """The program that runs a whole step on the caller's thread: the step has only one
     executor, with a straight-line program and nothing two threads could run at once."""
     optimizer: OptimizerReport | None = None
@@ -369,7 +369,7 @@ class Session:
             self._compiled[key] = compiled
             return compiled
 
-    def _inline_program(self, executors: tuple[Executor, ...]) -> StraightLine | None:
+    def _inline_program(self, executors: tuple[Executor, ...]) -> LineProgram | None:
         if len(executors) != 1:
             return None
         return executors[0].straight_line_for(parallel=self._pool.num_workers > 0, observed=False)
@@ -588,7 +588,7 @@ class Session:
 
     def _execute_inline(
         self,
-        straight: StraightLine,
+        straight: LineProgram,
         compiled: _Compiled,
         fed: list[np.ndarray[Any, Any]],
         timeout_s: float | None,

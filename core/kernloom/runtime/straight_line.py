@@ -49,7 +49,7 @@ from kernloom.runtime.node_run import (
     step_error,
 )
 
-__all__ = ["StraightLine"]
+__all__ = ["ARG", "CONST", "RETVAL", "Entry", "StraightLine", "entry_slots"]
 
 _UNARY: Final = 0
 _BINARY: Final = 1
@@ -57,6 +57,10 @@ _GENERAL: Final = 2
 _CONST: Final = 3
 _ARG: Final = 4
 _RETVAL: Final = 5
+CONST: Final = _CONST
+ARG: Final = _ARG
+RETVAL: Final = _RETVAL
+"""The entry kinds a second form of the program writes out itself (the rest run a node)."""
 _getrefcount: Final = sys.getrefcount
 # Bookkeeping a sequential() check may do: nodes x expensive nodes, in bits.
 _MAX_REACH_BITS: Final = 1 << 27
@@ -302,6 +306,22 @@ def _entry(
         return Entry(_BINARY, item.direct, inputs[0], inputs[1], take, out, dtype, node)
     taken_slots = tuple(sorted({v for v, t in zip(inputs, taken, strict=True) if t}))
     return Entry(_GENERAL, None, tuple(inputs), taken_slots, 0, outputs, None, node)
+
+
+def entry_slots(entry: Entry) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+    """One program entry's slots, whatever its kind: the input slots in input order, the
+    slots it reads last (takes), and its (output, slot) pairs -- what a second form of
+    the program (``CompiledLine``) is generated from."""
+    kind, _, a, b, take, out, _, _ = entry
+    if kind in (_UNARY, _BINARY):
+        inputs = [a] if kind == _UNARY else [a, b]
+        taken = [slot for i, slot in enumerate(inputs) if take >> i & 1]
+        return inputs, taken, [(0, out)] if out >= 0 else []
+    if kind == _GENERAL:
+        return list(a), list(b), list(out)
+    if kind in (_CONST, _ARG):
+        return [], [], [(0, out)] if out >= 0 else []
+    return [a], [a] if take else [], []  # _RETVAL
 
 
 def _through_context(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> list[Any]:

@@ -175,15 +175,17 @@ def register(lib: KernelLibrary) -> None:
         constraints = {"T": types} if types else None
         return lib.kernel(op, device=CPU, backend="numpy", type_constraints=constraints, **kw)
 
-    for op, fn, types in ARITHMETIC:
-        cpu(op, types, direct=_binary_in_place(fn))(_binary(fn))
+    for op, fn, types in ARITHMETIC:  # (x, y, out): each is its own in-place form
+        cpu(op, types, direct=_binary_in_place(fn), inplace_form=fn)(_binary(fn))
     for op, fn, types in DIVISIONS:
         cpu(op, types, direct=_checked_in_place(fn))(_checked(fn))
     for op, fn in COMPARISONS:
         cpu(op, t.REALS)(_compare(fn))
     cpu("NotEqual", t.OP_TYPES)(_equality(np.not_equal, True))
     cpu("Equal", t.OP_TYPES)(_equality(np.equal, False))
-    cpu("LogicalNot", (), direct=_unary_in_place(np.logical_not))(_unary(np.logical_not))
+    cpu("LogicalNot", (), direct=_unary_in_place(np.logical_not), inplace_form=np.logical_not)(
+        _unary(np.logical_not)
+    )
     # TensorFlow's CPU has no ClipByValue for uint32 and uint64; so neither does kernloom's.
     cpu("ClipByValue", tuple(d for d in t.REALS if d.name not in ("uint32", "uint64")))(
         clip_by_value

@@ -1,0 +1,316 @@
+"""The straight-line schedule compiled to one generated Python function.
+
+The interpreted straight line (``StraightLine``) costs about 0.15 µs a node for its loop
+(unpack the entry, read slots, count references, store the result) and 0.10 µs for the
+Python call into a kernel's direct entry, on top of the kernel's own work: twice a plain
+numpy loop on small tensors. As torch.fx's code generation does, ``CompiledLine`` writes
+the schedule out as the source of one function, run once per step, in which every value
+slot is a local variable and each elementwise node whose input may be overwritten is one
+line calling the kernel's in-place form (``OpKernel.inplace_form``; for numpy the ufunc)
+with that input as its ``out``::
+
+    if st.stopped: return
+    f0(v3, k5, v3)
+
+Whether a node may do that is decided here, once, not per call: the input it overwrites
+is produced earlier in the same program by a kernel that declares an in-place form (whose
+outputs are buffers of its own, never views), this node is its only consumer (so it is
+not fetched, not fed, not a constant and not read twice), and the static shapes and
+dtypes say the result has exactly that input's shape and dtype. Every other node -- the
+first Add of a chain, whose inputs are the caller's feed and a constant, a Reshape, a
+MatMul -- runs the node loop's own step (``node_run.run_sync``: its direct entry or
+``compute``, outputs checked, allocations counted) through one call from the generated
+code, with the inputs it reads last taken out of their locals first, so that the
+reference-count forwarding rule holds as in the interpreter.
+
+Each node is preceded by the stop check (an attribute read; a step with a deadline runs
+a second form of the function that also checks the deadline). An error names the node
+as the interpreter's does: the traceback's line in the generated function says which
+node failed (a table from line to node, read only on failure). A traced or observed step
+never gets here (``Executor.straight_line_for``), nor does a partition with nothing to
+write in place (then the interpreter runs it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any, Final, final
+
+from kernloom.errors import KernelError
+from kernloom.framework.op_kernel import OpKernelContext
+from kernloom.runtime.graph_view import GraphView, NodeItem
+from kernloom.runtime.node_run import Done, RunArgs, node_error, run_sync, step_context, step_error
+from kernloom.runtime.straight_line import ARG, CONST, RETVAL, StraightLine, entry_slots
+
+__all__ = ["CompiledLine", "LineProgram"]
+
+_sources: Final = itertools.count()
+"""Numbers the generated functions' file names (``<kernloom line 3>``): a traceback's
+frame is matched to its function by that name."""
+
+
+@final
+class _NodeCalls:
+    """What the generated code calls for a node it does not write out: the node loop's
+    step on the step's one context (made for the first node that needs it)."""
+
+    __slots__ = ("args", "ctx", "items", "view")
+
+    def __init__(self, view: GraphView, args: RunArgs) -> None:
+        self.view = view
+        self.items = view.items
+        self.args = args
+        self.ctx: OpKernelContext | None = None
+
+    def run(self, node: int, given: list[Any]) -> list[Any]:
+        """Run ``node`` on ``given`` (its inputs; one that only the list holds was taken
+        and may be overwritten) and return its outputs."""
+        ctx = self.ctx
+        if ctx is None:
+            ctx = self.ctx = step_context(self.view, self.args)
+        return run_sync(ctx, self.items[node], given, True)
+
+
+@final
+class _Function:
+    """One generated function and the table from its lines to nodes."""
+
+    __slots__ = ("filename", "function", "line_node")
+
+    def __init__(self, filename: str, function: Callable[..., None], line_node: list[int]):
+        self.filename = filename
+        self.function = function
+        self.line_node = line_node
+
+
+@final
+class CompiledLine:
+    """A straight-line schedule as one generated function; immutable, shared by all steps."""
+
+    __slots__ = (
+        "_bound",
+        "_deadline_form",
+        "_form",
+        "_needs_frame",
+        "_nodes",
+        "in_place",
+        "schedule",
+        "sequential",
+        "view",
+    )
+
+    def __init__(
+        self,
+        schedule: StraightLine,
+        nodes: list[tuple[int, list[str]]],
+        bound: dict[str, Any],
+        in_place: tuple[int, ...],
+        needs_frame: bool,
+    ) -> None:
+        self.schedule = schedule
+        self.view = schedule.view
+        self.sequential = schedule.sequential
+        self.in_place = in_place
+        """The nodes written out as a call of their in-place form (plan structure, for
+        explanations and tests)."""
+        self._nodes = nodes
+        self._bound = bound
+        self._needs_frame = needs_frame
+        self._form = _generate(nodes, bound, deadline=False)
+        self._deadline_form: _Function | None = None  # generated for the first such step
+
+    @classmethod
+    def compile(cls, schedule: StraightLine) -> CompiledLine | None:
+        """The compiled form of ``schedule``; None when no node of it can be written in
+        place (the interpreter then runs it: nothing would be gained)."""
+        view = schedule.view
+        items = view.items
+        program = schedule.program
+        slots = [entry_slots(entry) for entry in program]
+        producer: dict[int, tuple[int, int]] = {}
+        for entry, (_, _, outputs) in zip(program, slots, strict=True):
+            for output, slot in outputs:
+                producer[slot] = (entry.node, output)
+        readers: dict[tuple[int, int], int] = {}
+        for item in items:
+            for output, _, _ in item.out_edges:
+                readers[(item.id, output)] = readers.get((item.id, output), 0) + 1
+        names = {slot: f"v{slot}" for slot in producer}
+        bound: dict[str, Any] = {}
+        form_names: dict[int, str] = {}
+        nodes: list[tuple[int, list[str]]] = []
+        """Per node in program order: its id and its lines (after its stop check)."""
+        in_place: list[int] = []
+        needs_frame = False
+        for entry, (inputs, taken, outputs) in zip(program, slots, strict=True):
+            node = entry.node
+            kind = entry.kind
+            if kind == CONST:
+                if outputs:
+                    name = f"k{node}"
+                    bound[name] = entry.a
+                    names[outputs[0][1]] = name
+                continue
+            if kind == ARG:
+                needs_frame = True
+                lines = [f"{names[outputs[0][1]]} = fa[{entry.a}]"] if outputs else []
+                nodes.append((node, lines))
+                continue
+            if kind == RETVAL:
+                needs_frame = True
+                lines = [f"fr[{entry.b}] = {names[inputs[0]]}"]
+                lines += [f"{names[slot]} = None" for slot in taken]
+                nodes.append((node, lines))
+                continue
+            args = [names[slot] for slot in inputs]
+            target = _overwritable(items, producer, readers, inputs, taken, items[node])
+            if target is not None:
+                form = items[node].kernel.inplace_form
+                form_name = form_names.setdefault(id(form), f"f{len(form_names)}")
+                bound[form_name] = form
+                out_name = names[inputs[target]]
+                call = f"{form_name}({', '.join(args)}, {out_name})"
+                others = [names[s] for s in taken if s != inputs[target]]
+                # The result is in ``out``'s buffer by the form's contract: its return
+                # value is not needed, and the output lives on in the input's local.
+                if outputs:
+                    names[outputs[0][1]] = out_name
+                    lines = [call]
+                else:
+                    lines = [call, f"{out_name} = None"]
+                lines += [f"{other} = None" for other in others]
+                in_place.append(node)
+                nodes.append((node, lines))
+                continue
+            lines = [f"_g = [{', '.join(args)}]"]
+            lines += [f"{names[slot]} = None" for slot in taken]
+            if len(outputs) == 1:
+                lines.append(f"{names[outputs[0][1]]} = call({node}, _g)[{outputs[0][0]}]")
+            else:
+                lines.append(f"_o = call({node}, _g)")
+                lines += [f"{names[slot]} = _o[{output}]" for output, slot in outputs]
+                lines.append("_o = None")
+            lines.append("_g = None")
+            nodes.append((node, lines))
+        if not in_place:
+            return None
+        return cls(schedule, nodes, bound, tuple(in_place), needs_frame)
+
+    def run(self, args: RunArgs, done: Done) -> None:
+        """Run one step of the partition on this thread, then ``done(error)``."""
+        done(self.execute(args))
+
+    def execute(self, args: RunArgs) -> BaseException | None:
+        """Run one step of the partition on this thread and return its error."""
+        frame = args.call_frame
+        if frame is None and self._needs_frame:  # outside a session step: the _Arg says why
+            return self.schedule.execute(args)
+        view = self.view
+        device = view.device
+        step = args.step
+        form = self._form if step.deadline is None else self._with_deadline()
+        calls = _NodeCalls(view, args)
+        error: BaseException | None = None
+        try:
+            with device.compute_scope():
+                form.function(
+                    step,
+                    None if frame is None else frame.args,
+                    None if frame is None else frame.retvals,
+                    calls.run,
+                    step.check_deadline,
+                )
+        except BaseException as exc:
+            node = _failed_node(form, exc)
+            if node < 0:  # not in a node: the device's compute scope failed
+                error = KernelError(f"{device.name}: the compute scope: {exc}")
+                error.__cause__ = exc
+            else:
+                error = node_error(view.items[node], device, exc)
+            step.stop(error)
+        return step_error(device, step, error)
+
+    def _with_deadline(self) -> _Function:
+        form = self._deadline_form
+        if form is None:  # (two threads may both generate it: either result is right)
+            form = self._deadline_form = _generate(self._nodes, self._bound, deadline=True)
+        return form
+
+
+LineProgram = StraightLine | CompiledLine
+"""What a step runs a partition on one thread with: the compiled form where there is one."""
+
+
+def _overwritable(
+    items: list[NodeItem],
+    producer: dict[int, tuple[int, int]],
+    readers: dict[tuple[int, int], int],
+    inputs: list[int],
+    taken: list[int],
+    item: NodeItem,
+) -> int | None:
+    """Which input of ``item`` its in-place form may write into (its index), or None.
+
+    The input must be produced in this program by a kernel with an in-place form (its
+    outputs are its own buffers: fresh, or an input it was allowed to overwrite), read by
+    nothing but this node (so it is neither fetched, nor fed, nor a constant, nor read
+    twice), and have exactly the static shape and dtype of this node's output (then the
+    broadcast result fits it)."""
+    form = item.kernel.inplace_form
+    if form is None or item.direct is None or item.num_outputs != 1:
+        return None
+    result = item.node.outputs[0]
+    if not result.shape.is_fully_defined():
+        return None
+    result_dtype = item.signature.output_numpy_dtypes[0]
+    for index, slot in enumerate(inputs):
+        if slot not in taken or slot not in producer:
+            continue
+        source, output = producer[slot]
+        made_by = items[source]
+        if made_by.kernel.inplace_form is None or made_by.direct is None:
+            continue
+        if readers.get((source, output), 0) != 1:
+            continue
+        tensor = made_by.node.outputs[output]
+        if (
+            tensor.shape.is_fully_defined()
+            and tensor.shape.as_tuple() == result.shape.as_tuple()
+            and made_by.signature.output_numpy_dtypes[output] is result_dtype
+        ):
+            return index
+    return None
+
+
+def _generate(
+    nodes: list[tuple[int, list[str]]], bound: dict[str, Any], *, deadline: bool
+) -> _Function:
+    """The function's source, compiled: ``(st, fa, fr, call, cd)`` -- the step, the call
+    frame's arguments and results, the node step for nodes not written out, the step's
+    deadline check."""
+    filename = f"<kernloom line {next(_sources)}>"
+    source = ["def line(st, fa, fr, call, cd):"]
+    line_node = [-1, -1]  # (1-based line numbers; line 1 is the def)
+    if bound:
+        source.append(f"    {', '.join(bound)}, = _bound")
+        line_node.append(-1)
+    check = ["cd()", "if st.stopped: return"] if deadline else ["if st.stopped: return"]
+    for node, lines in nodes:
+        for line in (*check, *lines):
+            source.append(f"    {line}")
+            line_node.append(node)
+    namespace: dict[str, Any] = {"_bound": tuple(bound.values())}
+    exec(compile("\n".join(source) + "\n", filename, "exec"), namespace)
+    return _Function(filename, namespace["line"], line_node)
+
+
+def _failed_node(form: _Function, exc: BaseException) -> int:
+    """The node whose line in ``form`` was running when ``exc`` was raised; -1 if none."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == form.filename:
+            line = tb.tb_lineno
+            return form.line_node[line] if line < len(form.line_node) else -1
+        tb = tb.tb_next
+    return -1
