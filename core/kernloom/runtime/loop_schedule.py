@@ -1,0 +1,480 @@
+"""A loop frame's static per-iteration schedule: the straight line's idea applied to frames.
+
+The frame-aware propagator runs a loop as TensorFlow does -- per iteration a slot list,
+pending counts, dead flags, a ready stack and a lock -- which costs ~4 µs a node. For a
+loop whose every iteration is the same straight line, nothing of that is needed when the
+loop runs on one thread: ``LoopSchedule.compile`` works the frame out once, and
+``LoopSchedule.run`` runs it as a Python loop:
+
+- the Enter values: loop invariants (``is_constant``) sit in their consumers' slots in
+  every iteration; each loop variable's Enter gives its Merge the value of iteration 0,
+  and its NextIteration the value of every later one;
+- the *condition part* (every node of the frame not downstream of a Switch's true output:
+  the Merges' consumers, the predicate, the LoopCond) runs in every iteration, the last
+  one included, in a fixed topological order;
+- the Switches, written out: the LoopCond's value sends each Switch's input to the body
+  (true) or to its Exit (false: the loop ends, the Exits' values go to the outer frame);
+- the *body* (everything downstream of a Switch's true output or its control edges) runs
+  in a fixed topological order; each NextIteration's value becomes its Merge's value in
+  the next iteration.
+
+Merge, Switch and the core's pass-throughs (Identity, Enter, Exit, NextIteration) do not
+run: their edges are resolved once into slot numbers. Every other node runs through the
+shared node step (``node_run.run_sync``: its direct entry or ``compute`` on the step's
+context, outputs checked), with inputs taken out of their slots so that the
+reference-count rule forwards buffers as the general executor does (an ``i + 1`` writes
+into ``i``; an invariant, held by the schedule's template, never is).
+
+Iterations run one after another: ``parallel_iterations`` allows iterations to overlap,
+never requires it, so the results are those of the general executor on one thread.
+What the schedule does not handle, the frame-aware propagator still runs (``compile``
+returns None): a frame with a nested frame, a Switch or Merge other than the loop's own
+(a ``kl.cond`` in the cond or body), asynchronous kernels or Send/Recv, a device that wraps
+every kernel, control-flow kernels other than the core's, or a graph whose Exits feed
+the same frame's Enters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, final
+
+import numpy as np
+
+from kernloom.framework.device import Device
+from kernloom.framework.device_independent_kernels import loop_cond_direct, merge, switch
+from kernloom.framework.op_kernel import OpKernelContext
+from kernloom.graph.graph import BACK_EDGE_OPS
+from kernloom.runtime.control_flow import FrameInfo
+from kernloom.runtime.frame_layout import EXIT, MERGE, NEXT, NORMAL, FrameLayout
+from kernloom.runtime.graph_view import GraphView, NodeItem
+from kernloom.runtime.node_run import node_error, run_sync
+from kernloom.runtime.step import Step
+
+__all__ = ["LoopSchedule", "compile_loops"]
+
+Row = tuple[NodeItem, int, int, tuple[None, ...], tuple[tuple[int, tuple[int, ...]], ...]]
+"""One node that runs: its item, its input slots [start, end), what they are reset to,
+and per consumed output the slots it goes to."""
+
+
+def compile_loops(view: GraphView) -> dict[str, LoopSchedule]:
+    """The schedules of every loop frame of ``view`` that can run on one (see the module
+    docstring), by frame name."""
+    layout = view.frame_layout
+    if layout is None or view.compute_overridden:
+        return {}
+    schedules: dict[str, LoopSchedule] = {}
+    for frame in layout.info.frames.values():
+        if frame.parent is None:
+            continue
+        schedule = LoopSchedule.compile(view, layout, frame)
+        if schedule is not None:
+            schedules[frame.name] = schedule
+    return schedules
+
+
+def _is_function_kernel(item: NodeItem, function: Any) -> bool:
+    return getattr(type(item.kernel), "function", None) is function
+
+
+@final
+class LoopSchedule:
+    """One loop frame compiled into a per-iteration program; immutable, shared by steps."""
+
+    __slots__ = (
+        "body",
+        "cond",
+        "device",
+        "enter_position",
+        "enters",
+        "exit_slots",
+        "exits",
+        "frame",
+        "has_expensive",
+        "merges",
+        "next_slots",
+        "num_slots",
+        "switches",
+        "template",
+    )
+
+    def __init__(self) -> None:
+        self.frame: FrameInfo
+        self.enters: tuple[int, ...] = ()
+        """The frame's Enter nodes (which run in the parent frame), in a fixed order: the
+        propagator holds their values in this order until all have arrived."""
+        self.enter_position: dict[int, int] = {}
+        self.exits: tuple[int, ...] = ()
+        """The frame's Exit nodes; ``run`` returns their values in this order."""
+        self.exit_slots: tuple[int, ...] = ()
+        self.template: tuple[tuple[int, tuple[int, ...]], ...] = ()
+        """Per loop invariant: its Enter's position and the slots it fills every iteration."""
+        self.merges: tuple[tuple[int, int, tuple[int, ...], tuple[int, ...], Any, Any], ...] = ()
+        """Per loop variable: its Enter's position, its next-iteration slot, the slots its
+        value fills, the slots its value_index fills, and value_index in iteration 0 and
+        in the later ones."""
+        self.next_slots: tuple[int, int] = (0, 0)
+        self.cond: tuple[Row, ...] = ()
+        self.switches: tuple[tuple[int, int, tuple[int, ...], tuple[int, ...]], ...] = ()
+        """Per Switch: its data slot, its predicate slot, where the data goes when the
+        predicate is false (Exits) and when it is true (the body)."""
+        self.body: tuple[Row, ...] = ()
+        self.num_slots = 0
+        self.device: Device
+        self.has_expensive = False
+        """Whether some node of the loop is expensive: then a step with other threads
+        keeps the general executor, which can overlap them."""
+
+    # -- compiling -----------------------------------------------------------------------------
+
+    @classmethod
+    def compile(cls, view: GraphView, layout: FrameLayout, frame: FrameInfo) -> LoopSchedule | None:
+        """The schedule of ``frame``, or None if it needs the frame-aware propagator."""
+        nodes = view.graph.nodes
+        index = {node.name: i for i, node in enumerate(nodes)}
+        items = view.items
+        passes = view.passes
+        flows = layout.nodes
+        members = frame.nodes
+        in_frame = set(members)
+        if frame.loop_cond is None or not frame.exits or not frame.enters:
+            return None
+        for i in members:
+            item = items[i]
+            flow = flows[i]
+            if item.is_async or flow.kind not in (NORMAL, MERGE, EXIT, NEXT):
+                return None  # a nested frame (its Enter runs here), a _Send or a _Recv
+            if flow.kind in (EXIT, NEXT) and not passes[i]:
+                return None
+        loop_cond = frame.loop_cond
+        if items[loop_cond].direct is not loop_cond_direct:
+            return None
+        enters = tuple(frame.enters)
+        for e in enters:
+            if not passes[e]:
+                return None
+        if _exits_reach_enters(view, frame):
+            return None
+        # -- the loop variables: Merge(Enter, NextIteration) ---------------------------------
+        merges = [i for i in members if flows[i].kind == MERGE]
+        switches = [i for i in members if nodes[i].op == "Switch"]
+        if not merges or not switches:
+            return None
+        merge_init: dict[int, int] = {}  # merge -> Enter
+        for m in merges:
+            node = nodes[m]
+            if not _is_function_kernel(items[m], merge) or node.control_inputs:
+                return None
+            if len(node.inputs) != 2:
+                return None
+            sources = [t.node for t in node.inputs]
+            ops = [s.op for s in sources]
+            if sorted(ops) != ["Enter", "NextIteration"]:
+                return None
+            enter = sources[ops.index("Enter")]
+            if enter.attrs.get("is_constant", False):
+                return None
+            merge_init[m] = index[enter.name]
+        for e in enters:
+            flow = flows[e]
+            if nodes[e].attrs.get("is_constant", False):
+                continue
+            if flow.controls or any(not is_merge for _, _, _, _, is_merge in flow.edges):
+                return None  # a loop variable reaching another node exists in iteration 0 only
+        # -- the body: downstream of a Switch's true output ---------------------------------
+        for s in switches:
+            node = nodes[s]
+            if not _is_function_kernel(items[s], switch) or node.control_inputs:
+                return None
+            if flows[s].controls:
+                return None  # a control edge from a Switch is live when its body is dead
+            pred = node.inputs[1]
+            if index[pred.node.name] != loop_cond or pred.index != 0:
+                return None  # a kl.cond's Switch: the propagator handles deadness
+            for output, consumer, _, _, _ in flows[s].edges:
+                if output == 0 and flows[consumer].kind != EXIT:
+                    return None
+        body: set[int] = set()
+        stack = [c for s in switches for o, c, _, _, _ in flows[s].edges if o == 1]
+        while stack:
+            node_id = stack.pop()
+            if node_id in body:
+                continue
+            body.add(node_id)
+            flow = flows[node_id]
+            for _, consumer, _, _, is_merge in flow.edges:
+                if not is_merge:
+                    stack.append(consumer)
+            stack.extend(consumer for consumer, _, _ in flow.controls)
+        for i in members:
+            kind = flows[i].kind
+            if kind == NEXT and i not in body:
+                return None
+            if kind in (MERGE, EXIT) and i in body:
+                return None
+            if i in body and nodes[i].op in ("Switch", "LoopCond"):
+                return None
+        if not body.issubset(in_frame):
+            return None
+        for e in frame.exits:
+            source = nodes[e].inputs[0]
+            if nodes[index[source.node.name]].op != "Switch" or source.index != 0:
+                return None
+        # -- slots: the frame's own input slots, then one per Merge (its next value), then
+        #    one per Exit.
+        base = layout.num_slots[id(frame)]
+        next_slot = {m: base + j for j, m in enumerate(merges)}
+        exit_slot = {e: base + len(merges) + j for j, e in enumerate(frame.exits)}
+        size = base + len(merges) + len(frame.exits)
+
+        def dests(node_id: int, output: int) -> tuple[int, ...] | None:
+            """Where ``node_id``'s ``output`` goes, through Merges' back edges and the
+            pass-throughs; None when something the schedule cannot place consumes it."""
+            found: list[int] = []
+            for out, consumer, slot, _, is_merge in flows[node_id].edges:
+                if out != output:
+                    continue
+                kind = flows[consumer].kind
+                if is_merge:
+                    if flows[node_id].kind != NEXT:
+                        return None
+                    found.append(next_slot[consumer])
+                elif kind == EXIT:
+                    found.append(exit_slot[consumer])
+                elif kind == NEXT or (passes[consumer] and kind == NORMAL):
+                    further = dests(consumer, 0)
+                    if further is None:
+                        return None
+                    found.extend(further)
+                elif consumer in in_frame:
+                    found.append(slot)
+                else:
+                    return None
+            return tuple(found)
+
+        schedule = cls()
+        schedule.frame = frame
+        schedule.enters = enters
+        schedule.enter_position = {e: p for p, e in enumerate(enters)}
+        schedule.exits = tuple(frame.exits)
+        schedule.exit_slots = tuple(exit_slot[e] for e in frame.exits)
+        schedule.num_slots = size
+        schedule.next_slots = (base, base + len(merges))
+        template: list[tuple[int, tuple[int, ...]]] = []
+        for p, e in enumerate(enters):
+            if nodes[e].attrs.get("is_constant", False):
+                targets = dests(e, 0)
+                if targets is None:
+                    return None
+                template.append((p, targets))
+        schedule.template = tuple(template)
+        merge_rows = []
+        for m in merges:
+            values, indices = dests(m, 0), dests(m, 1)
+            if values is None or indices is None:
+                return None
+            init = 0 if nodes[m].inputs[0].node.op == "Enter" else 1
+            merge_rows.append(
+                (
+                    schedule.enter_position[merge_init[m]],
+                    next_slot[m],
+                    values,
+                    indices,
+                    _merge_index(init),
+                    _merge_index(1 - init),
+                )
+            )
+        schedule.merges = tuple(merge_rows)
+        switch_rows = []
+        for s in switches:
+            start = flows[s].slot_start
+            taken, exited = dests(s, 1), dests(s, 0)
+            if taken is None or exited is None:
+                return None
+            switch_rows.append((start, start + 1, exited, taken))
+        schedule.switches = tuple(switch_rows)
+        written_out = set(merges) | set(switches)
+        runs = [
+            i for i in members if i not in written_out and flows[i].kind == NORMAL and not passes[i]
+        ]
+        running = set(runs)
+        ordered = [i for i in _topological(view, members, in_frame) if i in running]
+        if len(ordered) != len(runs):
+            return None
+        order = [i for i in ordered if i not in body]
+        body_order = [i for i in ordered if i in body]
+        rows: list[Row] = []
+        for i in order + body_order:
+            flow = flows[i]
+            outs = []
+            for output in range(flow.num_outputs):
+                targets = dests(i, output)
+                if targets is None:
+                    return None
+                if targets:
+                    outs.append((output, targets))
+            rows.append(
+                (items[i], flow.slot_start, flow.slot_end, items[i].empty_slots, tuple(outs))
+            )
+        schedule.cond = tuple(rows[: len(order)])
+        schedule.body = tuple(rows[len(order) :])
+        schedule.has_expensive = any(items[i].is_expensive for i in members)
+        schedule.device = view.device
+        return schedule
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(
+        self, ctx: OpKernelContext, step: Step, values: list[Any], frame_id: str
+    ) -> list[Any] | None:
+        """Run the loop from its Enter values (``values``, in ``enters`` order; the list is
+        emptied, so that the loop holds its variables alone) and return the Exit values in
+        ``exits`` order; None when the step stopped meanwhile. A failing node raises the
+        error that names it and the iteration, as the general executor's does."""
+        slots: list[Any] = [None] * self.num_slots
+        template: list[Any] = [None] * self.num_slots
+        for position, targets in self.template:
+            value = values[position]
+            for slot in targets:
+                template[slot] = value
+        merges = self.merges
+        carried: list[Any] | None = [values[row[0]] for row in merges]
+        values.clear()
+        value = None
+        next_start, next_end = self.next_slots
+        cond, switches, body = self.cond, self.switches, self.body
+        check_deadline = step.deadline is not None
+        k = 0
+        item: NodeItem | None = None
+        try:
+            while True:
+                if check_deadline:
+                    step.check_deadline()
+                if step.stopped:
+                    return None
+                ctx.frame_iter = (frame_id, k)
+                slots[:] = template
+                assert carried is not None
+                for j, (_, _, targets, index_targets, initial, later) in enumerate(merges):
+                    value = carried[j]
+                    for slot in targets:
+                        slots[slot] = value
+                    if index_targets:
+                        index = later if k else initial
+                        for slot in index_targets:
+                            slots[slot] = index
+                carried = value = None  # the slots alone hold the loop variables
+                # the condition part: runs in every iteration, the last one included
+                for item, start, end, empty, outs in cond:
+                    inputs = slots[start:end]
+                    slots[start:end] = empty
+                    outputs = run_sync(ctx, item, inputs, True)
+                    del inputs
+                    for output, targets in outs:
+                        value = outputs[output]
+                        for slot in targets:
+                            slots[slot] = value
+                    del outputs
+                    value = None
+                item = None
+                # the Switches, written out
+                pred = slots[switches[0][1]]
+                for data, predicate, exited, taken in switches:
+                    slots[predicate] = None
+                    value = slots[data]
+                    slots[data] = None
+                    for slot in taken if pred else exited:
+                        slots[slot] = value
+                value = None
+                if not pred:
+                    break
+                # the body
+                for item, start, end, empty, outs in body:
+                    inputs = slots[start:end]
+                    slots[start:end] = empty
+                    outputs = run_sync(ctx, item, inputs, True)
+                    del inputs
+                    for output, targets in outs:
+                        value = outputs[output]
+                        for slot in targets:
+                            slots[slot] = value
+                    del outputs
+                    value = None
+                item = None
+                carried = slots[next_start:next_end]
+                k += 1
+        except BaseException as exc:
+            if item is None:
+                raise
+            where = f" in frame {self.frame.name!r} iteration {k}"
+            raise node_error(item, self.device, exc, where=where) from exc
+        return [slots[slot] for slot in self.exit_slots]
+
+
+def _merge_index(index: int) -> Any:
+    """A Merge's value_index output: read-only, so that no kernel overwrites it."""
+    value = np.array(index, np.int32)
+    value.flags.writeable = False
+    return value
+
+
+def _frame_edges(view: GraphView, members: Sequence[int], in_frame: set[int]) -> list[list[int]]:
+    """Per member, the members that wait for it within one iteration (data edges but the
+    NextIteration -> Merge back edge, and control edges)."""
+    items = view.items
+    consumers: list[list[int]] = [[] for _ in items]
+    nodes = view.graph.nodes
+    for i in members:
+        if nodes[i].op in BACK_EDGE_OPS:
+            continue
+        item = items[i]
+        for _, consumer, _ in item.out_edges:
+            if consumer in in_frame:
+                consumers[i].append(consumer)
+        consumers[i].extend(c for c in item.control_out if c in in_frame)
+    return consumers
+
+
+def _topological(view: GraphView, members: Sequence[int], in_frame: set[int]) -> list[int]:
+    """The frame's nodes in an order one iteration may run them in: the general
+    executor's last-in first-out order on one thread (a consumer right after its
+    producer, so values die early; ties broken by node id)."""
+    consumers = _frame_edges(view, members, in_frame)
+    pending = dict.fromkeys(members, 0)
+    for i in members:
+        for c in consumers[i]:
+            pending[c] += 1
+    ready = sorted((i for i in members if pending[i] == 0), reverse=True)
+    order: list[int] = []
+    while ready:
+        node = ready.pop()
+        order.append(node)
+        for c in consumers[node]:
+            pending[c] -= 1
+            if pending[c] == 0:
+                ready.append(c)
+    return order
+
+
+def _exits_reach_enters(view: GraphView, frame: FrameInfo) -> bool:
+    """Whether a value of ``frame``'s Exits can feed one of its Enters (not through an
+    outer loop's back edge): the schedule, which waits for every Enter before it starts,
+    would wait for itself."""
+    items = view.items
+    nodes = view.graph.nodes
+    targets = set(frame.enters)
+    seen: set[int] = set()
+    stack = list(frame.exits)
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if i in targets:
+            return True
+        if nodes[i].op in BACK_EDGE_OPS:
+            continue
+        stack.extend(c for _, c, _ in items[i].out_edges)
+        stack.extend(items[i].control_out)
+    return False
