@@ -14,9 +14,10 @@ place that decides how a step runs it:
 ``Executor.loops_for`` likewise decides, once per step, which loop frames run on their
 static per-iteration schedules (``LoopSchedule``: the straight line's idea applied to a
 loop frame): every frame that has one, when nobody observes single nodes and the step has
-no other thread or the loop no expensive node. The frame-aware propagator hands such a
-frame instance to the node loop as one ready entry (``LOOP``), which runs the schedule
-and gives the Exit values back (``ExecutorState._run_loop``).
+no other thread or the loop no two expensive nodes that could run at once. The
+frame-aware propagator hands such a frame instance to the node loop as one ready entry
+(``LOOP``), which runs the schedule and gives the Exit values back
+(``ExecutorState._run_loop``).
 
 The node loop (``ExecutorState._process``), per ready node: prepare its inputs (the
 propagator takes them out of their slots: a value is alive exactly while a consumer that
@@ -81,8 +82,8 @@ class Executor:
         it has asynchronous kernels or control flow."""
         self.loops: dict[str, LoopSchedule] = compile_loops(view)
         """The loop frames that can run on a static per-iteration schedule, by name."""
-        self._cheap_loops = {
-            name: loop for name, loop in self.loops.items() if not loop.has_expensive
+        self._sequential_loops = {
+            name: loop for name, loop in self.loops.items() if loop.sequential
         }
 
     @classmethod
@@ -116,12 +117,12 @@ class Executor:
     def loops_for(self, *, parallel: bool, observed: bool) -> dict[str, LoopSchedule] | None:
         """The loop frames a step runs on their schedules: none when somebody observes
         single nodes (a trace reports every node of every iteration); with other threads
-        (``parallel``), only loops without expensive nodes (the general executor could
-        overlap those, within an iteration or across ``parallel_iterations``). The only
-        place this is decided."""
+        (``parallel``), only loops whose expensive nodes the general executor could never
+        overlap (``LoopSchedule.sequential``: within an iteration or across
+        ``parallel_iterations``). The only place this is decided."""
         if observed or not self.loops:
             return None
-        return self._cheap_loops if parallel else self.loops
+        return self._sequential_loops if parallel else self.loops
 
     def run_async(self, args: RunArgs, done: Done) -> None:
         """Start the partition for ``args.step``; ``done(error)`` is called once at the end.
@@ -267,8 +268,14 @@ class ExecutorState:
         self, tagged: Any, ctx: OpKernelContext, ready: list[Any], newly: list[Any]
     ) -> bool | None:
         """Run a loop frame instance on its schedule (a ``LOOP`` entry); its Exits' consumers
-        go to ``newly``. Returns whether the step's end is due, or None when the loop
-        failed or the step stopped (then handled here, as ``_fail`` does)."""
+        go to ``newly``. Returns whether the step's end is due, or None when the loop was
+        handed to the step's pool, failed or the step stopped (then handled here, as
+        ``_fail`` does)."""
+        if ready and self.step.pool is not None:
+            # Other work waits on this thread's stack: let the pool take the loop (or this
+            # thread, once that work is done), as an expensive node would be handed over.
+            self.step.schedule(self._task(tagged))
+            return None
         propagator = self.propagator
         assert isinstance(propagator, FramePropagator)
         schedule, values, frame_id = propagator.take_loop(tagged)

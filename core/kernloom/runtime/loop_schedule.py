@@ -36,8 +36,9 @@ the same frame's Enters.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any, Final, final
 
 import numpy as np
 
@@ -52,6 +53,10 @@ from kernloom.runtime.node_run import node_error, run_sync
 from kernloom.runtime.step import Step
 
 __all__ = ["LoopSchedule", "compile_loops"]
+
+_MAX_REACH_BITS: Final = 1 << 27
+"""Bookkeeping the sequential check may do (nodes x expensive nodes, in bits), as the
+straight line's."""
 
 Row = tuple[NodeItem, int, int, tuple[None, ...], tuple[tuple[int, tuple[int, ...]], ...]]
 """One node that runs: its item, its input slots [start, end), what they are reset to,
@@ -91,10 +96,10 @@ class LoopSchedule:
         "exit_slots",
         "exits",
         "frame",
-        "has_expensive",
         "merges",
         "next_slots",
         "num_slots",
+        "sequential",
         "switches",
         "template",
     )
@@ -122,9 +127,11 @@ class LoopSchedule:
         self.body: tuple[Row, ...] = ()
         self.num_slots = 0
         self.device: Device
-        self.has_expensive = False
-        """Whether some node of the loop is expensive: then a step with other threads
-        keeps the general executor, which can overlap them."""
+        self.sequential = True
+        """Whether no two expensive nodes of the loop can ever run at once on the general
+        executor -- within an iteration, or across iterations where
+        ``parallel_iterations`` lets them overlap: then even a step with an inter-op pool
+        loses nothing by running the loop on its schedule (``_sequential``)."""
 
     # -- compiling -----------------------------------------------------------------------------
 
@@ -319,7 +326,7 @@ class LoopSchedule:
             )
         schedule.cond = tuple(rows[: len(order)])
         schedule.body = tuple(rows[len(order) :])
-        schedule.has_expensive = any(items[i].is_expensive for i in members)
+        schedule.sequential = _sequential(view, members, in_frame, frame.parallel_iterations)
         schedule.device = view.device
         return schedule
 
@@ -455,6 +462,38 @@ def _topological(view: GraphView, members: Sequence[int], in_frame: set[int]) ->
             if pending[c] == 0:
                 ready.append(c)
     return order
+
+
+def _sequential(
+    view: GraphView, members: Sequence[int], in_frame: set[int], parallel_iterations: int
+) -> bool:
+    """Whether the loop's expensive nodes, unrolled, form one chain (each depends on the
+    one before), so that the general executor could never run two at once. Checked on
+    two consecutive iterations -- iteration k+1's Merges fed by iteration k's
+    NextIterations -- which by periodicity covers every iteration; on one iteration when
+    ``parallel_iterations`` is 1 (the next iteration starts after this one ends)."""
+    items = view.items
+    nodes = view.graph.nodes
+    expensive = [i for i in members if items[i].is_expensive]
+    if not expensive or (len(expensive) == 1 and parallel_iterations == 1):
+        return True
+    if len(members) * len(expensive) * 2 > _MAX_REACH_BITS:
+        return False
+    consumers = _frame_edges(view, members, in_frame)
+    order = _topological(view, members, in_frame)
+    copies = 1 if parallel_iterations == 1 else 2
+    unrolled = [(i, k) for k in range(copies) for i in order]
+    chain = [(i, k) for i, k in unrolled if items[i].is_expensive]
+    bit = {key: 1 << b for b, key in enumerate(chain)}
+    reach: dict[tuple[int, int], int] = dict.fromkeys(unrolled, 0)
+    for i, k in unrolled:
+        mine = reach[(i, k)] | bit.get((i, k), 0)
+        for c in consumers[i]:
+            reach[(c, k)] |= mine
+        if k + 1 < copies and nodes[i].op in BACK_EDGE_OPS:  # NextIteration -> next Merge
+            for _, c, _ in items[i].out_edges:  # (the Merges it feeds)
+                reach[(c, k + 1)] |= mine
+    return all(reach[later] & bit[earlier] for earlier, later in itertools.pairwise(chain))
 
 
 def _exits_reach_enters(view: GraphView, frame: FrameInfo) -> bool:
