@@ -37,19 +37,25 @@ the same frame's Enters.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Sequence
 from typing import Any, Final, final
 
 import numpy as np
 
 from kernloom.framework.device import Device
-from kernloom.framework.device_independent_kernels import loop_cond_direct, merge, switch
+from kernloom.framework.device_independent_kernels import (
+    ConstKernel,
+    loop_cond_direct,
+    merge,
+    switch,
+)
 from kernloom.framework.op_kernel import OpKernelContext
 from kernloom.graph.graph import BACK_EDGE_OPS
 from kernloom.runtime.control_flow import FrameInfo
 from kernloom.runtime.frame_layout import EXIT, MERGE, NEXT, NORMAL, FrameLayout
 from kernloom.runtime.graph_view import GraphView, NodeItem
-from kernloom.runtime.node_run import node_error, run_sync
+from kernloom.runtime.node_run import node_error, run_compute, run_sync
 from kernloom.runtime.step import Step
 
 __all__ = ["LoopSchedule", "compile_loops"]
@@ -58,9 +64,16 @@ _MAX_REACH_BITS: Final = 1 << 27
 """Bookkeeping the sequential check may do (nodes x expensive nodes, in bits), as the
 straight line's."""
 
-Row = tuple[NodeItem, int, int, tuple[None, ...], tuple[tuple[int, tuple[int, ...]], ...]]
-"""One node that runs: its item, its input slots [start, end), what they are reset to,
-and per consumed output the slots it goes to."""
+Row = tuple[int, NodeItem, int, int, Any, Any, Any]
+"""One node that runs: (kind, item, a, b, out, direct, dtype). ``_UNARY``/``_BINARY``: a
+kernel's direct entry (one output) called with the input slots ``a`` (and ``b``), its
+result checked against ``dtype`` and put into the slots ``out``. ``_GENERAL``: the node
+step (``run_sync``) on the input slots [a, b); ``out`` holds per consumed output the
+slots it goes to."""
+_UNARY: Final = 0
+_BINARY: Final = 1
+_GENERAL: Final = 2
+_getrefcount: Final = sys.getrefcount
 
 
 def compile_loops(view: GraphView) -> dict[str, LoopSchedule]:
@@ -90,6 +103,7 @@ class LoopSchedule:
     __slots__ = (
         "body",
         "cond",
+        "constants",
         "device",
         "enter_position",
         "enters",
@@ -119,6 +133,8 @@ class LoopSchedule:
         """Per loop variable: its Enter's position, its next-iteration slot, the slots its
         value fills, the slots its value_index fills, and value_index in iteration 0 and
         in the later ones."""
+        self.constants: tuple[tuple[Any, tuple[int, ...]], ...] = ()
+        """Per constant of the frame: its value and the slots it fills every iteration."""
         self.next_slots: tuple[int, int] = (0, 0)
         self.cond: tuple[Row, ...] = ()
         self.switches: tuple[tuple[int, int, tuple[int, ...], tuple[int, ...]], ...] = ()
@@ -301,7 +317,16 @@ class LoopSchedule:
                 return None
             switch_rows.append((start, start + 1, exited, taken))
         schedule.switches = tuple(switch_rows)
-        written_out = set(merges) | set(switches)
+        # A constant (its kernel keeps the value: never overwritten) sits in the template.
+        constants = [i for i in members if type(items[i].kernel) is ConstKernel]
+        for i in constants:
+            targets = dests(i, 0)
+            if targets is None:
+                return None
+            value = items[i].kernel
+            assert isinstance(value, ConstKernel)
+            schedule.constants += ((value.value, targets),)
+        written_out = set(merges) | set(switches) | set(constants)
         runs = [
             i for i in members if i not in written_out and flows[i].kind == NORMAL and not passes[i]
         ]
@@ -314,6 +339,7 @@ class LoopSchedule:
         rows: list[Row] = []
         for i in order + body_order:
             flow = flows[i]
+            item = items[i]
             outs = []
             for output in range(flow.num_outputs):
                 targets = dests(i, output)
@@ -321,9 +347,13 @@ class LoopSchedule:
                     return None
                 if targets:
                     outs.append((output, targets))
-            rows.append(
-                (items[i], flow.slot_start, flow.slot_end, items[i].empty_slots, tuple(outs))
-            )
+            start, end = flow.slot_start, flow.slot_end
+            if item.direct is not None and end - start in (1, 2):  # one output
+                kind = _UNARY if end - start == 1 else _BINARY
+                out = outs[0][1] if outs else ()
+                rows.append((kind, item, start, end - 1, out, item.direct, item.direct_dtype))
+            else:
+                rows.append((_GENERAL, item, start, end, tuple(outs), None, None))
         schedule.cond = tuple(rows[: len(order)])
         schedule.body = tuple(rows[len(order) :])
         schedule.sequential = _sequential(view, members, in_frame, frame.parallel_iterations)
@@ -341,82 +371,126 @@ class LoopSchedule:
         error that names it and the iteration, as the general executor's does."""
         slots: list[Any] = [None] * self.num_slots
         template: list[Any] = [None] * self.num_slots
+        for value, targets in self.constants:
+            for slot in targets:
+                template[slot] = value
         for position, targets in self.template:
             value = values[position]
             for slot in targets:
                 template[slot] = value
         merges = self.merges
-        carried: list[Any] | None = [values[row[0]] for row in merges]
+        carried: list[Any] = [values[row[0]] for row in merges]
         values.clear()
         value = None
         next_start, next_end = self.next_slots
         cond, switches, body = self.cond, self.switches, self.body
+        run_rows = self._run_rows
         check_deadline = step.deadline is not None
         k = 0
+        while True:
+            if check_deadline:
+                step.check_deadline()
+            if step.stopped:
+                return None
+            ctx.frame_iter = (frame_id, k)
+            slots[:] = template
+            for j, (_, _, targets, index_targets, initial, later) in enumerate(merges):
+                value = carried[j]
+                for slot in targets:
+                    slots[slot] = value
+                if index_targets:
+                    index = later if k else initial
+                    for slot in index_targets:
+                        slots[slot] = index
+            del carried
+            value = None  # the slots alone hold the loop variables
+            run_rows(cond, slots, ctx, k)  # runs in every iteration, the last one included
+            pred = slots[switches[0][1]]
+            for data, predicate, exited, taken in switches:  # the Switches, written out
+                slots[predicate] = None
+                value = slots[data]
+                slots[data] = None
+                for slot in taken if pred else exited:
+                    slots[slot] = value
+            value = None
+            if not pred:
+                return [slots[slot] for slot in self.exit_slots]
+            run_rows(body, slots, ctx, k)
+            carried = slots[next_start:next_end]
+            k += 1
+
+    def _run_rows(
+        self, rows: tuple[Row, ...], slots: list[Any], ctx: OpKernelContext, k: int
+    ) -> None:
+        """Run one part of iteration ``k``: each node's inputs taken out of their slots
+        (one that nothing else holds may be overwritten: the reference-count rule), its
+        outputs put into its consumers' slots. A direct entry is called here, as the
+        straight line calls it; everything else is the shared node step."""
+        getrefcount = _getrefcount
         item: NodeItem | None = None
         try:
-            while True:
-                if check_deadline:
-                    step.check_deadline()
-                if step.stopped:
-                    return None
-                ctx.frame_iter = (frame_id, k)
-                slots[:] = template
-                assert carried is not None
-                for j, (_, _, targets, index_targets, initial, later) in enumerate(merges):
-                    value = carried[j]
-                    for slot in targets:
+            for kind, item, a, b, out, direct, dtype in rows:
+                if kind == _BINARY:
+                    x = slots[a]
+                    y = slots[b]
+                    slots[a] = slots[b] = None
+                    reuse = 1 if getrefcount(x) == 2 else 0
+                    if getrefcount(y) == 2:
+                        reuse |= 2
+                    value = direct(reuse, x, y)
+                    if value is NotImplemented:
+                        given = [x, y]
+                        del x, y
+                        value = run_compute(ctx, item, given)[0]
+                        del given
+                    else:
+                        del x, y
+                        if getattr(value, "dtype", None) is not dtype:
+                            value = _checked(ctx, item, value)
+                    for slot in out:
                         slots[slot] = value
-                    if index_targets:
-                        index = later if k else initial
-                        for slot in index_targets:
-                            slots[slot] = index
-                carried = value = None  # the slots alone hold the loop variables
-                # the condition part: runs in every iteration, the last one included
-                for item, start, end, empty, outs in cond:
-                    inputs = slots[start:end]
-                    slots[start:end] = empty
+                    del value
+                elif kind == _UNARY:
+                    x = slots[a]
+                    slots[a] = None
+                    value = direct(1 if getrefcount(x) == 2 else 0, x)
+                    if value is NotImplemented:
+                        given = [x]
+                        del x
+                        value = run_compute(ctx, item, given)[0]
+                        del given
+                    else:
+                        del x
+                        if getattr(value, "dtype", None) is not dtype:
+                            value = _checked(ctx, item, value)
+                    for slot in out:
+                        slots[slot] = value
+                    del value
+                else:
+                    inputs = slots[a:b]
+                    slots[a:b] = item.empty_slots
                     outputs = run_sync(ctx, item, inputs, True)
                     del inputs
-                    for output, targets in outs:
+                    for output, targets in out:
                         value = outputs[output]
                         for slot in targets:
                             slots[slot] = value
                     del outputs
                     value = None
-                item = None
-                # the Switches, written out
-                pred = slots[switches[0][1]]
-                for data, predicate, exited, taken in switches:
-                    slots[predicate] = None
-                    value = slots[data]
-                    slots[data] = None
-                    for slot in taken if pred else exited:
-                        slots[slot] = value
-                value = None
-                if not pred:
-                    break
-                # the body
-                for item, start, end, empty, outs in body:
-                    inputs = slots[start:end]
-                    slots[start:end] = empty
-                    outputs = run_sync(ctx, item, inputs, True)
-                    del inputs
-                    for output, targets in outs:
-                        value = outputs[output]
-                        for slot in targets:
-                            slots[slot] = value
-                    del outputs
-                    value = None
-                item = None
-                carried = slots[next_start:next_end]
-                k += 1
         except BaseException as exc:
-            if item is None:
-                raise
+            assert item is not None
             where = f" in frame {self.frame.name!r} iteration {k}"
             raise node_error(item, self.device, exc, where=where) from exc
-        return [slots[slot] for slot in self.exit_slots]
+
+
+def _checked(ctx: OpKernelContext, item: NodeItem, value: Any) -> Any:
+    """A direct entry's result that is not an array of the expected dtype: the general
+    output check (``OpKernelContext.outputs``) accepts it or explains why not."""
+    ctx.prepare(item.kernel, [], [value])
+    try:
+        return ctx.outputs()[0]
+    finally:
+        ctx.release()
 
 
 def _merge_index(index: int) -> Any:
