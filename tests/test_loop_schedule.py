@@ -9,6 +9,7 @@ long they took.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from kernloom.framework.cancellation import CancellationManager
 from kernloom.graph.builder import apply_op
 from kernloom.runtime import executor as executor_module
 from kernloom.runtime.loop_schedule import LoopSchedule
+from kernloom.tf import import_graph_def
 
 
 @pytest.fixture(scope="module")
@@ -395,3 +397,21 @@ def test_two_threads_and_an_inter_op_pool_run_scheduled_loops_at_once(
         for t in threads:
             t.join(60)
     assert not errors
+
+
+def test_a_tensorflow_while_loop_runs_on_its_schedule_and_gives_tensorflow_s_outputs(
+    scheduled: list[str],
+) -> None:
+    """The TF1 fixture (a matmul/tanh loop and a growing concat loop, as TensorFlow's
+    while_loop builds them), run on one thread, against the outputs TensorFlow saved."""
+    fixtures = Path(__file__).parent / "fixtures" / "tf"
+    graph = import_graph_def(fixtures / "while_loop.pb")
+    with np.load(fixtures / "while_loop.npz") as archive:
+        feeds = {k.removeprefix("feed:"): archive[k] for k in archive.files if k[:5] == "feed:"}
+        want = {k.removeprefix("fetch:"): archive[k] for k in archive.files if k[:6] == "fetch:"}
+    with kl.Session(graph, ONE_THREAD) as s:
+        got = s.run(list(want), feeds)
+    for (name, expected), value in zip(want.items(), got, strict=True):
+        assert value.dtype == expected.dtype, name
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert sorted(scheduled) == ["grow/while_context", "loop/while_context"]

@@ -82,11 +82,13 @@ def compile_loops(view: GraphView) -> dict[str, LoopSchedule]:
     layout = view.frame_layout
     if layout is None or view.compute_overridden:
         return {}
+    index = {node.name: i for i, node in enumerate(view.graph.nodes)}
+    position = _positions(view)
     schedules: dict[str, LoopSchedule] = {}
     for frame in layout.info.frames.values():
         if frame.parent is None:
             continue
-        schedule = LoopSchedule.compile(view, layout, frame)
+        schedule = LoopSchedule.compile(view, layout, frame, index, position)
         if schedule is not None:
             schedules[frame.name] = schedule
     return schedules
@@ -152,10 +154,18 @@ class LoopSchedule:
     # -- compiling -----------------------------------------------------------------------------
 
     @classmethod
-    def compile(cls, view: GraphView, layout: FrameLayout, frame: FrameInfo) -> LoopSchedule | None:
+    def compile(
+        cls,
+        view: GraphView,
+        layout: FrameLayout,
+        frame: FrameInfo,
+        index: dict[str, int] | None = None,
+        position: list[int] | None = None,
+    ) -> LoopSchedule | None:
         """The schedule of ``frame``, or None if it needs the frame-aware propagator."""
         nodes = view.graph.nodes
-        index = {node.name: i for i, node in enumerate(nodes)}
+        if index is None:  # (``compile_loops`` makes it once for all frames)
+            index = {node.name: i for i, node in enumerate(nodes)}
         items = view.items
         passes = view.passes
         flows = layout.nodes
@@ -177,7 +187,11 @@ class LoopSchedule:
         for e in enters:
             if not passes[e]:
                 return None
-        if _exits_reach_enters(view, frame):
+        if position is None:
+            position = _positions(view)
+        last_enter = max(position[e] for e in frame.enters)
+        # An order with every Enter before every Exit proves no Exit feeds an Enter.
+        if last_enter > min(position[x] for x in frame.exits) and _exits_reach_enters(view, frame):
             return None
         # -- the loop variables: Merge(Enter, NextIteration) ---------------------------------
         merges = [i for i in members if flows[i].kind == MERGE]
@@ -500,11 +514,13 @@ def _merge_index(index: int) -> Any:
     return value
 
 
-def _frame_edges(view: GraphView, members: Sequence[int], in_frame: set[int]) -> list[list[int]]:
+def _frame_edges(
+    view: GraphView, members: Sequence[int], in_frame: set[int]
+) -> dict[int, list[int]]:
     """Per member, the members that wait for it within one iteration (data edges but the
     NextIteration -> Merge back edge, and control edges)."""
     items = view.items
-    consumers: list[list[int]] = [[] for _ in items]
+    consumers: dict[int, list[int]] = {i: [] for i in members}
     nodes = view.graph.nodes
     for i in members:
         if nodes[i].op in BACK_EDGE_OPS:
@@ -568,6 +584,36 @@ def _sequential(
             for _, c, _ in items[i].out_edges:  # (the Merges it feeds)
                 reach[(c, k + 1)] |= mine
     return all(reach[later] & bit[earlier] for earlier, later in itertools.pairwise(chain))
+
+
+def _positions(view: GraphView) -> list[int]:
+    """Every node's place in one topological order of the partition (back edges left
+    out); a node never reached (a malformed graph) comes last."""
+    items = view.items
+    nodes = view.graph.nodes
+    pending = [0] * len(items)
+    for item in items:
+        if nodes[item.id].op in BACK_EDGE_OPS:
+            continue
+        for _, c, _ in item.out_edges:
+            pending[c] += 1
+        for c in item.control_out:
+            pending[c] += 1
+    ready = [i for i, count in enumerate(pending) if count == 0]
+    position = [len(items)] * len(items)
+    placed = 0
+    while ready:
+        i = ready.pop()
+        position[i] = placed
+        placed += 1
+        if nodes[i].op in BACK_EDGE_OPS:
+            continue
+        item = items[i]
+        for c in [edge[1] for edge in item.out_edges] + list(item.control_out):
+            pending[c] -= 1
+            if pending[c] == 0:
+                ready.append(c)
+    return position
 
 
 def _exits_reach_enters(view: GraphView, frame: FrameInfo) -> bool:
