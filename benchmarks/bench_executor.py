@@ -14,7 +14,7 @@ timed the same way in the same run.
   a vector, a 0-d scalar, a [1] vector, and for a [4, 1] feed with [1, 16] constants
   (the first Add grows the value to [4, 16]); against ``v = np.add(v, c)`` in Python.
 - while_loop: ``i + 1`` while ``i < n``, 2000 iterations, against the same in numpy.
-- while_loop, three variables: ``(i, a, b) -> (i + 1, b, a + b * c)`` while ``i < n``
+- while_loop, three variables: ``(i, a, b) -> (i + 1, b, (a + b) * c)`` while ``i < n``
   (``c`` a loop invariant, float32 scalars), 2000 iterations, against the same in numpy.
 """
 
@@ -96,7 +96,7 @@ def while_loop_vars() -> tuple[float, float]:
         c = kl.placeholder(kl.float32, [], name="c")
         out = kl.while_loop(
             lambda i, a, b: i < n,
-            lambda i, a, b: (i + 1, b, a + b * c),
+            lambda i, a, b: (i + 1, b, (a + b) * c),
             [0, kl.constant(1.0), kl.constant(0.5)],
         )
     feeds = {n: ITERATIONS, c: np.float32(0.5)}
@@ -108,7 +108,7 @@ def while_loop_vars() -> tuple[float, float]:
         i, limit, one = np.int32(0), np.int32(ITERATIONS), np.int32(1)
         a, b, cv = np.float32(1.0), np.float32(0.5), np.float32(0.5)
         while np.less(i, limit):
-            i, a, b = np.add(i, one), b, np.add(a, np.multiply(b, cv))
+            i, a, b = np.add(i, one), b, np.multiply(np.add(a, b), cv)
 
     return ours, cpu_best_of(loop, 25, 1) / ITERATIONS
 
