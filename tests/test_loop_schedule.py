@@ -415,3 +415,41 @@ def test_a_tensorflow_while_loop_runs_on_its_schedule_and_gives_tensorflow_s_out
         assert value.dtype == expected.dtype, name
         np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6, err_msg=name)
     assert sorted(scheduled) == ["grow/while_context", "loop/while_context"]
+
+
+def raw_loop(start: kl.Tensor, limit: kl.Tensor) -> kl.Tensor:
+    """``i + 1`` while ``i < limit``, built node by node (as an imported graph has it)."""
+    e_i = ops.enter(start, frame_name="raw")
+    e_n = ops.enter(limit, frame_name="raw", is_constant=True)
+    merged, _ = ops.merge([e_i, e_i])
+    f, t = ops.switch(merged, ops.loop_cond(ops.less(merged, e_n)))
+    body = ops.identity(t)
+    following = ops.next_iteration(ops.add(body, ops.ones_like(body)))
+    kl.get_default_graph().update_input(merged.node, 1, following)
+    return ops.exit(f)
+
+
+def test_a_loop_with_some_dead_enters_is_handed_back_to_the_general_frames(
+    registry: klp.Registry, scheduled: list[str]
+) -> None:
+    """A hand-built loop whose invariant comes through a Switch: live, the loop runs on
+    its schedule; dead while the loop variable is live, the general frames decide what
+    is dead (the Exit is), exactly as a traced step does."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        start = kl.placeholder(kl.int32, [], name="start")
+        limit = kl.placeholder(kl.int32, [], name="limit")
+        p = kl.placeholder(kl.bool_, [], name="p")
+        _, live_limit = ops.switch(limit, p)
+        out = raw_loop(start, live_limit)
+    with kl.Session(g, ONE_THREAD) as s:
+        assert s.run(out, {start: 2, limit: 9, p: True}) == 9
+        assert scheduled == ["raw"]
+        with pytest.raises(kl.KernloomError) as fast:
+            s.run(out, {start: 2, limit: 9, p: False})
+        with pytest.raises(kl.KernloomError) as general:
+            traced(s, out, {start: 2, limit: 9, p: False})
+        assert s.run(out, {start: 5, limit: 4, p: True}) == 5
+    assert str(fast.value) == str(general.value)
+    assert "dead" in str(fast.value) or "untaken" in str(fast.value)
+    assert scheduled == ["raw", "raw"]
