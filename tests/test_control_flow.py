@@ -507,9 +507,9 @@ def test_an_unobserved_loop_delivers_through_pass_throughs_a_traced_one_runs_the
     monkeypatch.setattr(executor_module, "run_sync", spy)
     run_rows = loop_schedule_module.LoopSchedule._run_rows
 
-    def rows_spy(self: Any, rows: Any, *args: Any) -> None:  # the loop's static schedule
+    def rows_spy(self: Any, rows: Any, *args: Any) -> Any:  # the loop's static schedule
         ran.extend((row[1].name, row[1].node.op) for row in rows)
-        run_rows(self, rows, *args)
+        return run_rows(self, rows, *args)
 
     monkeypatch.setattr(loop_schedule_module.LoopSchedule, "_run_rows", rows_spy)
     g = kl.Graph(registry)

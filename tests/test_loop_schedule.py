@@ -100,9 +100,10 @@ def test_a_simple_loop_runs_on_its_schedule_and_no_body_node_through_the_node_lo
 def test_loops_the_schedule_cannot_take_run_on_the_general_executor(
     registry: klp.Registry, scheduled: list[str]
 ) -> None:
-    """A kl.cond in the body (a Switch/Merge of its own) and an outer loop (a nested
-    frame) stay with the frame-aware propagator; an inner loop without either runs on
-    its schedule, once per outer iteration."""
+    """A kl.cond in the body (a Switch/Merge of its own) keeps a loop with the
+    frame-aware propagator, and a loop nested in such a loop still runs on its schedule,
+    once per outer iteration; a loop nesting a scheduled loop runs the inner loop as a
+    row of its own schedule, once per outer iteration."""
     g = kl.Graph(registry)
     with g.as_default():
         n = kl.placeholder(kl.int32, [], name="n")
@@ -114,20 +115,41 @@ def test_loops_the_schedule_cannot_take_run_on_the_general_executor(
             name="with_cond",
         )
 
-        def outer_body(i: kl.Tensor, t: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
-            _, inner = kl.while_loop(
+        def inner_loop(i: kl.Tensor, t: kl.Tensor) -> kl.Tensor:
+            return kl.while_loop(
                 lambda j, u: j < i, lambda j, u: (j + 1, u + j), [0, t], name="inner"
-            )
-            return i + 1, inner
+            )[1]
+
+        def outer_body(i: kl.Tensor, t: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+            return i + 1, inner_loop(i, t)
+
+        def general_body(i: kl.Tensor, t: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+            t = kl.cond(i < k, lambda: t * 2, lambda: t - 1)
+            return i + 1, inner_loop(i, t)
 
         _, nested = kl.while_loop(lambda i, t: i < n, outer_body, [0, 0], name="outer")
+        _, general = kl.while_loop(lambda i, t: i < n, general_body, [0, 1], name="general")
     with kl.Session(g, ONE_THREAD) as s:
         for nv, kv in ((0, 0), (5, 2), (6, 9)):
-            got_cond, got_nested = s.run([with_cond, nested], {n: nv, k: kv})
+            scheduled.clear()
+            got_cond, got_nested, got_general = s.run([with_cond, nested, general], {n: nv, k: kv})
             assert got_cond == sum(1 if i < kv else 100 for i in range(nv))
             assert got_nested == sum(j for i in range(nv) for j in range(i))
-    assert "with_cond" not in scheduled and "outer" not in scheduled
-    assert scheduled.count("outer/inner") == 0 + 5 + 6  # once per outer iteration
+            want = 1
+            for i in range(nv):
+                want = want * 2 if i < kv else want - 1
+                want += sum(range(i))
+            assert got_general == want
+            assert "with_cond" not in scheduled and "general" not in scheduled
+            assert scheduled.count("outer") == 1
+            assert scheduled.count("outer/inner") == nv
+            assert scheduled.count("general/inner") == nv
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=2)) as s:
+        scheduled.clear()
+        assert s.run(nested, {n: 5, k: 0}) == sum(j for i in range(5) for j in range(i))
+        # With other threads a loop around a loop stays general (the inner one too here:
+        # its j + 1 and u + j could run at once).
+        assert "outer" not in scheduled
 
 
 def test_with_an_inter_op_pool_only_loops_whose_expensive_nodes_form_a_chain_are_scheduled(
@@ -453,3 +475,32 @@ def test_a_loop_with_some_dead_enters_is_handed_back_to_the_general_frames(
     assert str(fast.value) == str(general.value)
     assert "dead" in str(fast.value) or "untaken" in str(fast.value)
     assert scheduled == ["raw", "raw"]
+
+
+def test_an_error_in_a_nested_loop_names_the_inner_frame_as_the_general_executor(
+    registry: klp.Registry, scheduled: list[str]
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        start = kl.placeholder(kl.float32, [], name="start")
+
+        def outer_body(i: kl.Tensor, v: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+            _, w = kl.while_loop(
+                lambda j, w: j < 2,
+                lambda j, w: (j + 1, guard(w - 1.0, name="check")),
+                [0, v],
+                name="inner",
+            )
+            return i + 1, w
+
+        _, out = kl.while_loop(lambda i, v: i < 5, outer_body, [0, start], name="outer")
+    with kl.Session(g, ONE_THREAD) as s:
+        assert s.run(out, {start: 20.0}) == 10.0
+        with pytest.raises(kl.KernelError) as fast:
+            s.run(out, {start: 3.5})  # 2.5, 1.5 | 0.5, then -0.5: outer 1, inner 1
+        with pytest.raises(kl.KernelError) as general:
+            traced(s, out, {start: 3.5})
+    message = str(fast.value)
+    assert "'outer/inner/check'" in message and "frame 'outer/inner' iteration 1" in message
+    assert message == str(general.value)
+    assert scheduled.count("outer") == 2

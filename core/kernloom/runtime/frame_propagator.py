@@ -498,9 +498,15 @@ class FramePropagator:
             self._propagate(consumer, frame, iteration, [value], consumer_dead, ready)
 
     def _merge_expects(self, merge: int, iteration: _Iteration) -> int:
-        """How many dead inputs make a Merge dead: all it can get in this iteration."""
+        """How many dead inputs make a Merge dead: all it can get in this iteration -- a
+        loop's Merge gets its Enter values in iteration 0 and its NextIteration values
+        after; a kl.cond's Merge (no back edge) gets all its inputs in every iteration
+        (counting none after iteration 0 left it never ready when its branches were dead,
+        so what waits on it -- a nested loop's Enter -- hung the step)."""
         flow = self.layout.nodes[merge]
-        return flow.forward_inputs if iteration.k == 0 else flow.back_inputs
+        if iteration.k == 0 or not flow.back_inputs:
+            return flow.forward_inputs
+        return flow.back_inputs
 
     # -- endings (under the lock) -----------------------------------------------------------------
 

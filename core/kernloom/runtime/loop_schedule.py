@@ -53,7 +53,7 @@ from kernloom.framework.device_independent_kernels import (
 from kernloom.framework.op_kernel import OpKernelContext
 from kernloom.graph.graph import BACK_EDGE_OPS
 from kernloom.runtime.control_flow import FrameInfo
-from kernloom.runtime.frame_layout import EXIT, MERGE, NEXT, NORMAL, FrameLayout
+from kernloom.runtime.frame_layout import ENTER, EXIT, MERGE, NEXT, NORMAL, FrameLayout
 from kernloom.runtime.graph_view import GraphView, NodeItem
 from kernloom.runtime.node_run import node_error, run_compute, run_sync
 from kernloom.runtime.step import Step
@@ -64,15 +64,17 @@ _MAX_REACH_BITS: Final = 1 << 27
 """Bookkeeping the sequential check may do (nodes x expensive nodes, in bits), as the
 straight line's."""
 
-Row = tuple[int, NodeItem, int, int, Any, Any, Any]
+Row = tuple[int, NodeItem, Any, Any, Any, Any, Any]
 """One node that runs: (kind, item, a, b, out, direct, dtype). ``_UNARY``/``_BINARY``: a
 kernel's direct entry (one output) called with the input slots ``a`` (and ``b``), its
 result checked against ``dtype`` and put into the slots ``out``. ``_GENERAL``: the node
 step (``run_sync``) on the input slots [a, b); ``out`` holds per consumed output the
-slots it goes to."""
+slots it goes to. ``_LOOP``: a nested loop's schedule ``b``, run on the slots ``a`` of
+its Enters (in its order); ``out`` holds per Exit the slots its value goes to."""
 _UNARY: Final = 0
 _BINARY: Final = 1
 _GENERAL: Final = 2
+_LOOP: Final = 3
 _getrefcount: Final = sys.getrefcount
 
 
@@ -85,13 +87,20 @@ def compile_loops(view: GraphView) -> dict[str, LoopSchedule]:
     index = {node.name: i for i, node in enumerate(view.graph.nodes)}
     position = _positions(view)
     schedules: dict[str, LoopSchedule] = {}
-    for frame in layout.info.frames.values():
+    for frame in sorted(layout.info.frames.values(), key=_depth, reverse=True):
         if frame.parent is None:
             continue
-        schedule = LoopSchedule.compile(view, layout, frame, index, position)
+        schedule = LoopSchedule.compile(view, layout, frame, index, position, schedules)
         if schedule is not None:
             schedules[frame.name] = schedule
     return schedules
+
+
+def _depth(frame: FrameInfo) -> int:
+    depth = 0
+    while frame.parent is not None:
+        frame, depth = frame.parent, depth + 1
+    return depth
 
 
 def _is_function_kernel(item: NodeItem, function: Any) -> bool:
@@ -161,8 +170,11 @@ class LoopSchedule:
         frame: FrameInfo,
         index: dict[str, int] | None = None,
         position: list[int] | None = None,
+        inner: dict[str, LoopSchedule] | None = None,
     ) -> LoopSchedule | None:
-        """The schedule of ``frame``, or None if it needs the frame-aware propagator."""
+        """The schedule of ``frame``, or None if it needs the frame-aware propagator.
+        ``inner``: the schedules of frames nested in it, which it runs as rows of its own
+        (a nested frame without one keeps the whole loop on the propagator)."""
         nodes = view.graph.nodes
         if index is None:  # (``compile_loops`` makes it once for all frames)
             index = {node.name: i for i, node in enumerate(nodes)}
@@ -173,11 +185,27 @@ class LoopSchedule:
         in_frame = set(members)
         if frame.loop_cond is None or not frame.exits or not frame.enters:
             return None
+        # A nested loop with a schedule of its own is one row: its Enters (which run here)
+        # and its Exits (whose outputs are here) stand for it, under its first Enter.
+        nested: dict[int, LoopSchedule] = {}
+        group: dict[int, int] = {}
+        for i in members:
+            if flows[i].kind == ENTER:
+                child = (inner or {}).get(flows[i].frame_name)
+                if child is None or not passes[i]:
+                    return None
+                nested[child.enters[0]] = child
+                group[i] = child.enters[0]
+        for first, child in nested.items():
+            for x in child.exits:
+                group[x] = first
         for i in members:
             item = items[i]
             flow = flows[i]
+            if flow.kind == ENTER:
+                continue
             if item.is_async or flow.kind not in (NORMAL, MERGE, EXIT, NEXT):
-                return None  # a nested frame (its Enter runs here), a _Send or a _Recv
+                return None  # a _Send or a _Recv
             if flow.kind in (EXIT, NEXT) and not passes[i]:
                 return None
         loop_cond = frame.loop_cond
@@ -239,11 +267,17 @@ class LoopSchedule:
             if node_id in body:
                 continue
             body.add(node_id)
-            flow = flows[node_id]
-            for _, consumer, _, _, is_merge in flow.edges:
-                if not is_merge:
-                    stack.append(consumer)
-            stack.extend(consumer for consumer, _, _ in flow.controls)
+            head = group.get(node_id)  # a nested loop: what its Exits feed is body too
+            emitters = list(nested[head].exits) if head is not None else [node_id]
+            for emitter in emitters:
+                flow = flows[emitter]
+                for _, consumer, _, _, is_merge in flow.edges:
+                    if not is_merge:
+                        stack.append(consumer)
+                stack.extend(consumer for consumer, _, _ in flow.controls)
+        for child in nested.values():
+            if len({e in body for e in child.enters}) != 1:
+                return None  # a nested loop half in the body: the propagator decides
         for i in members:
             kind = flows[i].kind
             if kind == NEXT and i not in body:
@@ -278,6 +312,8 @@ class LoopSchedule:
                         return None
                     found.append(next_slot[consumer])
                 elif kind == EXIT:
+                    if consumer not in exit_slot:
+                        return None
                     found.append(exit_slot[consumer])
                 elif kind == NEXT or (passes[consumer] and kind == NORMAL):
                     further = dests(consumer, 0)
@@ -344,8 +380,9 @@ class LoopSchedule:
         runs = [
             i for i in members if i not in written_out and flows[i].kind == NORMAL and not passes[i]
         ]
+        runs += list(nested)
         running = set(runs)
-        ordered = [i for i in _topological(view, members, in_frame) if i in running]
+        ordered = [i for i in _topological(view, members, in_frame, group) if i in running]
         if len(ordered) != len(runs):
             return None
         order = [i for i in ordered if i not in body]
@@ -354,6 +391,14 @@ class LoopSchedule:
         for i in order + body_order:
             flow = flows[i]
             item = items[i]
+            child = nested.get(i)
+            if child is not None:
+                enter_slots = tuple(flows[e].slot_start for e in child.enters)
+                exit_dests = tuple(dests(x, 0) for x in child.exits)
+                if any(d is None for d in exit_dests):
+                    return None
+                rows.append((_LOOP, item, enter_slots, child, exit_dests, None, None))
+                continue
             outs = []
             for output in range(flow.num_outputs):
                 targets = dests(i, output)
@@ -370,7 +415,11 @@ class LoopSchedule:
                 rows.append((_GENERAL, item, start, end, tuple(outs), None, None))
         schedule.cond = tuple(rows[: len(order)])
         schedule.body = tuple(rows[len(order) :])
-        schedule.sequential = _sequential(view, members, in_frame, frame.parallel_iterations)
+        # (With a nested loop, the general executor could overlap it with the outer
+        # loop's nodes: such a loop runs on its schedule only in one-thread steps.)
+        schedule.sequential = not nested and _sequential(
+            view, members, in_frame, frame.parallel_iterations
+        )
         schedule.device = view.device
         return schedule
 
@@ -399,6 +448,7 @@ class LoopSchedule:
         next_start, next_end = self.next_slots
         cond, switches, body = self.cond, self.switches, self.body
         run_rows = self._run_rows
+        frame_iter = (frame_id, 0)
         check_deadline = step.deadline is not None
         k = 0
         while True:
@@ -406,7 +456,7 @@ class LoopSchedule:
                 step.check_deadline()
             if step.stopped:
                 return None
-            ctx.frame_iter = (frame_id, k)
+            ctx.frame_iter = frame_iter = (frame_id, k)
             slots[:] = template
             for j, (_, _, targets, index_targets, initial, later) in enumerate(merges):
                 value = carried[j]
@@ -418,7 +468,9 @@ class LoopSchedule:
                         slots[slot] = index
             del carried
             value = None  # the slots alone hold the loop variables
-            run_rows(cond, slots, ctx, k)  # runs in every iteration, the last one included
+            # the condition part: runs in every iteration, the last one included
+            if not run_rows(cond, slots, ctx, step, frame_iter):
+                return None
             pred = slots[switches[0][1]]
             for data, predicate, exited, taken in switches:  # the Switches, written out
                 slots[predicate] = None
@@ -429,19 +481,27 @@ class LoopSchedule:
             value = None
             if not pred:
                 return [slots[slot] for slot in self.exit_slots]
-            run_rows(body, slots, ctx, k)
+            if not run_rows(body, slots, ctx, step, frame_iter):
+                return None
             carried = slots[next_start:next_end]
             k += 1
 
     def _run_rows(
-        self, rows: tuple[Row, ...], slots: list[Any], ctx: OpKernelContext, k: int
-    ) -> None:
-        """Run one part of iteration ``k``: each node's inputs taken out of their slots
-        (one that nothing else holds may be overwritten: the reference-count rule), its
-        outputs put into its consumers' slots. A direct entry is called here, as the
-        straight line calls it; everything else is the shared node step."""
+        self,
+        rows: tuple[Row, ...],
+        slots: list[Any],
+        ctx: OpKernelContext,
+        step: Step,
+        frame_iter: tuple[str, int],
+    ) -> bool:
+        """Run one part of the iteration ``frame_iter``: each node's inputs taken out of
+        their slots (one that nothing else holds may be overwritten: the reference-count
+        rule), its outputs put into its consumers' slots. A direct entry is called here,
+        as the straight line calls it; a nested loop runs on its own schedule; everything
+        else is the shared node step. False when the step stopped in a nested loop."""
         getrefcount = _getrefcount
         item: NodeItem | None = None
+        kind = _GENERAL
         try:
             for kind, item, a, b, out, direct, dtype in rows:
                 if kind == _BINARY:
@@ -480,7 +540,7 @@ class LoopSchedule:
                     for slot in out:
                         slots[slot] = value
                     del value
-                else:
+                elif kind == _GENERAL:
                     inputs = slots[a:b]
                     slots[a:b] = item.empty_slots
                     outputs = run_sync(ctx, item, inputs, True)
@@ -491,10 +551,28 @@ class LoopSchedule:
                             slots[slot] = value
                     del outputs
                     value = None
+                else:  # _LOOP: a nested loop, one instance per iteration of this one
+                    given = [slots[slot] for slot in a]
+                    for slot in a:
+                        slots[slot] = None
+                    exits = b.run(
+                        ctx, step, given, f"{frame_iter[0]}/{frame_iter[1]}/{b.frame.name}"
+                    )
+                    ctx.frame_iter = frame_iter
+                    if exits is None:
+                        return False
+                    for value, targets in zip(exits, out, strict=True):
+                        for slot in targets:
+                            slots[slot] = value
+                    del exits
+                    value = None
         except BaseException as exc:
+            if kind == _LOOP:
+                raise  # named by the nested loop: its node, frame and iteration
             assert item is not None
-            where = f" in frame {self.frame.name!r} iteration {k}"
+            where = f" in frame {self.frame.name!r} iteration {frame_iter[1]}"
             raise node_error(item, self.device, exc, where=where) from exc
+        return True
 
 
 def _checked(ctx: OpKernelContext, item: NodeItem, value: Any) -> Any:
@@ -515,34 +593,45 @@ def _merge_index(index: int) -> Any:
 
 
 def _frame_edges(
-    view: GraphView, members: Sequence[int], in_frame: set[int]
+    view: GraphView,
+    members: Sequence[int],
+    in_frame: set[int],
+    group: dict[int, int] | None = None,
 ) -> dict[int, list[int]]:
     """Per member, the members that wait for it within one iteration (data edges but the
-    NextIteration -> Merge back edge, and control edges)."""
+    NextIteration -> Merge back edge, and control edges). ``group`` maps a nested loop's
+    Enters and Exits to its first Enter, which stands for the whole nested loop."""
     items = view.items
-    consumers: dict[int, list[int]] = {i: [] for i in members}
+    group = group or {}
+    consumers: dict[int, list[int]] = {group.get(i, i): [] for i in members}
     nodes = view.graph.nodes
-    for i in members:
-        if nodes[i].op in BACK_EDGE_OPS:
-            continue
+    for i in [*members, *(x for x in group if x not in in_frame)]:
+        if nodes[i].op in BACK_EDGE_OPS or (i in group and nodes[i].op == "Enter"):
+            continue  # (a nested loop's Enters feed its own nodes)
         item = items[i]
-        for _, consumer, _ in item.out_edges:
-            if consumer in in_frame:
-                consumers[i].append(consumer)
-        consumers[i].extend(c for c in item.control_out if c in in_frame)
+        source = group.get(i, i)
+        for c in [edge[1] for edge in item.out_edges] + list(item.control_out):
+            target = group.get(c, c)
+            if (c in in_frame or c in group) and target != source:
+                consumers[source].append(target)
     return consumers
 
 
-def _topological(view: GraphView, members: Sequence[int], in_frame: set[int]) -> list[int]:
+def _topological(
+    view: GraphView,
+    members: Sequence[int],
+    in_frame: set[int],
+    group: dict[int, int] | None = None,
+) -> list[int]:
     """The frame's nodes in an order one iteration may run them in: the general
     executor's last-in first-out order on one thread (a consumer right after its
     producer, so values die early; ties broken by node id)."""
-    consumers = _frame_edges(view, members, in_frame)
-    pending = dict.fromkeys(members, 0)
-    for i in members:
+    consumers = _frame_edges(view, members, in_frame, group)
+    pending = dict.fromkeys(consumers, 0)
+    for i in consumers:
         for c in consumers[i]:
             pending[c] += 1
-    ready = sorted((i for i in members if pending[i] == 0), reverse=True)
+    ready = sorted((i for i in consumers if pending[i] == 0), reverse=True)
     order: list[int] = []
     while ready:
         node = ready.pop()
