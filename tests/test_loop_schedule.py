@@ -140,6 +140,7 @@ def test_loops_the_schedule_cannot_take_run_on_the_general_executor(
                 want = want * 2 if i < kv else want - 1
                 want += sum(range(i))
             assert got_general == want
+            assert traced(s, general, {n: nv, k: kv}) == want  # the general executor alone
             assert "with_cond" not in scheduled and "general" not in scheduled
             assert scheduled.count("outer") == 1
             assert scheduled.count("outer/inner") == nv

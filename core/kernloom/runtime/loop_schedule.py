@@ -27,8 +27,10 @@ into ``i``; an invariant, held by the schedule's template, never is).
 
 Iterations run one after another: ``parallel_iterations`` allows iterations to overlap,
 never requires it, so the results are those of the general executor on one thread.
+A nested loop with a schedule of its own is one row of its parent's schedule (its
+Enters' slots in, its Exits' values out); ``compile_loops`` compiles inner frames first.
 What the schedule does not handle, the frame-aware propagator still runs (``compile``
-returns None): a frame with a nested frame, a Switch or Merge other than the loop's own
+returns None): a nested frame without a schedule, a Switch or Merge other than the loop's own
 (a ``kl.cond`` in the cond or body), asynchronous kernels or Send/Recv, a device that wraps
 every kernel, control-flow kernels other than the core's, or a graph whose Exits feed
 the same frame's Enters.
