@@ -14,6 +14,10 @@ timed the same way in the same run.
   a vector, a 0-d scalar, a [1] vector, and for a [4, 1] feed with [1, 16] constants
   (the first Add grows the value to [4, 16]); against ``v = np.add(v, c)`` in Python.
 - while_loop: ``i + 1`` while ``i < n``, 2000 iterations, against the same in numpy.
+- while_loop, three variables: ``(i, a, b) -> (i + 1, b, (a + b) * c)`` while ``i < n``
+  (``c`` a loop invariant, float32 scalars), 2000 iterations, against the same in numpy.
+- nested while_loops: 100 outer iterations around an inner loop of 20 (``(j + 1, u + 1)``),
+  per inner iteration, against the same in numpy.
 """
 
 from __future__ import annotations
@@ -85,6 +89,60 @@ def while_loop() -> tuple[float, float]:
     return ours, cpu_best_of(loop, 25, 1) / ITERATIONS
 
 
+def while_loop_vars() -> tuple[float, float]:
+    """(kernloom, numpy) seconds per iteration of a loop with three loop variables and
+    an invariant."""
+    g = kl.Graph()
+    with g.as_default():
+        n = kl.placeholder(kl.int32, [], name="n")
+        c = kl.placeholder(kl.float32, [], name="c")
+        out = kl.while_loop(
+            lambda i, a, b: i < n,
+            lambda i, a, b: (i + 1, b, (a + b) * c),
+            [0, kl.constant(1.0), kl.constant(0.5)],
+        )
+    feeds = {n: ITERATIONS, c: np.float32(0.5)}
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        assert sess.run(out, feeds)[0] == ITERATIONS
+        ours = cpu_best_of(lambda: sess.run(out, feeds), 25, 1) / ITERATIONS
+
+    def loop() -> None:
+        i, limit, one = np.int32(0), np.int32(ITERATIONS), np.int32(1)
+        a, b, cv = np.float32(1.0), np.float32(0.5), np.float32(0.5)
+        while np.less(i, limit):
+            i, a, b = np.add(i, one), b, np.multiply(np.add(a, b), cv)
+
+    return ours, cpu_best_of(loop, 25, 1) / ITERATIONS
+
+
+def nested_loops() -> tuple[float, float]:
+    """(kernloom, numpy) seconds per inner iteration of a loop nested in a loop."""
+    outer_n, inner_n = 100, 20
+    g = kl.Graph()
+    with g.as_default():
+        n = kl.placeholder(kl.int32, [], name="n")
+
+        def outer(i: kl.Tensor, t: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+            _, t = kl.while_loop(lambda j, u: j < inner_n, lambda j, u: (j + 1, u + 1), [0, t])
+            return i + 1, t
+
+        _, out = kl.while_loop(lambda i, t: i < n, outer, [0, 0])
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        assert sess.run(out, {n: outer_n}) == outer_n * inner_n
+        ours = cpu_best_of(lambda: sess.run(out, {n: outer_n}), 15, 1) / (outer_n * inner_n)
+
+    def loop() -> None:
+        i, t, one = np.int32(0), np.int32(0), np.int32(1)
+        limit, inner_limit = np.int32(outer_n), np.int32(inner_n)
+        while np.less(i, limit):
+            j = np.int32(0)
+            while np.less(j, inner_limit):
+                j, t = np.add(j, one), np.add(t, one)
+            i = np.add(i, one)
+
+    return ours, cpu_best_of(loop, 15, 1) / (outer_n * inner_n)
+
+
 def main() -> int:
     print(f"executor, thread CPU time, best of runs (python {sys.version.split()[0]})")
     for label, fed, constant in (
@@ -102,6 +160,16 @@ def main() -> int:
     print(
         f"while_loop i + 1, {ITERATIONS} iterations   {ours * 1e6:6.2f} us/iteration; numpy "
         f"loop {plain * 1e6:5.2f} us/iteration -> {ours / plain:5.1f}x"
+    )
+    ours, plain = while_loop_vars()
+    print(
+        f"while_loop 3 vars + invariant, {ITERATIONS} it. {ours * 1e6:6.2f} us/iteration; "
+        f"numpy loop {plain * 1e6:5.2f} us/iteration -> {ours / plain:5.1f}x"
+    )
+    ours, plain = nested_loops()
+    print(
+        f"nested while_loops, 100 x 20         {ours * 1e6:6.2f} us/inner iteration; "
+        f"numpy loop {plain * 1e6:5.2f} -> {ours / plain:5.1f}x"
     )
     return 0
 

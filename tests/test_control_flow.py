@@ -17,6 +17,7 @@ import kernloom.plugin as klp
 from kernloom import ops
 from kernloom.graph.builder import apply_op
 from kernloom.runtime import executor as executor_module
+from kernloom.runtime import loop_schedule as loop_schedule_module
 
 
 @pytest.fixture(scope="module")
@@ -504,6 +505,13 @@ def test_an_unobserved_loop_delivers_through_pass_throughs_a_traced_one_runs_the
         return run_sync(ctx, item, inputs, forward)
 
     monkeypatch.setattr(executor_module, "run_sync", spy)
+    run_rows = loop_schedule_module.LoopSchedule._run_rows
+
+    def rows_spy(self: Any, rows: Any, *args: Any) -> Any:  # the loop's static schedule
+        ran.extend((row[1].name, row[1].node.op) for row in rows)
+        return run_rows(self, rows, *args)
+
+    monkeypatch.setattr(loop_schedule_module.LoopSchedule, "_run_rows", rows_spy)
     g = kl.Graph(registry)
     with g.as_default():
         x = kl.placeholder(kl.float32, [3], name="x")

@@ -11,6 +11,14 @@ place that decides how a step runs it:
   executor -- ``SimplePropagator`` for a partition without frames or dead values,
   ``FramePropagator`` for one with control flow.
 
+``Executor.loops_for`` likewise decides, once per step, which loop frames run on their
+static per-iteration schedules (``LoopSchedule``: the straight line's idea applied to a
+loop frame): every frame that has one, when nobody observes single nodes and the step has
+no other thread or the loop no two expensive nodes that could run at once. The
+frame-aware propagator hands such a frame instance to the node loop as one ready entry
+(``LOOP``), which runs the schedule and gives the Exit values back
+(``ExecutorState._run_loop``).
+
 The node loop (``ExecutorState._process``), per ready node: prepare its inputs (the
 propagator takes them out of their slots: a value is alive exactly while a consumer that
 has not run yet, or the caller, a fetch, a constant, still holds it; one that nothing
@@ -35,8 +43,9 @@ from kernloom.framework.device import Device
 from kernloom.framework.op_kernel import DEAD, OpKernelContext
 from kernloom.graph.graph import Graph
 from kernloom.runtime.compiled_line import CompiledLine, LineProgram
-from kernloom.runtime.frame_propagator import FramePropagator
+from kernloom.runtime.frame_propagator import LOOP, FramePropagator
 from kernloom.runtime.graph_view import GraphView, KernelFactory, NodeItem
+from kernloom.runtime.loop_schedule import LoopSchedule, compile_loops
 from kernloom.runtime.node_run import (
     Done,
     RunArgs,
@@ -75,6 +84,11 @@ class Executor:
         self.compiled = None if self.schedule is None else CompiledLine.compile(self.schedule)
         """The schedule as one generated function, where some node of it can be written
         as an in-place call; None otherwise (the schedule is interpreted)."""
+        self.loops: dict[str, LoopSchedule] = compile_loops(view)
+        """The loop frames that can run on a static per-iteration schedule, by name."""
+        self._sequential_loops = {
+            name: loop for name, loop in self.loops.items() if loop.sequential
+        }
 
     @classmethod
     def build(
@@ -105,22 +119,32 @@ class Executor:
             return None
         return self.compiled or schedule
 
+    def loops_for(self, *, parallel: bool, observed: bool) -> dict[str, LoopSchedule] | None:
+        """The loop frames a step runs on their schedules: none when somebody observes
+        single nodes (a trace reports every node of every iteration); with other threads
+        (``parallel``), only loops whose expensive nodes the general executor could never
+        overlap (``LoopSchedule.sequential``: within an iteration or across
+        ``parallel_iterations``). The only place this is decided."""
+        if observed or not self.loops:
+            return None
+        return self._sequential_loops if parallel else self.loops
+
     def run_async(self, args: RunArgs, done: Done) -> None:
         """Start the partition for ``args.step``; ``done(error)`` is called once at the end.
 
         The work is queued for the thread that waits on the step (``Step.wait``, which
         the caller must drive); nothing runs on this call's own stack.
         """
-        straight = self.straight_line_for(
-            parallel=args.step.pool is not None,
-            observed=args.stats is not None or args.node_outputs is not None,
-        )
+        parallel = args.step.pool is not None
+        observed = args.stats is not None or args.node_outputs is not None
+        straight = self.straight_line_for(parallel=parallel, observed=observed)
         if straight is not None:
             # Another executor's work may be queued for the caller too: then let a pool
             # thread take this partition, so that the two run at once.
             args.step.schedule(lambda: straight.run(args, done), ticket=args.executors > 1)
             return
-        ExecutorState(self.view, args, done).start()
+        loops = self.loops_for(parallel=parallel, observed=observed)
+        ExecutorState(self.view, args, done, loops).start()
 
     def run(self, args: RunArgs) -> None:
         """Run synchronously on this thread (and the step's pool); raise the first error."""
@@ -142,7 +166,13 @@ class ExecutorState:
 
     __slots__ = ("args", "device", "done", "error", "propagator", "step", "view")
 
-    def __init__(self, view: GraphView, args: RunArgs, done: Done) -> None:
+    def __init__(
+        self,
+        view: GraphView,
+        args: RunArgs,
+        done: Done,
+        loops: dict[str, LoopSchedule] | None = None,
+    ) -> None:
         self.view = view
         self.device = view.device
         self.args = args
@@ -154,7 +184,7 @@ class ExecutorState:
         self.propagator: Propagator = (
             SimplePropagator(view)
             if layout is None
-            else FramePropagator(layout, args.step, None if observed else view.passes)
+            else FramePropagator(layout, args.step, None if observed else view.passes, loops)
         )
 
     def start(self) -> None:
@@ -200,8 +230,14 @@ class ExecutorState:
                 continue
             # prepare inputs: from here on only this node holds them
             inputs = take(tagged, item, ctx)
-            if inputs is None:  # a dead node: no kernel runs, every output is dead
-                outputs = [DEAD] * len(item.unset_outputs)
+            if inputs is None:
+                if not plain and tagged[3] is LOOP:  # a loop frame instance on its schedule
+                    loop_ended = self._run_loop(tagged, ctx, ready, newly)
+                    if loop_ended is None:
+                        continue
+                    ended = loop_ended
+                else:  # a dead node: no kernel runs, every output is dead
+                    ended = propagate(tagged, item, [DEAD] * len(item.unset_outputs), newly)
             elif item.is_async:
                 self._start_async(tagged, item, ctx, inputs)
                 ctx = step_context(view, self.args)  # the kernel keeps that one
@@ -216,11 +252,11 @@ class ExecutorState:
                     continue
                 if record is not None:
                     record.finish(outputs, forwarded(ctx, item, inputs, outputs))
-            del inputs
-            if node_outputs is not None and propagator.live(tagged):
-                node_outputs(item.node.name, outputs)
-            ended = propagate(tagged, item, outputs, newly)
-            del outputs
+                del inputs
+                if node_outputs is not None and propagator.live(tagged):
+                    node_outputs(item.node.name, outputs)
+                ended = propagate(tagged, item, outputs, newly)
+                del outputs
             if newly:
                 for consumer in newly:
                     if items[consumer if plain else consumer[0]].is_expensive:
@@ -232,6 +268,36 @@ class ExecutorState:
                 newly.clear()
             if ended:
                 self._end()
+
+    def _run_loop(
+        self, tagged: Any, ctx: OpKernelContext, ready: list[Any], newly: list[Any]
+    ) -> bool | None:
+        """Run a loop frame instance on its schedule (a ``LOOP`` entry); its Exits' consumers
+        go to ``newly``. Returns whether the step's end is due, or None when the loop was
+        handed to the step's pool, failed or the step stopped (then handled here, as
+        ``_fail`` does)."""
+        if ready and self.step.pool is not None:
+            # Other work waits on this thread's stack: let the pool take the loop (or this
+            # thread, once that work is done), as an expensive node would be handed over.
+            self.step.schedule(self._task(tagged))
+            return None
+        propagator = self.propagator
+        assert isinstance(propagator, FramePropagator)
+        schedule, values, frame_id = propagator.take_loop(tagged)
+        try:
+            exits = schedule.run(ctx, self.step, values, frame_id)
+        except BaseException as error:  # named already: node, frame and iteration
+            with propagator.lock:
+                if self.error is None:
+                    self.error = error
+            self.step.stop(error)
+            exits = None
+        del values
+        if exits is None:
+            if propagator.finish(tagged, ready):
+                self._end()
+            return None
+        return propagator.finish_loop(tagged, exits, newly)
 
     def _task(self, tagged: Any) -> Callable[[], None]:
         return lambda: self.process([tagged])

@@ -30,12 +30,22 @@ A step that nobody observes node by node (no trace, no node-outputs callback) pa
 ``passes``: the nodes whose kernel is the core's pass-through (Identity, Enter, Exit,
 NextIteration). When one becomes ready, its input is delivered on at once, under the
 same lock, as if it had run -- a loop iteration saves two node runs of the node loop.
+
+Such a step may also pass ``loops``: loop frames that run on a static schedule
+(``LoopSchedule``) instead of through this propagator. Their Enter values are held, per
+frame instance, until every Enter of the instance has arrived; then one ready entry,
+tagged ``(first Enter, parent frame, parent iteration, LOOP)``, stands for the whole
+loop: the node loop runs the schedule (``take_loop`` hands it the values) and
+``finish_loop`` delivers the Exit values to the parent frame, as Exits that ran would.
+A frame instance whose Enters are all dead delivers dead Exits at once (every node of it
+would be dead); one with some dead and some live Enters is handed to this propagator's
+frames after all (``_enter``), exactly as if it had never been held.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
 from kernloom.framework.op_kernel import DEAD, OpKernelContext
@@ -51,17 +61,55 @@ from kernloom.runtime.frame_layout import (
     FrameLayout,
 )
 from kernloom.runtime.graph_view import NodeItem
+from kernloom.runtime.loop_schedule import LoopSchedule
 from kernloom.runtime.step import Step
 
 _SAME_ITERATION: Final = frozenset({NORMAL, MERGE, SEND})
 """Kinds whose outputs go to consumers in their own frame and iteration."""
 
-__all__ = ["FramePropagator", "Tagged"]
+__all__ = ["LOOP", "FramePropagator", "Tagged"]
+
+
+@final
+class _LoopMark:
+    """The last field of a ready entry that stands for a whole loop frame instance run on
+    its schedule (where a node's entry has its dead flag): true, like a dead node's, so
+    ``take`` hands no inputs out for it."""
+
+    def __repr__(self) -> str:
+        return "LOOP"
+
+
+LOOP: Final[Any] = _LoopMark()
+"""(Typed Any: it stands where a ``Tagged`` entry has its bool, and is only ever tested
+for identity or truth.)"""
+
+
+@final
+class _HeldLoop:
+    """A loop frame instance on its schedule, waiting for its Enters' values."""
+
+    __slots__ = ("dead", "missing", "schedule", "values")
+
+    def __init__(self, schedule: LoopSchedule) -> None:
+        self.schedule = schedule
+        self.values: list[Any] = [None] * len(schedule.enters)
+        self.dead: list[bool] = [False] * len(schedule.enters)
+        self.missing = len(schedule.enters)
 
 
 @final
 class _Iteration:
-    __slots__ = ("children", "dead", "frame_iter", "k", "outstanding", "pending", "slots")
+    __slots__ = (
+        "children",
+        "dead",
+        "frame_iter",
+        "held",
+        "k",
+        "outstanding",
+        "pending",
+        "slots",
+    )
 
     def __init__(self, k: int, layout: FrameLayout, frame: FrameInfo, frame_id: str) -> None:
         self.k = k
@@ -74,6 +122,8 @@ class _Iteration:
         self.outstanding = 0
         """Nodes of this iteration that are ready or running, plus live child frames."""
         self.children: dict[str, _Frame] = {}
+        self.held: dict[str, _HeldLoop] | None = None
+        """Loop frame instances of this iteration waiting for their Enters (``loops``)."""
 
 
 @final
@@ -115,7 +165,7 @@ class _Frame:
 
 
 Tagged = tuple[int, _Frame, _Iteration, bool]
-"""(node id, frame instance, iteration, whether the node is dead)."""
+"""(node id, frame instance, iteration, whether the node is dead -- or ``LOOP``)."""
 
 
 @final
@@ -126,14 +176,21 @@ class FramePropagator:
     forward: Final = True
 
     def __init__(
-        self, layout: FrameLayout, step: Step, passes: Sequence[bool] | None = None
+        self,
+        layout: FrameLayout,
+        step: Step,
+        passes: Sequence[bool] | None = None,
+        loops: Mapping[str, LoopSchedule] | None = None,
     ) -> None:
         """``passes``: per node, whether it is a pass-through (the core's Identity, Enter,
         Exit or NextIteration kernel: its output is its input) that this step may
-        deliver through without running it -- a step nobody observes node by node."""
+        deliver through without running it -- a step nobody observes node by node.
+        ``loops``: the loop frames this step runs on their schedules, by name
+        (``Executor.loops_for`` decides)."""
         self.layout = layout
         self.step = step
         self.passes = passes
+        self.loops = loops or None
         self.lock = threading.Lock()
         self.inflight = 0
         self.ended = False
@@ -204,6 +261,77 @@ class FramePropagator:
         _, frame, iteration, _ = tagged
         return frame.describe(iteration)
 
+    # -- loop frames on their schedules -------------------------------------------------------
+
+    def take_loop(self, tagged: Tagged) -> tuple[LoopSchedule, list[Any], str]:
+        """For a ``LOOP`` entry: the schedule, the Enter values (in the schedule's order;
+        the caller becomes their only holder) and the frame instance's id."""
+        node, frame, iteration, _ = tagged
+        name = self.layout.nodes[node].frame_name
+        with self.lock:
+            assert iteration.held is not None
+            held = iteration.held.pop(name)
+        values, held.values = held.values, []
+        return held.schedule, values, f"{frame.id}/{iteration.k}/{name}"
+
+    def finish_loop(self, tagged: Tagged, exits: list[Any], ready: list[Tagged]) -> bool:
+        """A ``LOOP`` entry ran: deliver its Exit values (in the schedule's order) to the
+        parent frame, and account for it as for a node that ran. Returns whether the
+        step's end is due (as ``propagate``)."""
+        node, frame, iteration, _ = tagged
+        schedule = self._schedule_of(node)
+        with self.lock:
+            for exit_node, value in zip(schedule.exits, exits, strict=True):
+                self._deliver(exit_node, value, False, frame, iteration, ready)
+            self._node_done(frame, iteration, ready)
+            return self._end_due()
+
+    def _schedule_of(self, enter: int) -> LoopSchedule:
+        assert self.loops is not None
+        return self.loops[self.layout.nodes[enter].frame_name]
+
+    def _hold(
+        self,
+        schedule: LoopSchedule,
+        node: int,
+        value: Any,
+        dead: bool,
+        frame: _Frame,
+        iteration: _Iteration,
+        ready: list[Tagged],
+    ) -> None:
+        """An Enter of a scheduled loop frame delivered ``value``: keep it until every Enter
+        of this frame instance has, then make the loop ready (or settle it at once)."""
+        name = schedule.frame.name
+        if iteration.held is None:
+            iteration.held = {}
+        held = iteration.held.get(name)
+        if held is None:
+            held = iteration.held[name] = _HeldLoop(schedule)
+            iteration.outstanding += 1  # the loop instance, as a child frame counts
+        position = schedule.enter_position[node]
+        held.values[position] = value
+        held.dead[position] = dead or value is DEAD
+        held.missing -= 1
+        if held.missing:
+            return
+        if not any(held.dead):
+            self.inflight += 1  # (its outstanding count is the one taken above)
+            ready.append((schedule.enters[0], frame, iteration, LOOP))
+            return
+        del iteration.held[name]
+        if all(held.dead):  # every node of the instance would be dead: so are its Exits
+            for exit_node in schedule.exits:
+                self._deliver(exit_node, DEAD, True, frame, iteration, ready)
+        else:  # the general frames decide what is dead
+            for enter, enter_value, enter_dead in zip(
+                schedule.enters, held.values, held.dead, strict=True
+            ):
+                self._enter(enter, enter_value, enter_dead, frame, iteration, ready)
+        iteration.outstanding -= 1
+        if iteration.outstanding == 0:
+            self._maybe_end_iteration(frame, iteration, ready)
+
     # -- frames and iterations (under the lock) ---------------------------------------------
 
     def _new_iteration(self, frame: _Frame, k: int, ready: list[Tagged]) -> _Iteration:
@@ -235,24 +363,12 @@ class FramePropagator:
         flow = self.layout.nodes[node]
         kind = flow.kind
         if kind == ENTER:
-            child = iteration.children.get(flow.frame_name)
-            if child is None:
-                info = self.layout.info.frames[flow.frame_name]
-                child = _Frame(info, f"{frame.id}/{iteration.k}/{info.name}", frame, iteration)
-                iteration.children[info.name] = child
-                iteration.outstanding += 1
-                self._new_iteration(child, 0, ready)
-            child.pending_enters -= 1
-            value = outputs[0]
-            if flow.is_constant:
-                child.invariants.append((node, value))
-                for target in list(child.iterations.values()):
-                    self._deliver(node, value, dead, child, target, ready)
+            loops = self.loops
+            schedule = loops.get(flow.frame_name) if loops is not None else None
+            if schedule is not None:
+                self._hold(schedule, node, outputs[0], dead, frame, iteration, ready)
             else:
-                self._deliver(node, value, dead, child, child.iterations[0], ready)
-            first = child.iterations.get(child.oldest)
-            if first is not None:
-                self._maybe_end_iteration(child, first, ready)
+                self._enter(node, outputs[0], dead, frame, iteration, ready)
         elif kind == EXIT:
             if not dead and outputs[0] is not DEAD:
                 frame.live_exits.add(node)
@@ -273,6 +389,36 @@ class FramePropagator:
                 frame.deferred.append((node, outputs[0]))
         else:
             self._deliver(node, outputs, dead, frame, iteration, ready)
+
+    def _enter(
+        self,
+        node: int,
+        value: Any,
+        dead: bool,
+        frame: _Frame,
+        iteration: _Iteration,
+        ready: list[Tagged],
+    ) -> None:
+        """Enter ``node`` ran in ``frame``/``iteration``: deliver into its child frame
+        instance (made on first use)."""
+        flow = self.layout.nodes[node]
+        child = iteration.children.get(flow.frame_name)
+        if child is None:
+            info = self.layout.info.frames[flow.frame_name]
+            child = _Frame(info, f"{frame.id}/{iteration.k}/{info.name}", frame, iteration)
+            iteration.children[info.name] = child
+            iteration.outstanding += 1
+            self._new_iteration(child, 0, ready)
+        child.pending_enters -= 1
+        if flow.is_constant:
+            child.invariants.append((node, value))
+            for target in list(child.iterations.values()):
+                self._deliver(node, value, dead, child, target, ready)
+        else:
+            self._deliver(node, value, dead, child, child.iterations[0], ready)
+        first = child.iterations.get(child.oldest)
+        if first is not None:
+            self._maybe_end_iteration(child, first, ready)
 
     def _deliver(
         self,
@@ -352,9 +498,15 @@ class FramePropagator:
             self._propagate(consumer, frame, iteration, [value], consumer_dead, ready)
 
     def _merge_expects(self, merge: int, iteration: _Iteration) -> int:
-        """How many dead inputs make a Merge dead: all it can get in this iteration."""
+        """How many dead inputs make a Merge dead: all it can get in this iteration -- a
+        loop's Merge gets its Enter values in iteration 0 and its NextIteration values
+        after; a kl.cond's Merge (no back edge) gets all its inputs in every iteration
+        (counting none after iteration 0 left it never ready when its branches were dead,
+        so what waits on it -- a nested loop's Enter -- hung the step)."""
         flow = self.layout.nodes[merge]
-        return flow.forward_inputs if iteration.k == 0 else flow.back_inputs
+        if iteration.k == 0 or not flow.back_inputs:
+            return flow.forward_inputs
+        return flow.back_inputs
 
     # -- endings (under the lock) -----------------------------------------------------------------
 
