@@ -45,6 +45,7 @@ __all__ = [
     "OpKernel",
     "OpKernelConstruction",
     "OpKernelContext",
+    "reuse_mask",
 ]
 
 
@@ -259,6 +260,19 @@ _NOTHING: Final[list[Any]] = []
 _getrefcount: Final = sys.getrefcount
 
 
+def reuse_mask(inputs: list[Any]) -> int:
+    """The bit mask (bit i: input i) of the inputs whose only reference is ``inputs``,
+    a list the caller took out of the step's slots: their buffers may be overwritten.
+    The count is 3 for such a value: the list, the loop variable, getrefcount's argument."""
+    mask = 0
+    bit = 1
+    for value in inputs:
+        if _getrefcount(value) == 3:
+            mask |= bit
+        bit <<= 1
+    return mask
+
+
 class _Dead:
     """The value of a dead tensor: the untaken output of a ``Switch`` and everything computed
     from it. Kernels never see it, except ``Merge`` (which skips dead inputs) and the
@@ -383,14 +397,7 @@ class OpKernelContext:
                     inputs[i] = device.copy_to_host(value)
         self._inputs = inputs
         self._outputs = outputs
-        mask = 0
-        if forward:
-            bit = 1
-            for value in inputs:
-                # The list, the loop variable and getrefcount's argument: nothing else.
-                if _getrefcount(value) == 3:
-                    mask |= bit
-                bit <<= 1
+        mask = reuse_mask(inputs) if forward else 0
         self.kernel = kernel
         self.signature = kernel.signature
         self.forwardable = mask

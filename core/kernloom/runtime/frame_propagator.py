@@ -438,6 +438,7 @@ class FramePropagator:
         slots, pending, deads = iteration.slots, iteration.pending, iteration.dead
         passes = self.passes
         through: list[tuple[int, bool]] = []
+        arrived: list[tuple[int, int]] = []
         before = len(ready)
         for output, consumer, slot, local, is_merge in flow.edges:
             value = values if single else values[output]
@@ -459,13 +460,7 @@ class FramePropagator:
             slots[slot] = value
             if value is DEAD:
                 deads[local] += 1
-            count = pending[local] - 1
-            pending[local] = count
-            if count == 0:
-                if passes is not None and passes[consumer]:
-                    through.append((consumer, deads[local] > 0))
-                else:
-                    ready.append((consumer, frame, iteration, deads[local] > 0))
+            arrived.append((consumer, local))
         for consumer, local, is_merge in flow.controls:
             if is_merge:
                 count = pending[local] - 2
@@ -478,6 +473,8 @@ class FramePropagator:
                 continue
             if dead:
                 deads[local] += 1
+            arrived.append((consumer, local))
+        for consumer, local in arrived:  # an input (data or control) of a non-Merge arrived
             count = pending[local] - 1
             pending[local] = count
             if count == 0:

@@ -14,11 +14,10 @@ step's executor ends.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from kernloom.errors import (
     InvalidArgumentError,
@@ -28,7 +27,7 @@ from kernloom.errors import (
     ResourceExhaustedError,
 )
 from kernloom.framework.device import Device
-from kernloom.framework.op_kernel import AsyncOpKernel, CallFrame, OpKernelContext
+from kernloom.framework.op_kernel import AsyncOpKernel, CallFrame, OpKernelContext, reuse_mask
 from kernloom.framework.resource_mgr import ResourceMgr
 from kernloom.runtime.graph_view import GraphView, NodeItem
 from kernloom.runtime.step import Step
@@ -48,7 +47,6 @@ __all__ = [
     "step_error",
 ]
 
-_getrefcount: Final = sys.getrefcount
 
 NodeOutputsCallback = Callable[[str, Sequence[Any]], None]
 Done = Callable[[BaseException | None], None]
@@ -97,15 +95,7 @@ def run_sync(ctx: OpKernelContext, item: NodeItem, inputs: list[Any], forward: b
     argument) for the direct entry's ``reuse`` mask."""
     direct = item.direct
     if direct is not None:
-        reuse = 0
-        if forward:
-            bit = 1
-            for value in inputs:
-                if _getrefcount(value) == 3:
-                    reuse |= bit
-                bit <<= 1
-            value = None  # the loop's name must not hold an input while the kernel runs
-        value = direct(reuse, *inputs)
+        value = direct(reuse_mask(inputs) if forward else 0, *inputs)
         if value is not NotImplemented:
             ctx.forwarded = ()  # (a direct entry's reuse is read off its result: _forwarded)
             try:  # the output check, inline for the one output

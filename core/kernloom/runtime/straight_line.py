@@ -176,58 +176,43 @@ class StraightLine:
                         step.check_deadline()
                     if step.stopped:
                         break
-                    if kind == _BINARY:
-                        x = values[a]
-                        y = values[b]
-                        if take == 1:  # a chain: the running value is read last, c is not
-                            values[a] = None
-                            value = direct(1 if getrefcount(x) == 2 else 0, x, y)
-                        elif take:
-                            reuse = 0
-                            if take & 1:
+                    if kind <= _BINARY:  # a direct entry: _UNARY or _BINARY
+                        if kind == _BINARY:
+                            x = values[a]
+                            y = values[b]
+                            if take == 1:  # a chain: the running value is read last
                                 values[a] = None
-                            if take & 2:
-                                values[b] = None
-                            if take & 1 and getrefcount(x) == 2:
-                                reuse = 1
-                            if take & 2 and getrefcount(y) == 2:
-                                reuse |= 2
-                            value = direct(reuse, x, y)
-                        else:
-                            value = direct(0, x, y)
-                        if value is NotImplemented:
-                            given = [x, y]
+                                value = direct(1 if getrefcount(x) == 2 else 0, x, y)
+                            elif take:
+                                reuse = 0
+                                if take & 1:
+                                    values[a] = None
+                                if take & 2:
+                                    values[b] = None
+                                if take & 1 and getrefcount(x) == 2:
+                                    reuse = 1
+                                if take & 2 and getrefcount(y) == 2:
+                                    reuse |= 2
+                                value = direct(reuse, x, y)
+                            else:
+                                value = direct(0, x, y)
+                            given = [x, y] if value is NotImplemented else None
                             del x, y
+                        else:
+                            x = values[a]
+                            reuse = 0
+                            if take:
+                                values[a] = None
+                                if getrefcount(x) == 2:
+                                    reuse = 1
+                            value = direct(reuse, x)
+                            given = [x] if value is NotImplemented else None
+                            del x
+                        if given is not None:  # the entry declined: compute runs
                             ctx = ctx or step_context(view, args)
                             value = _through_context(ctx, items[node], given)[0]
-                            del given
+                            given = None
                         else:
-                            del x, y
-                            try:
-                                checked = value.dtype is dtype
-                            except AttributeError:  # not an array at all
-                                checked = False
-                            if not checked:
-                                _check_direct_output(view, args, node, value)
-                        if out >= 0:
-                            values[out] = value
-                        del value
-                    elif kind == _UNARY:
-                        x = values[a]
-                        reuse = 0
-                        if take:
-                            values[a] = None
-                            if getrefcount(x) == 2:
-                                reuse = 1
-                        value = direct(reuse, x)
-                        if value is NotImplemented:
-                            given = [x]
-                            del x
-                            ctx = ctx or step_context(view, args)
-                            value = _through_context(ctx, items[node], given)[0]
-                            del given
-                        else:
-                            del x
                             try:
                                 checked = value.dtype is dtype
                             except AttributeError:  # not an array at all
