@@ -83,6 +83,7 @@ def test_disabling_every_pass_keeps_the_graph(
     [
         (["missing.json", "-o", "{tmp}/o.json"], "missing.json: no such file"),
         (["{graph}", "-o", "{tmp}/nowhere/o.json"], "directory {tmp}/nowhere does not exist"),
+        (["{graph}", "-o", "{graph}/o.json"], "{graph} is a file, not a directory"),
         (["{graph}", "-o", "{tmp}/o.json", "--disable", "cse2"], "no graph pass is named 'cse2'"),
         (["{graph}", "-o", "{tmp}/o.json", "--fetch", "nope:0"], "no node named 'nope'"),
     ],
@@ -98,4 +99,4 @@ def test_bad_arguments_are_usage_errors_naming_them(
     argv = [a.format(graph=path, tmp=tmp_path) for a in args]
     code, _, err = invoke(capsys, "optimize", *argv)
     assert code == 2
-    assert message.format(tmp=tmp_path) in err
+    assert message.format(graph=path, tmp=tmp_path) in err

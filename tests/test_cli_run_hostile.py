@@ -270,6 +270,14 @@ def test_out_and_trace_refuse_directories_and_missing_directories(run: Run, grap
     missing = graph.parent / "no" / "y.npy"
     code, _, err = run("run", graph, "--feed", feed, "--fetch", "y", "--out", missing)
     assert code == 2 and f"directory {missing.parent} does not exist" in err
+    blocker = graph.parent / "plain"  # a file where the output's folder should be
+    blocker.write_text("not a folder")
+    for flag in ("--out", "--trace"):
+        code, _, err = run("run", graph, "--feed", feed, "--fetch", "y", flag, blocker / "y.npy")
+        assert (
+            code == 2 and f"{flag} {blocker / 'y.npy'}: {blocker} is a file, not a directory" in err
+        )
+    assert blocker.read_text() == "not a folder"
 
 
 def test_an_unwritable_directory_is_refused_before_the_run(

@@ -152,6 +152,9 @@ def test_writing_to_a_directory_or_a_missing_directory_is_a_file_error(tmp_path:
         fileio.atomic_write_text(tmp_path, "x")
     with pytest.raises(FileError, match=r"directory .*nowhere does not exist"):
         fileio.atomic_write_text(tmp_path / "nowhere" / "x.json", "x")
+    (tmp_path / "plain").write_text("a file")
+    with pytest.raises(FileError, match=r"plain is a file, not a directory"):
+        fileio.atomic_write_text(tmp_path / "plain" / "deeper" / "x.json", "x")
 
 
 def test_file_errors_survive_pickling(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from kernloom.cli_flags import (
     run_command,
 )
 from kernloom.errors import InvalidArgumentError
+from kernloom.fileio import parent_problem
 from kernloom.graph.graph import Graph
 from kernloom.optimizer import optimize_step_graph
 from kernloom.registry import Registry
@@ -40,8 +41,9 @@ def _optimize(registry: Registry, args: argparse.Namespace) -> int:
     if not source.is_file():
         raise InvalidArgumentError(f"{args.graph}: no such file")
     out = Path(args.output)
-    if not out.parent.is_dir():
-        raise InvalidArgumentError(f"-o {args.output}: directory {out.parent} does not exist")
+    problem = parent_problem(out)
+    if problem is not None:
+        raise InvalidArgumentError(f"-o {args.output}: {problem}")
     graph = Graph.load(source, registry=registry)
     kept = {graph.tensor(name).node.name for name in args.fetch} if args.fetch else _sinks(graph)
     devices = registry.create_devices()

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from kernloom.cli_args import UsageError
-from kernloom.fileio import atomic_write
+from kernloom.fileio import atomic_write, parent_problem
 
 __all__ = [
     "OutputPlan",
@@ -69,8 +69,9 @@ def check_writable(path: Path, flag: str, *, force: bool) -> Path:
         example = path / ("trace.json" if flag == "--trace" else "y.npy")
         raise UsageError(f"{flag} {path}: is a directory; give a file name, e.g. {example}")
     parent = path.parent
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {path}: directory {parent} does not exist")
+    problem = parent_problem(path)
+    if problem is not None:
+        raise UsageError(f"{flag} {path}: {problem}")
     if path.exists() and not force:
         raise UsageError(f"{flag} {path}: the file exists; pass --force to replace it")
     if not os.access(parent, os.W_OK | os.X_OK):

@@ -38,6 +38,7 @@ __all__ = [
     "atomic_write_text",
     "describe_os_error",
     "open_regular_file",
+    "parent_problem",
     "read_text_bounded",
 ]
 
@@ -86,9 +87,25 @@ def _target(path: _PathLike) -> Path:
     target = Path(os.path.realpath(path))
     if target.is_dir():
         raise FileError(path, "is a directory; give a file name", errno_codes.EISDIR)
-    if not target.parent.is_dir():
-        raise FileError(path, f"directory {target.parent} does not exist", errno_codes.ENOENT)
+    problem = parent_problem(target)
+    if problem is not None:
+        raise FileError(path, problem, errno_codes.ENOENT)
     return target
+
+
+def parent_problem(path: Path) -> str | None:
+    """Why a file cannot be created at ``path`` because of its folder (it is missing, or a
+    file stands where a folder should be), or None: every writer and every CLI flag that
+    names an output checks this before it runs anything."""
+    parent = path.parent
+    if parent.is_dir():
+        return None
+    for folder in [parent, *parent.parents]:
+        if folder.exists():
+            if folder.is_dir():
+                break
+            return f"{folder} is a file, not a directory"
+    return f"directory {parent} does not exist"
 
 
 def _create_temporary(target: Path) -> tuple[int, Path]:
