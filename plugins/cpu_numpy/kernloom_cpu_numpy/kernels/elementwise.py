@@ -24,7 +24,7 @@ from kernloom.plugin import (
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 
-__all__ = ["register"]
+__all__ = ["register", "relu", "sigmoid"]
 
 CPU = "CPU"
 _FIRST = (0,)
@@ -110,7 +110,7 @@ def _compare(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     return compute
 
 
-def _sigmoid(x: Array, out: Array) -> Array:
+def sigmoid(x: Array, out: Array) -> Array:
     # 1 / (1 + exp(-x)) computed in place; exp overflow gives inf and so exactly 0.
     np.negative(x, out=out)
     np.exp(out, out=out)
@@ -118,7 +118,7 @@ def _sigmoid(x: Array, out: Array) -> Array:
     return np.reciprocal(out, out=out)
 
 
-def _relu(x: Array, out: Array) -> Array:
+def relu(x: Array, out: Array) -> Array:
     return np.maximum(x, 0, out=out)
 
 
@@ -175,8 +175,8 @@ UNARY: Table = (
     ("Sqrt", np.sqrt, t.OP_TYPES),
     ("Square", np.square, t.REALS),
     ("Tanh", np.tanh, t.OP_TYPES),
-    ("Sigmoid", _sigmoid, t.FLOATS),
-    ("Relu", _relu, t.OP_TYPES),
+    ("Sigmoid", sigmoid, t.FLOATS),
+    ("Relu", relu, t.OP_TYPES),
 )
 COMPARISONS: Table = (
     ("Less", np.less, t.OP_TYPES),

@@ -28,22 +28,12 @@ from kernloom.plugin import (
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 from kernloom_cpu_numpy.kernels.conv import conv2d
+from kernloom_cpu_numpy.kernels.elementwise import relu, sigmoid
 
 __all__ = ["BLOCK_ELEMENTS", "register"]
 
 BLOCK_ELEMENTS: Final = 16384
 """Elements per block: 64 KiB of float32, within a core's L2 with a few temporaries."""
-
-
-def _sigmoid(x: Array, out: Array) -> Array:
-    np.negative(x, out=out)
-    np.exp(out, out=out)
-    out += 1
-    return np.reciprocal(out, out=out)
-
-
-def _relu(x: Array, out: Array) -> Array:
-    return np.maximum(x, 0, out=out)
 
 
 UFUNCS: Final[dict[str, Callable[..., Any]]] = {
@@ -60,8 +50,8 @@ UFUNCS: Final[dict[str, Callable[..., Any]]] = {
     "Sqrt": np.sqrt,
     "Square": np.square,
     "Tanh": np.tanh,
-    "Sigmoid": _sigmoid,
-    "Relu": _relu,
+    "Sigmoid": sigmoid,
+    "Relu": relu,
 }
 
 Step = tuple[Callable[..., Any], tuple[tuple[bool, int], ...], int]
