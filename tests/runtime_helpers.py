@@ -40,6 +40,28 @@ class FinishesLater(klp.AsyncOpKernel):
         threading.Thread(target=later, daemon=True).start()
 
 
+def run_workers(
+    worker: Callable[[int], None], count: int, timeout_s: float = 60
+) -> list[BaseException]:
+    """Run ``worker(k)`` for k in range(count) on threads of their own, at once; what
+    they raised, and a TimeoutError for each still running after ``timeout_s``."""
+    errors: list[BaseException] = []
+
+    def guarded(k: int) -> None:
+        try:
+            worker(k)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s)
+    stuck = [k for k, thread in enumerate(threads) if thread.is_alive()]
+    return errors + [TimeoutError(f"worker {k} still running after {timeout_s} s") for k in stuck]
+
+
 def fail_if_negative(ctx: klp.OpKernelContext) -> None:
     x = ctx.input(0)
     if (x < 0).any():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from runtime_helpers import make_registry
+from runtime_helpers import make_registry, run_workers
 
 import kernloom as kl
 import kernloom.plugin as klp
@@ -387,23 +387,15 @@ def test_loops_survive_a_json_round_trip_and_trace(registry: klp.Registry) -> No
 
 def test_many_threads_run_loops_at_once(registry: klp.Registry) -> None:
     g, x, n, (_, acc) = counting_loop(registry)
-    errors: list[BaseException] = []
     with kl.Session(g, kl.SessionConfig(inter_op_threads=3)) as s:
 
         def worker(seed: int) -> None:
-            try:
-                for k in range(20):
-                    iterations = (seed * 7 + k) % 13
-                    got = s.run(acc, {x: X, n: iterations})
-                    np.testing.assert_allclose(got, python_loop(iterations, X)[1], rtol=1e-6)
-            except BaseException as exc:
-                errors.append(exc)
+            for k in range(20):
+                iterations = (seed * 7 + k) % 13
+                got = s.run(acc, {x: X, n: iterations})
+                np.testing.assert_allclose(got, python_loop(iterations, X)[1], rtol=1e-6)
 
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        errors = run_workers(worker, 6)
     assert not errors
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from runtime_helpers import make_registry
+from runtime_helpers import make_registry, run_workers
 
 import kernloom as kl
 import kernloom.plugin as klp
@@ -403,22 +403,14 @@ def test_two_threads_and_an_inter_op_pool_run_scheduled_loops_at_once(
         n = kl.placeholder(kl.int32, [], name="n")
         _, a = kl.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + i), [0, 0], name="a")
         _, b = kl.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s - i), [0, 0], name="b")
-    errors: list[BaseException] = []
     with kl.Session(g, kl.SessionConfig(inter_op_threads=3)) as s:
 
         def worker(seed: int) -> None:
-            try:
-                for k in range(15):
-                    m = (seed * 5 + k) % 11
-                    assert s.run([a, b], {n: m}) == [sum(range(m)), -sum(range(m))]
-            except BaseException as exc:
-                errors.append(exc)
+            for k in range(15):
+                m = (seed * 5 + k) % 11
+                assert s.run([a, b], {n: m}) == [sum(range(m)), -sum(range(m))]
 
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        errors = run_workers(worker, 4)
     assert not errors
 
 
