@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_helpers import run  # noqa: F401 (the CLI tests' fixture, here so that they share it)
 from plugin_helpers import PLUGIN_HEADER, Install
 
 import kernloom.plugin as klp

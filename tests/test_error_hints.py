@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import Run
 
 import kernloom as kl
-from kernloom.cli import _parser, main
+from kernloom.cli import _parser
 from kernloom.cli_flags import (
     CLI_FLAGS,
     COMPARE_FLAGS,
@@ -26,18 +27,6 @@ from kernloom.cli_flags import (
     cli_spelling,
 )
 from kernloom.errors import PYTHON_SPELLINGS, Hint, InvalidArgumentError, Setting
-
-Run = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str]) -> Run:
-    def invoke(*argv: str | Path) -> tuple[int, str, str]:
-        code = main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return code, out, err.replace("\n", " ")
-
-    return invoke
 
 
 def _save(tmp_path: Path, build: Callable[[], object]) -> Path:

@@ -11,32 +11,19 @@ errors a node wraps (its hint survives the wrapping).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import Run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernloom as kl
-from kernloom.cli import main
 from kernloom.cli_flags import CLI_FLAGS, cli_spelling
 from kernloom.errors import Setting
 
-Run = Callable[..., tuple[int, str, str]]
-
 PYTHON_WORDS = ("feed_dict", "np.asarray", "SessionConfig", "DeviceOptions", "kl.constant")
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str]) -> Run:
-    def invoke(*argv: str | Path) -> tuple[int, str, str]:
-        code = main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return code, out, err.replace("\n", " ")
-
-    return invoke
 
 
 def _no_python_words(text: str) -> None:
