@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 import kernloom as kl
 from kernloom.graph.graph import Node
 from kernloom.optimizer import PassContext, optimize_step_graph
@@ -68,3 +70,15 @@ __all__ = [
     "run_pass",
     "step_graph",
 ]
+
+
+def activated(activation: str | None, z: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """What a fused op's activation (by its kl.ops name) makes of ``z``, written directly
+    in numpy as TensorFlow defines each (LeakyRelu with its default alpha 0.2)."""
+    return {
+        None: lambda: z,
+        "relu": lambda: np.maximum(z, 0),
+        "relu6": lambda: np.clip(z, 0, 6),
+        "elu": lambda: np.where(z > 0, z, np.expm1(z)),
+        "leaky_relu": lambda: np.where(z > 0, z, 0.2 * z),
+    }[activation]()

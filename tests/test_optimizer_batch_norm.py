@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from optimizer_helpers import ops_of, run_graph, run_pass, step_graph
+from optimizer_helpers import activated, ops_of, run_graph, run_pass, step_graph
 
 import kernloom as kl
 from kernloom.optimizer import BatchNormFolding
@@ -135,13 +135,7 @@ def test_conv_bias_add_activation_become_one_fused_conv(
     fed = xv.transpose(0, 3, 1, 2) if nchw else xv
     out, nodes = run_graph(g, h, {x: fed})
     z = _conv_reference(xv, w) + b
-    want = {
-        None: z,
-        "relu": np.maximum(z, 0),
-        "relu6": np.clip(z, 0, 6),
-        "elu": np.where(z > 0, z, np.expm1(z)),
-        "leaky_relu": np.where(z > 0, z, 0.2 * z),
-    }[activation]
+    want = activated(activation, z)
     np.testing.assert_allclose(
         out, want.transpose(0, 3, 1, 2) if nchw else want, rtol=1e-4, atol=1e-5
     )
