@@ -19,6 +19,7 @@ class SquareAsMul(GraphPass):
     """Rewrites Square(x) as Mul(x, x) under the same name."""
 
     name = "square_as_mul"
+    replacement = "Mul"
 
     def run(self, graph: kl.Graph, ctx: PassContext) -> kl.Graph:
         if not any(n.op == "Square" for n in graph.nodes):
@@ -29,7 +30,7 @@ class SquareAsMul(GraphPass):
                 rewriter.copy(node)
                 continue
             x = rewriter.mapped(node.inputs[0])
-            new = rewriter.add("Mul", [x, x], name=node.name, exact_name=True)
+            new = rewriter.add(self.replacement, [x, x], name=node.name, exact_name=True)
             rewriter.alias(node, new.outputs, new)
             ctx.note(f"rewrote {node.name}")
         return rewriter.finish(ctx.preserved)
@@ -137,23 +138,11 @@ def test_two_passes_with_one_name_are_refused() -> None:
         registry.register_plugin(Plugin(), name="twice")
 
 
-class WrongSquare(GraphPass):
+class WrongSquare(SquareAsMul):
     """A buggy pass: Square(x) becomes x + x."""
 
     name = "wrong_square"
-
-    def run(self, graph: kl.Graph, ctx: PassContext) -> kl.Graph:
-        if not any(n.op == "Square" for n in graph.nodes):
-            return graph
-        rewriter = GraphRewriter(graph)
-        for node in graph.nodes:
-            if node.op != "Square":
-                rewriter.copy(node)
-                continue
-            x = rewriter.mapped(node.inputs[0])
-            new = rewriter.add("Add", [x, x], name=node.name, exact_name=True)
-            rewriter.alias(node, new.outputs, new)
-        return rewriter.finish(ctx.preserved)
+    replacement = "Add"
 
 
 def test_check_graph_pass_accepts_a_pass_that_keeps_results() -> None:
