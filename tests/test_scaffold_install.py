@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_thirdparty_wheel import ROOT, _copy_project, _run
+from test_thirdparty_wheel import _run, build_wheels
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -67,20 +67,7 @@ def _sh(*cmd: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Wheels of the core and the numpy CPU plugin, as a vendor gets them from PyPI."""
     tmp = tmp_path_factory.mktemp("scaffold")
-    projects = [
-        _copy_project(ROOT, tmp / "src" / "core", "pyproject.toml", "README.md", "core"),
-        _copy_project(
-            ROOT / "plugins" / "cpu_numpy",
-            tmp / "src" / "cpu",
-            "pyproject.toml",
-            "kernloom_cpu_numpy",
-        ),
-    ]
-    out = tmp / "wheels"
-    for project in projects:
-        _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-             "--disable-pip-version-check", "-q", "-w", out, project)  # fmt: skip
-    return out
+    return build_wheels(tmp)
 
 
 def test_a_new_plugin_installs_and_passes_the_kit(wheels: Path, tmp_path: Path) -> None:

@@ -37,39 +37,32 @@ def _copy_project(src: Path, dest: Path, *parts: str) -> Path:
     return dest
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("thirdparty")
+def build_wheels(tmp: Path, *extra: Path) -> Path:
+    """Wheels of the core, the numpy CPU plugin and the ``extra`` project copies, built from
+    copies under ``tmp`` into ``tmp / "wheels"``: what a vendor gets from PyPI."""
     projects = [
         _copy_project(ROOT, tmp / "src" / "core", "pyproject.toml", "README.md", "core"),
         _copy_project(
-            ROOT / "plugins" / "cpu_numpy",
-            tmp / "src" / "cpu",
-            "pyproject.toml",
+            ROOT / "plugins" / "cpu_numpy", tmp / "src" / "cpu", "pyproject.toml",
             "kernloom_cpu_numpy",
         ),
-        _copy_project(
-            ROOT / "tests" / "fixtures" / "apu_plugin",
-            tmp / "src" / "apu",
-            "pyproject.toml",
-            "kernloom_apu",
-        ),
-    ]
+        *extra,
+    ]  # fmt: skip
     wheels = tmp / "wheels"
     for project in projects:
-        _run(
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--disable-pip-version-check",
-            "-q",
-            "-w",
-            wheels,
-            project,
-        )
+        _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+             "--disable-pip-version-check", "-q", "-w", wheels, project)  # fmt: skip
+    return wheels
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("thirdparty")
+    apu = _copy_project(
+        ROOT / "tests" / "fixtures" / "apu_plugin", tmp / "src" / "apu", "pyproject.toml",
+        "kernloom_apu",
+    )  # fmt: skip
+    wheels = build_wheels(tmp, apu)
     built = sorted(p.name for p in wheels.glob("*.whl"))
     assert [n.split("-")[0] for n in built] == [
         "kernloom",
