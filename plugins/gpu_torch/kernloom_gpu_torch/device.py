@@ -15,6 +15,7 @@ without a GPU, copying in and out exactly as a GPU would.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any
 
 import numpy as np
@@ -24,22 +25,40 @@ import kernloom.plugin as klp
 from kernloom.plugin import AllocatorStats
 from kernloom_gpu_torch.dtypes import TORCH_DTYPES, kl_dtype, torch_dtype
 
-__all__ = ["TorchDevice", "writable_host_view"]
+__all__ = ["TorchDevice", "host_tensor"]
 
 
-def writable_host_view(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """``array`` as torch.from_numpy accepts it without a warning: C-contiguous and
-    writeable. A read-only view of writeable memory (how the CPU device protects fed
-    values) gets a writeable view, not a copy; the torch code only reads it."""
-    array = np.asarray(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
-    if array.flags.writeable:
-        return array
-    view = array.view()
+def _accept_read_only_arrays() -> None:
+    """Let ``torch.from_numpy`` take read-only arrays without a warning or a copy.
+
+    The CPU device's constants are read-only at their source (the graph owns a frozen
+    copy), so no writeable view of them can be made; copying instead cost the MLP of
+    ``benchmarks/OPTIMIZER.md`` a 4 MB copy of each weight on every run. torch only warns
+    that writing through such a tensor is undefined, and our kernels never write into an
+    input. The warning is ``TORCH_WARN_ONCE``: raised once here, where it is ignored, torch
+    never raises it again in this process (a user's own ``from_numpy`` of a read-only
+    array is not warned either; the plugin's ``tests/test_host_tensor.py`` checks both)."""
+    frozen = np.zeros(1, np.float32)
+    frozen.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.from_numpy(frozen)
+
+
+_accept_read_only_arrays()
+
+
+def host_tensor(array: Any) -> torch.Tensor:
+    """A zero-copy torch view of a host array, with its strides (an NCHW array in NHWC
+    memory stays so, see ``kernels.onednn``), read-only memory included. Copied only where
+    torch has no view: negative strides, or strides that are not whole elements."""
+    array = array if isinstance(array, np.ndarray) else np.asarray(array)
+    if array.ndim and min(array.strides) < 0:
+        return torch.from_numpy(np.ascontiguousarray(array))
     try:
-        view.flags.writeable = True
-    except ValueError:  # memory that is read-only at its source: copy it
-        return array.copy()
-    return view
+        return torch.from_numpy(array)
+    except ValueError:  # strides torch cannot express
+        return torch.from_numpy(np.ascontiguousarray(array))
 
 
 class TorchDevice(klp.Device):
@@ -83,7 +102,7 @@ class TorchDevice(klp.Device):
             )
         out: torch.Tensor = self.allocate(host.shape, dtype)
         with self._stream_scope():
-            out.copy_(torch.from_numpy(writable_host_view(host)))
+            out.copy_(host_tensor(host))
         return out
 
     def copy_to_host(self, value: Any) -> np.ndarray[Any, Any]:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from kernloom.plugin import OpKernelContext
-from kernloom_gpu_torch.device import writable_host_view
+from kernloom_gpu_torch.device import host_tensor
 from kernloom_gpu_torch.dtypes import torch_dtype
 
 __all__ = [
@@ -33,23 +33,10 @@ __all__ = [
 
 def tensor(value: Any) -> torch.Tensor:
     """``value`` as a torch tensor: itself on the torch device; a zero-copy view of a numpy
-    array, with the array's strides (an NCHW array in NHWC memory stays so, see
-    ``onednn``; only negative strides, which torch has not, are copied)."""
+    array (``host_tensor``) on the CPU device."""
     if isinstance(value, torch.Tensor):
         return value
-    array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    if array.ndim and not array.flags.c_contiguous and min(array.strides) >= 0:
-        if not array.flags.writeable:
-            array = array.view()
-            try:
-                array.flags.writeable = True
-            except ValueError:  # memory read-only at its source
-                return torch.from_numpy(np.ascontiguousarray(array))
-        try:
-            return torch.from_numpy(array)
-        except ValueError:  # strides torch cannot express (not whole elements)
-            return torch.from_numpy(np.ascontiguousarray(array))
-    return torch.from_numpy(writable_host_view(array))
+    return host_tensor(value)
 
 
 def tensor_input(ctx: OpKernelContext, index: int) -> torch.Tensor:
