@@ -26,7 +26,7 @@ def frozen(array: np.ndarray) -> np.ndarray:
 
 def test_a_constant_read_only_at_its_source_is_viewed_not_copied_and_not_warned() -> None:
     weight = frozen(np.arange(12, dtype=np.float32).reshape(3, 4))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="WRITEABLE"):
         weight.view().flags.writeable = True  # no writeable view exists
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
