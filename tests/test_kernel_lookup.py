@@ -94,6 +94,35 @@ def test_op_types_means_every_dtype_the_op_declares() -> None:
         registry.find_kernel(node(T=kl.bool_), "CPU", "numpy")
 
 
+def test_a_list_attr_constraint_lists_whole_values() -> None:
+    """``fused_ops`` forms: a kernel takes exactly the lists it names, whichever sequence
+    type the node or the registration used; a constraint can tell two kernels apart."""
+    forms = {"fused_ops": [["BiasAdd"], ("BiasAdd", "Relu")]}
+    registry = registry_with(
+        ("plain", {"op": "_FusedMatMul", "device": "CPU", "attr_constraints": forms}),
+        (
+            "elu",
+            {
+                "op": "_FusedMatMul",
+                "device": "CPU",
+                "attr_constraints": {"fused_ops": [["BiasAdd", "Elu"]]},
+            },
+        ),
+    )
+    (plain,) = [
+        r
+        for r in registry.kernels.kernels("_FusedMatMul")
+        if r.kernel_class.__qualname__ == "plain"
+    ]
+    assert plain.kernel_def.constraints == {"fused_ops": (("BiasAdd",), ("BiasAdd", "Relu"))}
+    fused = {"op": "_FusedMatMul", "num_args": 1}
+    assert chosen(registry, node(**fused, fused_ops=("BiasAdd", "Relu"))) == "plain"
+    assert chosen(registry, node(**fused, fused_ops=["BiasAdd"])) == "plain"
+    assert chosen(registry, node(**fused, fused_ops=["BiasAdd", "Elu"])) == "elu"
+    with pytest.raises(klp.NoKernelError, match=r"does not hold for fused_ops=\["):
+        chosen(registry, node(**fused, fused_ops=["BiasAdd", "Relu6"]))
+
+
 def test_labels_never_fall_back_in_either_direction() -> None:
     registry = registry_with(
         ("plain", {"device": "CPU"}), ("fancy", {"device": "CPU", "label": "fancy"})
@@ -230,6 +259,18 @@ def test_indistinguishable_kernels_within_one_plugin_fail_that_plugin() -> None:
             "constraint value bool for attr .* is impossible",
         ),
         ({"device": "CPU", "host_memory": ["nope"]}, "host-memory argument 'nope'"),
+        (
+            {"device": "CPU", "op": "_FusedMatMul", "attr_constraints": {"fused_ops": ["BiasAdd"]}},
+            "a list attr's constraint lists whole values",
+        ),
+        (
+            {
+                "device": "CPU",
+                "op": "_FusedMatMul",
+                "attr_constraints": {"fused_ops": [["BiasAdd", 3]]},
+            },
+            "constraint value .* for attr 'fused_ops: list\\(string\\).*' is impossible",
+        ),
     ],
 )
 def test_invalid_kernels_fail_naming_kernel_and_plugin(kw: dict[str, Any], message: str) -> None:

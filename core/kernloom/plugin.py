@@ -98,6 +98,14 @@ from kernloom.framework.variable_kernels import register_variable_kernels
 from kernloom.hooks import KERNLOOM_API_VERSION, hookimpl
 from kernloom.op_library import types
 from kernloom.op_library.conv_ops import Window2D, WindowAttrs, window_attrs
+from kernloom.op_library.fused_ops import (
+    BIAS_FORMS,
+    CONV_FORMS,
+    FUSED_ACTIVATIONS,
+    RESIDUAL_FORMS,
+    FusedOps,
+    parse_fused_ops,
+)
 from kernloom.op_library.fused_ops import parse_expression as parse_fused_expression
 from kernloom.op_library.image_ops import (
     bilinear_weights,
@@ -116,9 +124,13 @@ KERNLOOM_API = KERNLOOM_API_VERSION
 """The version of this surface; a plugin's ``KERNLOOM_API`` range is checked against it."""
 
 __all__ = [
+    "BIAS_FORMS",
+    "CONV_FORMS",
+    "FUSED_ACTIVATIONS",
     "FUSED_FROM_ATTR",
     "KERNLOOM_API",
     "LOCAL_PREFIX",
+    "RESIDUAL_FORMS",
     "AllocatorStats",
     "ArgDef",
     "AsyncOpKernel",
@@ -132,6 +144,7 @@ __all__ = [
     "DeviceOptions",
     "EinsumEquation",
     "EinsumPlan",
+    "FusedOps",
     "GraphPass",
     "InferenceContext",
     "InvalidArgumentError",
@@ -182,6 +195,7 @@ __all__ = [
     "nearest_indices",
     "normalize_axis",
     "parse_fused_expression",
+    "parse_fused_ops",
     "reduced_shape",
     "reduction_axes",
     "reduction_shape",

@@ -18,7 +18,7 @@ from kernloom.errors import InvalidArgumentError
 from kernloom.framework.attr import format_attr_value
 from kernloom.framework.device_name import is_valid_device_type
 
-__all__ = ["KernelDef", "KernelDefBuilder"]
+__all__ = ["KernelDef", "KernelDefBuilder", "constraint_value"]
 
 
 class KernelDef(BaseModel):
@@ -50,6 +50,12 @@ class KernelDef(BaseModel):
         return " ".join(parts[:1]) + (", " + ", ".join(parts[1:]) if len(parts) > 1 else "")
 
 
+def constraint_value(value: Any) -> Any:
+    """An attr value as constraints hold and compare it: a list as a tuple (hashable, and
+    equal whichever sequence type a node or a registration used)."""
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
 @final
 class KernelDefBuilder:
     """``KernelDefBuilder("MatMul").device("CPU").type_constraint("T", [...]).label("x")``."""
@@ -79,8 +85,12 @@ class KernelDefBuilder:
         return self._constrain(attr, values)
 
     def attr_constraint(self, attr: str, values: object) -> KernelDefBuilder:
+        """The values of ``attr`` this kernel accepts. For a list attr each value is a
+        whole list (``[["BiasAdd"], ["BiasAdd", "Relu"]]`` for ``fused_ops``), kept as a
+        tuple: a kernel names the exact forms it implements, as TensorFlow's
+        ``AttrConstraint`` does."""
         items = values if isinstance(values, list | tuple | set | frozenset) else [values]
-        return self._constrain(attr, tuple(items))
+        return self._constrain(attr, tuple(constraint_value(v) for v in items))
 
     def _constrain(self, attr: str, values: tuple[Any, ...]) -> KernelDefBuilder:
         if not values:

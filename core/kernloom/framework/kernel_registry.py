@@ -31,7 +31,7 @@ from kernloom.errors import (
 )
 from kernloom.framework.attr import format_attr_value
 from kernloom.framework.device import Device
-from kernloom.framework.kernel_def import KernelDef, KernelDefBuilder
+from kernloom.framework.kernel_def import KernelDef, KernelDefBuilder, constraint_value
 from kernloom.framework.node_def import NodeDef
 from kernloom.framework.op_def import OpDef
 from kernloom.framework.op_kernel import (
@@ -126,6 +126,7 @@ class KernelLibrary:
         priority: int = 0,
         backend: str | None = None,
         type_constraints: Mapping[str, Sequence[object] | None] | None = None,
+        attr_constraints: Mapping[str, Sequence[object]] | None = None,
         host_memory: Sequence[str] = (),
         expensive: bool = True,
         direct: Callable[..., Any] | None = None,
@@ -136,6 +137,8 @@ class KernelLibrary:
         ``spec`` is a ``KernelDef``, a builder, or an op name completed by the keywords.
         A ``type_constraints`` value of ``None`` (``kernloom.plugin.types.OP_TYPES``)
         constrains nothing: the kernel takes every dtype its op allows.
+        ``attr_constraints`` names the values of other attrs it takes (for a list attr,
+        whole lists: ``{"fused_ops": FUSED_CONV_FORMS}``).
         ``expensive``, ``direct`` (``OpKernel.direct``, the context-free fast entry) and
         ``inplace_form`` (``OpKernel.inplace_form``, an elementwise kernel's ``f(*inputs,
         out)``) apply to functions; a class sets ``is_expensive``, ``direct`` and
@@ -151,6 +154,8 @@ class KernelLibrary:
             for attr, dtypes in (type_constraints or {}).items():
                 if dtypes is not None:  # None (types.OP_TYPES): every dtype the op allows
                     builder.type_constraint(attr, list(dtypes))
+            for attr, values in (attr_constraints or {}).items():
+                builder.attr_constraint(attr, list(values))
             kernel_def = builder.build()
         elif isinstance(spec, KernelDefBuilder):
             kernel_def = spec.build()
@@ -223,7 +228,11 @@ def validate_kernel_def(kernel_def: KernelDef, op_def: OpDef | None, what: str) 
         attr = op_def.attr(attr_name)
         for value in values:
             try:
-                attr.check([value] if attr.attr_type.is_list else value)
+                if attr.attr_type.is_list and not isinstance(value, tuple):
+                    raise InvalidArgumentError(
+                        "a list attr's constraint lists whole values (lists), not elements"
+                    )
+                attr.check(list(value) if attr.attr_type.is_list else value)
             except InvalidArgumentError as exc:
                 raise InvalidArgumentError(
                     f"{what}: constraint value {format_attr_value(value)} for attr "
@@ -275,7 +284,7 @@ def rejection(
             return f"unlabelled; the node asks for label {label!r}"
         return f"labelled {kernel_def.label!r}, not {label!r}"
     for attr, allowed in kernel_def.constraints.items():
-        if attrs.get(attr) not in allowed:
+        if constraint_value(attrs.get(attr)) not in allowed:
             return (
                 f"constraint {attr} in {{{', '.join(format_attr_value(v) for v in allowed)}}} "
                 f"does not hold for {attr}={format_attr_value(attrs.get(attr))}"

@@ -4,7 +4,9 @@ fusion of kloom's own). Graph authors never build them; each fused node carries
 
 - ``_FusedMatMul``: MatMul, then ``fused_ops`` in order: ``BiasAdd`` (the first of
   ``args``), then at most one activation (``Relu``, ``Relu6``, ``Elu``, ``LeakyRelu``).
-- ``_FusedConv2D``: Conv2D (its attrs), then ``fused_ops`` as for ``_FusedMatMul``.
+- ``_FusedConv2D``: Conv2D (its attrs), then ``fused_ops`` as for ``_FusedMatMul``, or
+  ``BiasAdd``, ``Add`` [, activation]: the second of ``args`` (a residual of the output's
+  shape) added after the bias, as TensorFlow's oneDNN remapper builds for a ResNet block.
 - ``_FusedElementwise``: a connected group of elementwise ops over ``inputs`` (same dtype,
   numpy broadcasting), written as ``expression``: steps separated by ``;``, each
   ``Op(a, b)`` over inputs ``i0, i1, ...`` and earlier steps ``t0, t1, ...`` (step k is
@@ -15,7 +17,8 @@ fusion of kloom's own). Graph authors never build them; each fused node carries
 from __future__ import annotations
 
 import re
-from typing import Final
+from collections.abc import Sequence
+from typing import Final, NamedTuple
 
 from kernloom.errors import InvalidArgumentError
 from kernloom.framework.op_def import OpLibrary
@@ -24,7 +27,17 @@ from kernloom.op_library.conv_ops import _conv2d_shape
 from kernloom.op_library.types import FLOATS, spec
 from kernloom.shapes import TensorShape
 
-__all__ = ["ELEMENTWISE_ARITY", "FUSED_ACTIVATIONS", "define", "parse_expression"]
+__all__ = [
+    "BIAS_FORMS",
+    "CONV_FORMS",
+    "ELEMENTWISE_ARITY",
+    "FUSED_ACTIVATIONS",
+    "RESIDUAL_FORMS",
+    "FusedOps",
+    "define",
+    "parse_expression",
+    "parse_fused_ops",
+]
 
 ELEMENTWISE_ARITY: Final = {
     "Add": 2,
@@ -94,21 +107,82 @@ def _fused_elementwise_shape(ctx: InferenceContext) -> None:
     ctx.set_output(0, broadcast_shapes([ctx.input_shape(i) for i in range(ctx.num_inputs)], ctx))
 
 
-def _check_fused_ops(ctx: InferenceContext) -> None:
-    fused = [str(f) for f in ctx.attr("fused_ops")]
-    if not fused or fused[0] != "BiasAdd" or len(fused) > 2:
-        raise ctx.fail(f"fused_ops must be ['BiasAdd'] or ['BiasAdd', activation], got {fused}")
-    if len(fused) == 2 and fused[1] not in FUSED_ACTIVATIONS:
-        raise ctx.fail(
-            f"fused activation {fused[1]!r} is not one of {', '.join(FUSED_ACTIVATIONS)}"
+class FusedOps(NamedTuple):
+    """What a ``fused_ops`` list asks for after the product, in order: the bias (always),
+    a residual added (``Add``, ``_FusedConv2D`` only), an activation ("" for none)."""
+
+    residual: bool
+    activation: str
+
+    @property
+    def num_args(self) -> int:
+        """The ``args`` this form takes: the bias, and the residual when it adds one."""
+        return 2 if self.residual else 1
+
+
+BIAS_FORMS: Final = (("BiasAdd",), *(("BiasAdd", a) for a in FUSED_ACTIVATIONS))
+"""Every ``fused_ops`` of ``_FusedMatMul``, and of a ``_FusedConv2D`` without a residual."""
+
+RESIDUAL_FORMS: Final = (("BiasAdd", "Add"), *(("BiasAdd", "Add", a) for a in FUSED_ACTIVATIONS))
+"""The ``_FusedConv2D`` forms that add a residual after the bias (TensorFlow's oneDNN
+remapper: a ResNet block's ``Conv2D + BiasAdd + Add [+ Relu]``)."""
+
+CONV_FORMS: Final = BIAS_FORMS + RESIDUAL_FORMS
+"""Every ``fused_ops`` of ``_FusedConv2D``. A kernel that implements the residual forms
+declares them (``attr_constraints={"fused_ops": CONV_FORMS}``); the remapper builds a
+residual form only for a device whose kernel does (one registered without the constraint
+is taken to know only ``BIAS_FORMS``, as before these forms existed)."""
+
+
+def parse_fused_ops(fused_ops: Sequence[object], residual_allowed: bool = True) -> FusedOps:
+    """The form a ``fused_ops`` list names, checked: ``BiasAdd``, then ``Add`` (where a
+    residual is allowed), then at most one activation of ``FUSED_ACTIVATIONS``."""
+    ops = tuple(str(op) for op in fused_ops)
+    forms = CONV_FORMS if residual_allowed else BIAS_FORMS
+    if not residual_allowed and "Add" in ops:
+        raise InvalidArgumentError(
+            f"fused_ops {list(ops)}: a residual ('Add') is fused into _FusedConv2D only; "
+            f"fused_ops must be ['BiasAdd'] or ['BiasAdd', activation] here"
         )
-    if ctx.num_inputs != 3:
-        raise ctx.fail(f"BiasAdd takes one argument (num_args 1), got {ctx.num_inputs - 2}")
+    if ops not in forms and (*ops[:-1], "Relu") in forms:
+        raise InvalidArgumentError(
+            f"fused activation {ops[-1]!r} is not one of {', '.join(FUSED_ACTIVATIONS)}"
+        )
+    if ops not in forms:
+        shapes = (
+            "['BiasAdd'], ['BiasAdd', activation], ['BiasAdd', 'Add'] or "
+            "['BiasAdd', 'Add', activation]"
+            if residual_allowed
+            else "['BiasAdd'] or ['BiasAdd', activation]"
+        )
+        raise InvalidArgumentError(
+            f"fused_ops must be {shapes} (activation one of {', '.join(FUSED_ACTIVATIONS)}), "
+            f"got {list(ops)}"
+        )
+    residual = len(ops) > 1 and ops[1] == "Add"
+    return FusedOps(residual, ops[-1] if len(ops) > 1 + residual else "")
+
+
+def _check_fused_ops(ctx: InferenceContext, residual_allowed: bool) -> FusedOps:
+    try:
+        form = parse_fused_ops(ctx.attr("fused_ops"), residual_allowed)
+    except InvalidArgumentError as exc:
+        raise ctx.fail(str(exc)) from None
+    if ctx.num_inputs - 2 != form.num_args:
+        what = "the bias and the residual" if form.residual else "the bias"
+        raise ctx.fail(
+            f"fused_ops {list(ctx.attr('fused_ops'))} take {what} (num_args {form.num_args}), "
+            f"got {ctx.num_inputs - 2} argument(s)"
+        )
+    return form
 
 
 def _fused_conv2d_shape(ctx: InferenceContext) -> None:
-    _check_fused_ops(ctx)
+    form = _check_fused_ops(ctx, residual_allowed=True)
     _conv2d_shape(ctx)
+    if form.residual:
+        out = ctx.outputs()[0]
+        ctx.set_output(0, ctx.merge(out, ctx.input_shape(3), "the residual and the output"))
     bias = ctx.input_shape(2)
     if bias.rank not in (1, None):
         raise ctx.fail(f"bias must be a vector, got shape {bias}")
@@ -119,7 +193,7 @@ def _fused_conv2d_shape(ctx: InferenceContext) -> None:
 
 
 def _fused_matmul_shape(ctx: InferenceContext) -> None:
-    _check_fused_ops(ctx)
+    _check_fused_ops(ctx, residual_allowed=False)
     a, b, bias = ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)
     if a.rank not in (2, None) or b.rank not in (2, None):
         raise ctx.fail("_FusedMatMul takes matrices (rank 2)")

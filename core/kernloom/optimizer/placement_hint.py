@@ -11,11 +11,12 @@ from typing import Any
 
 from kernloom.errors import KernloomError
 from kernloom.framework.device_name import parse_device_name
+from kernloom.framework.kernel_def import KernelDef
 from kernloom.framework.node_def import NodeDef
 from kernloom.graph.graph import Node
 from kernloom.optimizer.graph_pass import PassContext
 
-__all__ = ["has_kernel", "likely_device_type"]
+__all__ = ["has_kernel", "kernel_for", "likely_device_type"]
 
 
 def likely_device_type(node: Node, ctx: PassContext) -> str | None:
@@ -32,11 +33,21 @@ def likely_device_type(node: Node, ctx: PassContext) -> str | None:
 
 def has_kernel(op: str, attrs: Mapping[str, Any], device_type: str, ctx: PassContext) -> bool:
     """Whether a node of ``op`` with ``attrs`` has a kernel on ``device_type``."""
+    return kernel_for(op, attrs, device_type, ctx) is not None
+
+
+def kernel_for(
+    op: str, attrs: Mapping[str, Any], device_type: str, ctx: PassContext
+) -> KernelDef | None:
+    """The definition of the kernel a node of ``op`` with ``attrs`` gets on
+    ``device_type`` (what it declares it takes), or None where it has none."""
     try:
-        ctx.registry.find_kernel(NodeDef(name="probe", op=op, attrs=dict(attrs)), device_type)
+        found = ctx.registry.find_kernel(
+            NodeDef(name="probe", op=op, attrs=dict(attrs)), device_type
+        )
     except KernloomError:
-        return False
-    return True
+        return None
+    return found.kernel_def
 
 
 def _requested_type(requested: str) -> str | None:

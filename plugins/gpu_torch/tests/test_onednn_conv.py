@@ -141,8 +141,8 @@ def test_a_new_batch_size_reorders_again() -> None:
 
 def _resnet_block(fmt: str) -> tuple[kl.Graph, Any, Any, Any]:
     """conv+bias+relu, conv+bias, add the input, relu: the optimizer makes two
-    ``_FusedConv2D`` and one ``_FusedElementwise``, and in NCHW every intermediate is an
-    NCHW array in NHWC memory."""
+    ``_FusedConv2D``, the second adding the fed input as its residual (a fed NCHW array is
+    in C order while oneDNN writes NHWC memory: the two layouts meet in the add)."""
     x = _image(fmt, 2, 6, 6, 8)
     f1, f2, b1, b2 = _floats(3, 3, 8, 8), _floats(1, 1, 8, 8), _floats(8), _floats(8)
     attrs = {"strides": _strides(fmt, 1), "padding": "SAME", "data_format": fmt}
@@ -164,10 +164,14 @@ def _resnet_block(fmt: str) -> tuple[kl.Graph, Any, Any, Any]:
 def test_a_fused_residual_block_matches_the_reference(fmt: str) -> None:
     g, (xp, x), y, expected = _resnet_block(fmt)
     with _session(g) as sess:
-        kernels = _kernels(sess, y, {xp: x})
-        assert kernels["_FusedConv2D"] == "OneDnnFusedConv2D"
-        assert "_FusedElementwise" in kernels
-        value = sess.run(y, {xp: x})
+        metadata = kl.RunMetadata()
+        value = sess.run(y, {xp: x}, options=kl.RunOptions(trace=True), run_metadata=metadata)
+        assert metadata.step_stats is not None
+        ran = [(n.op, n.kernel) for n in metadata.step_stats.nodes if n.op.startswith("_Fused")]
+        assert ran == [("_FusedConv2D", "OneDnnFusedConv2D")] * 2
+        (graph,) = metadata.partition_graphs.values()
+        fused = graph.node(y.node.name)
+        assert list(fused.attrs["fused_ops"]) == ["BiasAdd", "Add", "Relu"]
     np.testing.assert_allclose(value, expected, atol=1e-3)
     with _session(g, optimizer=False) as sess:
         np.testing.assert_allclose(sess.run(y, {xp: x}), expected, atol=1e-3)

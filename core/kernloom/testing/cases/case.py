@@ -36,6 +36,10 @@ class Case:
     reference: Callable[..., Any] | None = None
     label: str = ""
     id: str = ""
+    declared: tuple[str, ...] = ()
+    """Attrs whose value this case checks only on a kernel that lists it among its attr
+    constraints: a form of an op kernels opt into (``_FusedConv2D``'s residual
+    ``fused_ops``), which a kernel registered without saying so is never given."""
 
     def expected(self) -> list[Array]:
         assert self.reference is not None

@@ -173,7 +173,53 @@ def _conv_cases() -> Iterator[Case]:
             )
 
 
+def _residual_conv_cases() -> Iterator[Case]:
+    """``BiasAdd, Add [, activation]``: the residual summed after the bias, before the
+    activation; stride 2 and VALID padding too, where the output is smaller than the
+    input."""
+    for data_format in ("NHWC", "NCHW"):
+        for activation in ("", "Relu", "LeakyRelu"):
+            for stride, padding in ((1, "SAME"), (2, "VALID")):
+                strides = (
+                    [1, stride, stride, 1] if data_format == "NHWC" else [1, 1, stride, stride]
+                )
+                attrs: dict[str, Any] = {
+                    "strides": strides,
+                    "padding": padding,
+                    "data_format": data_format,
+                }
+                x = sample((2, 5, 6, 3) if data_format == "NHWC" else (2, 3, 5, 6), kl.float32)
+                f = sample((3, 3, 3, 4), kl.float32, small=True)
+                conv = conv2d_reference(attrs)
+                out = conv(x.astype(np.float64), f.astype(np.float64))
+                channel = 3 if data_format == "NHWC" else 1
+
+                def reference(
+                    x: Array,
+                    f: Array,
+                    args: list[Array],
+                    conv: Any = conv,
+                    channel: int = channel,
+                    act: str = activation,
+                ) -> Array:
+                    z = conv(x.astype(np.float64), f.astype(np.float64))
+                    bias, residual = args[0].astype(np.float64), args[1].astype(np.float64)
+                    shape = [-1 if i == channel else 1 for i in range(4)]
+                    return _ACTIVATIONS[act](z + bias.reshape(shape) + residual).astype(x.dtype)
+
+                fused_ops = ["BiasAdd", "Add"] + ([activation] if activation else [])
+                yield Case(
+                    "_FusedConv2D",
+                    [x, f, [sample((4,), kl.float32), sample(out.shape, kl.float32)]],
+                    {**attrs, "fused_ops": fused_ops, "num_args": 2},
+                    reference=reference,
+                    id=f"_FusedConv2D-add-{activation or 'none'}-{data_format}-s{stride}",
+                    declared=("fused_ops",),
+                )
+
+
 def cases() -> Iterator[Case]:
     yield from _elementwise_cases()
     yield from _matmul_cases()
     yield from _conv_cases()
+    yield from _residual_conv_cases()

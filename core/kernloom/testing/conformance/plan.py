@@ -19,6 +19,7 @@ from kernloom.dtypes import DType, as_dtype
 from kernloom.errors import KernloomError
 from kernloom.framework.device import Device, DeviceOptions
 from kernloom.framework.device_mgr import DeviceMgr
+from kernloom.framework.kernel_def import constraint_value
 from kernloom.framework.kernel_registry import KernelRegistration, NoKernelError
 from kernloom.framework.node_def import KERNEL_LABEL_ATTR, NodeDef
 from kernloom.registry import Registry
@@ -171,6 +172,12 @@ class KitPlan:
             return
         if self.only_plugin is not None and not self._mine(found):
             return  # another plugin's kernel: not what this run checks
+        undeclared = [a for a in case.declared if not _declares(found, a, attrs[a])]
+        if undeclared:
+            if self.only_plugin is None:
+                reason = f"its kernel does not declare {', '.join(undeclared)} of this case"
+                self.no_kernel.append(NoKernel(case.op, dtype, case.label, reason))
+            return
         self.kernel_cases.append(KernelCase(case, dtype, found))
 
     @property
@@ -216,3 +223,9 @@ class KitPlan:
             if self.only_plugin is None or self._mine(r)
         }
         return sorted(ops - covered)
+
+
+def _declares(found: KernelRegistration, attr: str, value: Any) -> bool:
+    """Whether the kernel lists ``value`` among its constraints on ``attr``."""
+    allowed = found.kernel_def.constraints.get(attr)
+    return allowed is not None and constraint_value(value) in allowed

@@ -17,6 +17,7 @@ from typing import Any, Final
 import numpy as np
 
 from kernloom.plugin import (
+    CONV_FORMS,
     KernelLibrary,
     OpKernel,
     OpKernelConstruction,
@@ -24,6 +25,7 @@ from kernloom.plugin import (
     broadcast_shape,
     matmul_shape,
     parse_fused_expression,
+    parse_fused_ops,
 )
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
@@ -141,10 +143,18 @@ def _same_layout_output(ctx: OpKernelContext, whole: list[Array], shape: Any) ->
 
 
 def bias_and_activation(
-    out: Array, bias: Array, channel_axis: int, activation: str, alpha: float
+    out: Array,
+    bias: Array,
+    channel_axis: int,
+    activation: str,
+    alpha: float,
+    residual: Array | None = None,
 ) -> None:
-    """out += bias along ``channel_axis``, then the activation, all in ``out``'s buffer."""
+    """out += bias along ``channel_axis`` (and += ``residual``), then the activation, all
+    in ``out``'s buffer."""
     out += bias.reshape([-1 if i == channel_axis % out.ndim else 1 for i in range(out.ndim)])
+    if residual is not None:
+        out += residual
     if activation == "Relu":
         np.maximum(out, 0, out=out)
     elif activation == "Relu6":
@@ -156,16 +166,12 @@ def bias_and_activation(
         np.copyto(out, out * alpha, where=out < 0)
 
 
-def _activation(ctx: OpKernelConstruction | OpKernelContext) -> str:
-    ops = [str(op) for op in ctx.attr("fused_ops")]
-    return ops[1] if len(ops) > 1 else ""
-
-
 class FusedConv2D(OpKernel):
-    """The numpy Conv2D kernel, then the bias and activation in its output buffer."""
+    """The numpy Conv2D kernel, then the bias, the residual and the activation in its
+    output buffer."""
 
     def __init__(self, ctx: OpKernelConstruction) -> None:
-        self._activation = _activation(ctx)
+        self._form = parse_fused_ops(ctx.attr("fused_ops"))
         self._alpha = float(ctx.attr("leakyrelu_alpha"))
         self._channel_axis = 1 if ctx.attr("data_format") == "NCHW" else -1
 
@@ -176,14 +182,27 @@ class FusedConv2D(OpKernel):
             raise ctx.fail(f"bias has shape {bias.shape}; it needs ({f.shape[3]},)")
         conv2d(ctx)
         out = ctx.outputs()[0]
-        bias_and_activation(out, bias, self._channel_axis, self._activation, self._alpha)
+        residual = residual_input(ctx, out.shape) if self._form.residual else None
+        activation = self._form.activation
+        bias_and_activation(out, bias, self._channel_axis, activation, self._alpha, residual)
+
+
+def residual_input(ctx: OpKernelContext, shape: tuple[int, ...]) -> Any:
+    """The residual (``args[1]``), which must have the output's shape: the op adds it as
+    ``Add`` would only when no broadcasting is involved."""
+    residual = ctx.input(3)
+    if tuple(residual.shape) != tuple(shape):
+        raise ctx.fail(
+            f"the residual has shape {tuple(residual.shape)}; it needs the output's {tuple(shape)}"
+        )
+    return residual
 
 
 class FusedMatMul(OpKernel):
     def __init__(self, ctx: OpKernelConstruction) -> None:
         self._transpose_a = bool(ctx.attr("transpose_a"))
         self._transpose_b = bool(ctx.attr("transpose_b"))
-        self._activation = _activation(ctx)
+        self._activation = parse_fused_ops(ctx.attr("fused_ops"), residual_allowed=False).activation
         self._alpha = float(ctx.attr("leakyrelu_alpha"))
 
     def compute(self, ctx: OpKernelContext) -> None:
@@ -203,6 +222,10 @@ def register(lib: KernelLibrary) -> None:
     lib.kernel("_FusedMatMul", device="CPU", backend="numpy", type_constraints={"T": t.OP_TYPES})(
         FusedMatMul
     )
-    lib.kernel("_FusedConv2D", device="CPU", backend="numpy", type_constraints={"T": t.OP_TYPES})(
-        FusedConv2D
-    )
+    lib.kernel(
+        "_FusedConv2D",
+        device="CPU",
+        backend="numpy",
+        type_constraints={"T": t.OP_TYPES},
+        attr_constraints={"fused_ops": CONV_FORMS},
+    )(FusedConv2D)

@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 
 from kernloom.plugin import (
+    CONV_FORMS,
     KernelLibrary,
     OpKernelContext,
     broadcast_shape,
     matmul_shape,
     parse_fused_expression,
+    parse_fused_ops,
 )
 from kernloom.plugin import types as t
 from kernloom_gpu_cupy.kernels.conv import _Kernels as ConvKernels
@@ -31,7 +33,7 @@ BACKEND = "cupy"
 
 def register(lib: KernelLibrary, xp: ModuleType) -> None:
     """Add the fused kernels to ``lib``, written against ``xp``. ``_FusedConv2D`` runs this
-    library's Conv2D kernel, then the bias and activation in its output."""
+    library's Conv2D kernel, then the bias, the residual and the activation in its output."""
     conv2d: Kernel = ConvKernels(xp).conv2d
 
     def sigmoid(x: Any) -> Any:
@@ -74,22 +76,38 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
             raise ctx.fail(f"bias has shape {bias.shape}; it needs ({shape[1]},)")
         out = ctx.allocate_output(0, shape)
         xp.matmul(a.T if ta else a, b.T if tb else b, out=out)
-        finish(ctx, out, bias, out.ndim - 1)
+        activation = parse_fused_ops(ctx.attr("fused_ops"), residual_allowed=False).activation
+        finish(ctx, out, bias, out.ndim - 1, activation)
 
     def fused_conv2d(ctx: OpKernelContext) -> None:
+        form = parse_fused_ops(ctx.attr("fused_ops"))
         bias, f = ctx.input(2), ctx.input(1)
         if f.ndim == 4 and bias.shape != (f.shape[3],):
             raise ctx.fail(f"bias has shape {bias.shape}; it needs ({f.shape[3]},)")
         conv2d(ctx)
         out = ctx.outputs()[0]
-        finish(ctx, out, bias, 1 if ctx.attr("data_format") == "NCHW" else out.ndim - 1)
+        residual = ctx.input(3) if form.residual else None
+        if residual is not None and residual.shape != out.shape:
+            raise ctx.fail(
+                f"the residual has shape {residual.shape}; it needs the output's {out.shape}"
+            )
+        channel = 1 if ctx.attr("data_format") == "NCHW" else out.ndim - 1
+        finish(ctx, out, bias, channel, form.activation, residual)
 
-    def finish(ctx: OpKernelContext, out: Any, bias: Any, channel: int) -> None:
-        """out += bias along ``channel``, then the activation, in ``out``'s buffer."""
-        ops = [str(op) for op in ctx.attr("fused_ops")]
-        activation = ops[1] if len(ops) > 1 else ""
+    def finish(
+        ctx: OpKernelContext,
+        out: Any,
+        bias: Any,
+        channel: int,
+        activation: str,
+        residual: Any = None,
+    ) -> None:
+        """out += bias along ``channel`` (and += ``residual``), then the activation, in
+        ``out``'s buffer."""
         with np.errstate(all="ignore"):
             out += bias.reshape([-1 if i == channel else 1 for i in range(out.ndim)])
+            if residual is not None:
+                out += residual
             if activation == "Relu":
                 xp.maximum(out, 0, out=out)
             elif activation == "Relu6":
@@ -104,4 +122,10 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         fused_elementwise
     )
     lib.kernel("_FusedMatMul", device=GPU, backend=BACKEND, type_constraints=floats)(fused_matmul)
-    lib.kernel("_FusedConv2D", device=GPU, backend=BACKEND, type_constraints=floats)(fused_conv2d)
+    lib.kernel(
+        "_FusedConv2D",
+        device=GPU,
+        backend=BACKEND,
+        type_constraints=floats,
+        attr_constraints={"fused_ops": CONV_FORMS},
+    )(fused_conv2d)

@@ -12,11 +12,13 @@ from typing import Any, Final
 import torch
 
 from kernloom.plugin import (
+    CONV_FORMS,
     KernelLibrary,
     OpKernelContext,
     broadcast_shape,
     matmul_shape,
     parse_fused_expression,
+    parse_fused_ops,
 )
 from kernloom_gpu_torch import dtypes as d
 from kernloom_gpu_torch.kernels._util import (
@@ -28,7 +30,7 @@ from kernloom_gpu_torch.kernels._util import (
 )
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d
 
-__all__ = ["activate", "cpu_fused_matmul", "fused_conv2d", "register"]
+__all__ = ["activate", "cpu_fused_matmul", "fused_conv2d", "register", "residual_input"]
 
 FUNCTIONS: Final[dict[str, Callable[..., torch.Tensor]]] = {
     "Add": torch.add,
@@ -80,8 +82,7 @@ def cpu_fused_matmul(ctx: OpKernelContext) -> None:
 
 def _activate(ctx: OpKernelContext, out: torch.Tensor) -> None:
     """The node's fused activation, in ``out``'s own memory."""
-    ops = [str(op) for op in ctx.attr("fused_ops")]
-    activate(ops[1] if len(ops) > 1 else "", out, ctx)
+    activate(parse_fused_ops(ctx.attr("fused_ops")).activation, out, ctx)
 
 
 def activate(activation: str, out: torch.Tensor, ctx: OpKernelContext) -> None:
@@ -97,8 +98,9 @@ def activate(activation: str, out: torch.Tensor, ctx: OpKernelContext) -> None:
 
 
 def fused_conv2d(ctx: OpKernelContext) -> None:
-    """torch's Conv2D kernel, then the bias (along the layout's channel axis) and the
-    activation in its output."""
+    """torch's Conv2D kernel, then the bias (along the layout's channel axis), the
+    residual and the activation in its output."""
+    form = parse_fused_ops(ctx.attr("fused_ops"))
     bias, f = tensor_input(ctx, 2), tensor_input(ctx, 1)
     if f.ndim == 4 and tuple(bias.shape) != (int(f.shape[3]),):
         raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({int(f.shape[3])},)")
@@ -106,7 +108,20 @@ def fused_conv2d(ctx: OpKernelContext) -> None:
     out = tensor(ctx.outputs()[0])
     channel = 1 if ctx.attr("data_format") == "NCHW" else out.ndim - 1
     out.add_(bias.reshape([-1 if i == channel else 1 for i in range(out.ndim)]))
-    _activate(ctx, out)
+    if form.residual:
+        out.add_(residual_input(ctx, tuple(out.shape)))
+    activate(form.activation, out, ctx)
+
+
+def residual_input(ctx: OpKernelContext, shape: tuple[int, ...]) -> torch.Tensor:
+    """The residual (``args[1]``) as a tensor; it must have the output's shape (the op adds
+    it as ``Add`` would only where nothing broadcasts)."""
+    residual = tensor_input(ctx, 3)
+    if tuple(residual.shape) != shape:
+        raise ctx.fail(
+            f"the residual has shape {tuple(residual.shape)}; it needs the output's {shape}"
+        )
+    return residual
 
 
 def register(lib: KernelLibrary) -> None:
@@ -116,14 +131,26 @@ def register(lib: KernelLibrary) -> None:
         fused_elementwise
     )
     lib.kernel("_FusedMatMul", device="GPU", backend="torch", type_constraints=floats)(fused_matmul)
-    lib.kernel("_FusedConv2D", device="GPU", backend="torch", type_constraints=floats)(fused_conv2d)
+    conv_forms: dict[str, Any] = {"fused_ops": CONV_FORMS}
+    lib.kernel(
+        "_FusedConv2D",
+        device="GPU",
+        backend="torch",
+        type_constraints=floats,
+        attr_constraints=conv_forms,
+    )(fused_conv2d)
     # As torch's Conv2D: also on the CPU, labelled ``torch`` and as the default above numpy's
     # (float32 convolutions go to ``onednn``'s kernel, one priority higher); _FusedMatMul
     # too (benchmarks/OPTIMIZER.md, "MLP": MKL's GEMM against numpy's OpenBLAS).
     for cpu in ({"label": "torch"}, {"priority": CPU_PRIORITY}):
-        lib.kernel("_FusedConv2D", device="CPU", backend="numpy", type_constraints=floats, **cpu)(
-            fused_conv2d
-        )
+        lib.kernel(
+            "_FusedConv2D",
+            device="CPU",
+            backend="numpy",
+            type_constraints=floats,
+            attr_constraints=conv_forms,
+            **cpu,
+        )(fused_conv2d)
         lib.kernel("_FusedMatMul", device="CPU", backend="numpy", type_constraints=wide, **cpu)(
             cpu_fused_matmul
         )

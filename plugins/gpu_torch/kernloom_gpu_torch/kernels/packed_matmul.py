@@ -24,6 +24,7 @@ from kernloom.plugin import (
     OpKernelConstruction,
     OpKernelContext,
     matmul_shape,
+    parse_fused_ops,
 )
 from kernloom.plugin import types as t
 from kernloom_gpu_torch.kernels._util import (
@@ -95,8 +96,8 @@ class PackedMatMul(OpKernel):
         super().__init__(ctx)
         self._transpose_a = bool(ctx.attr("transpose_a"))
         self._transpose_b = bool(ctx.attr("transpose_b"))
-        ops = [str(op) for op in ctx.attr("fused_ops")] if self.fused else []
-        self._activation = ops[1] if len(ops) > 1 else ""
+        fused_ops = ctx.attr("fused_ops") if self.fused else ["BiasAdd"]
+        self._activation = parse_fused_ops(fused_ops, residual_allowed=False).activation
         self._packed: _Packed | None = None
         self._bias_input = ConstantInput()
 
