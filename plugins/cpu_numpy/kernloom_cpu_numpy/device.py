@@ -9,6 +9,7 @@ from typing import Any, final
 import numpy as np
 
 import kernloom.plugin
+from kernloom_cpu_numpy.blas_threads import BlasThreads
 from kernloom_cpu_numpy.denormals import (
     FLUSH_BITS,
     FLUSH_SUPPORTED,
@@ -37,7 +38,8 @@ class NumpyCPUDevice(kernloom.plugin.Device):
     (``kernloom_cpu_numpy.denormals``), unless ``flush_denormals=False``: the flag is set
     on a thread when a step's kernels start running there and the thread's own setting is
     put back when they stop, so user code after ``Session.run`` is not affected; the
-    intra-op pool's threads keep it.
+    intra-op pool's threads keep it. numpy's BLAS runs a step's products on the
+    session's intra-op thread count, put back the same way (``blas_threads``).
     """
 
     memory_is_host = True
@@ -57,6 +59,7 @@ class NumpyCPUDevice(kernloom.plugin.Device):
             name=f"{attributes.device_type}-intra-op",
             worker_setup=set_flush_permanently if self.flush_denormals else None,
         )
+        self._blas = BlasThreads(self.intra_op_pool.num_threads)
 
     def _allocate(
         self, shape: tuple[int, ...], dtype: kernloom.plugin.DType
@@ -99,29 +102,35 @@ class NumpyCPUDevice(kernloom.plugin.Device):
 
     def compute_scope(self) -> contextlib.AbstractContextManager[object]:
         # Like TensorFlow, 1/0 is inf and log(-1) nan: no numpy warnings, set once per run
-        # of many kernels rather than per kernel (see float_errors for the cost); and, like
-        # TensorFlow, subnormals flushed to zero (see denormals).
-        if self.flush_denormals:
-            return _FlushingScope()
-        return ignore_float_errors()
+        # of many kernels rather than per kernel (see float_errors for the cost); like
+        # TensorFlow, subnormals flushed to zero (see denormals); and numpy's BLAS on the
+        # intra-op thread count (see blas_threads).
+        return _StepScope(self.flush_denormals, self._blas)
 
     def close(self) -> None:
         self.intra_op_pool.close()
 
 
 @final
-class _FlushingScope:
-    """``ignore_float_errors()`` and FTZ/DAZ as one context: the flag is two foreign calls
-    per step and thread, made directly (no second context object to build and enter)."""
+class _StepScope:
+    """``ignore_float_errors()``, FTZ/DAZ (when flushing) and the BLAS thread count as one
+    context: the flag is two foreign calls per step and thread, made directly (no second
+    context object to build and enter)."""
 
-    __slots__ = ("_errors", "_saved")
+    __slots__ = ("_blas", "_blas_saved", "_errors", "_flush", "_saved")
+
+    def __init__(self, flush: bool, blas: BlasThreads) -> None:
+        self._flush = flush
+        self._blas = blas
 
     def __enter__(self) -> None:
         errors = self._errors = ignore_float_errors()
         errors.__enter__()
-        self._saved = start_flush()
+        self._saved = start_flush() if self._flush else FLUSH_BITS
+        self._blas_saved = self._blas.enter()
 
     def __exit__(self, *exc_info: object) -> None:
+        self._blas.leave(self._blas_saved)
         saved = self._saved
         if saved & FLUSH_BITS != FLUSH_BITS:  # a thread that flushes already stays so
             end_flush(saved)
