@@ -59,6 +59,7 @@ from kernloom.framework.device_independent_kernels import (
 )
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.device_name import LOCAL_PREFIX
+from kernloom.framework.inter_op import on_inter_op_worker
 from kernloom.framework.kernel_checks import (
     add_n_shape,
     argmax_axis,
@@ -194,6 +195,7 @@ __all__ = [
     "matmul_shape",
     "nearest_indices",
     "normalize_axis",
+    "on_inter_op_worker",
     "parse_fused_expression",
     "parse_fused_ops",
     "reduced_shape",

@@ -20,6 +20,7 @@ from typing import final
 
 from kernloom.errors import CancelledError, KernloomError
 from kernloom.framework.cancellation import CancellationManager
+from kernloom.framework.inter_op import mark_inter_op_worker
 
 __all__ = ["InterOpPool", "Step"]
 
@@ -61,6 +62,7 @@ class InterOpPool:
         self._tickets.put(step)
 
     def _work(self) -> None:
+        mark_inter_op_worker()
         while True:
             step = self._tickets.get()
             if step is None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernloom.plugin import OpKernelContext
+from kernloom.plugin import OpKernelContext, on_inter_op_worker
 from kernloom_gpu_torch.device import host_tensor
 from kernloom_gpu_torch.dtypes import torch_dtype
 
@@ -85,10 +85,14 @@ def intra_op_threads(ctx: OpKernelContext) -> int | None:
 
 
 def use_session_threads(ctx: OpKernelContext) -> None:
-    """Make torch's (process-wide) thread count the session's ``intra_op_threads`` before
-    a torch call: torch, MKL and oneDNN share one OpenMP pool, set globally; two sessions
-    with different counts in one process take turns setting it."""
+    """Make torch's thread count the session's ``intra_op_threads`` before a torch call on
+    the caller's thread, and 1 on a session's inter-op worker: torch, MKL and oneDNN share
+    an OpenMP team per calling thread, and a worker's team would spin on the cores the
+    caller's team needs (``kernloom.plugin.on_inter_op_worker``). Two sessions with
+    different counts in one process take turns setting it."""
     threads = intra_op_threads(ctx)
+    if threads is not None and on_inter_op_worker():
+        threads = 1
     if threads is not None and torch.get_num_threads() != threads:
         with _thread_lock:
             torch.set_num_threads(threads)
