@@ -65,3 +65,28 @@ def test_sessions_end_their_threads_when_dropped_or_closed() -> None:
         session.run(None, x)
     with pytest.raises(kl.KernloomError):
         session.run(None, x)
+
+
+def test_threads_follow_onnxruntime_defaults_and_session_options() -> None:
+    """No config: onnxruntime's sequential execution (one inter-op thread) and its
+    ``SessionOptions`` thread counts; a ``kl.SessionConfig`` wins over both."""
+    import onnxruntime
+
+    def threads(session: ko.InferenceSession) -> tuple[int | None, int | None]:
+        config = session.session.config
+        return config.inter_op_threads, config.intra_op_threads
+
+    assert threads(ko.InferenceSession(_model())) == (1, None)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 2
+    assert threads(ko.InferenceSession(_model(), options)) == (1, 2)
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_PARALLEL
+    options.inter_op_num_threads = 3
+    assert threads(ko.InferenceSession(_model(), options)) == (3, 2)
+    options.inter_op_num_threads = 0  # onnxruntime's "every core"
+    assert threads(ko.InferenceSession(_model(), options)) == (None, 2)
+    config = kl.SessionConfig(inter_op_threads=2, intra_op_threads=1)
+    assert threads(ko.InferenceSession(_model(), options, config=config)) == (2, 1)
+    x = np.ones((1, 3), np.float32)
+    (y, _z) = ko.InferenceSession(_model(), options).run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x + np.array([1.0, -1.0, 0.5], np.float32), 0))

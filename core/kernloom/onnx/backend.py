@@ -2,7 +2,8 @@
 
 ``prepare(model, device, **kwargs)`` imports the model once; the keyword arguments are
 ``kl.SessionConfig`` fields (``intra_op_threads=1``, ``kernel_labels={...}``), as
-onnxruntime's backend takes its session options. ``device`` is ``"CPU"`` or another
+onnxruntime's backend takes its session options (``inter_op_threads`` is 1 unless given:
+onnxruntime runs nodes one at a time by default). ``device`` is ``"CPU"`` or another
 kernloom device type (``"GPU"``, ``"CUDA"`` meaning GPU): the session is restricted to it.
 This is what onnx's own test suite (``onnx.backend.test.BackendTest``) runs against.
 """
@@ -51,6 +52,7 @@ class KernloomBackend(Backend):
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> KernloomRep:
         fields = {k: v for k, v in kwargs.items() if k in SessionConfig.model_fields}
         fields.setdefault("device_filters", (_device_type(device),))
+        fields.setdefault("inter_op_threads", 1)  # onnxruntime's sequential default
         session = InferenceSession(model, config=SessionConfig(**fields))
         return KernloomRep(session)
 

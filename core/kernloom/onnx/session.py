@@ -27,7 +27,7 @@ from kernloom.registry import Registry
 from kernloom.runtime.session import Session
 from kernloom.runtime.session_options import SessionConfig
 
-__all__ = ["InferenceSession", "NodeArg"]
+__all__ = ["InferenceSession", "NodeArg", "session_config"]
 
 _ONNX_SPELLINGS = {
     "feed": "input_feed={{{key!r}: value}}",
@@ -80,12 +80,41 @@ def _node_arg(value: onnx.ValueInfoProto) -> NodeArg:
     return NodeArg(value.name, shape, f"tensor({_TYPE_NAMES.get(name, name.lower())})")
 
 
+def session_config(sess_options: Any = None, config: SessionConfig | None = None) -> SessionConfig:
+    """The kernloom config of an ``InferenceSession``: ``config`` when given; else
+    onnxruntime's defaults and ``SessionOptions`` threads, so that code written for
+    onnxruntime runs with the threads it asked for.
+
+    onnxruntime runs a model's nodes one at a time (``ExecutionMode.ORT_SEQUENTIAL``) with
+    ``intra_op_num_threads`` threads inside each (0: every core); ``ORT_PARALLEL`` runs
+    independent nodes on ``inter_op_num_threads`` threads. Hence ``inter_op_threads=1``
+    unless the options ask for parallel execution: on a CNN whose kernels already use
+    every core, a second inter-op thread only competes for them (ResNet-50 on 2 cores:
+    33.5 ms with one, 37.9 with two; ``benchmarks/ONNX.md``). Options are read by
+    attribute name, so onnxruntime need not be installed.
+    """
+    if config is not None:
+        return config
+    if sess_options is None:
+        return SessionConfig(inter_op_threads=1)
+    intra = int(getattr(sess_options, "intra_op_num_threads", 0) or 0)
+    inter = int(getattr(sess_options, "inter_op_num_threads", 0) or 0)
+    mode = getattr(sess_options, "execution_mode", 0)
+    parallel = int(getattr(mode, "value", mode) or 0) == 1  # ORT_PARALLEL
+    return SessionConfig(
+        intra_op_threads=intra or None,
+        inter_op_threads=(inter or None) if parallel else 1,
+    )
+
+
 class InferenceSession:
     """An ONNX model imported once and run as a kernloom graph.
 
-    ``sess_options`` and ``providers`` are accepted for onnxruntime compatibility and
-    ignored; ``config`` (a ``kl.SessionConfig``) chooses devices, threads and labels, and
-    ``registry`` the plugins (the default registry when None).
+    ``config`` (a ``kl.SessionConfig``) chooses devices, threads and labels; without one,
+    onnxruntime's ``sess_options`` (its thread counts and execution mode) are honoured,
+    and without either onnxruntime's defaults hold (``session_config``). ``providers`` is
+    accepted for onnxruntime compatibility and ignored: the placer picks devices.
+    ``registry`` chooses the plugins (the default registry when None).
     """
 
     def __init__(
@@ -108,7 +137,7 @@ class InferenceSession:
             _node_arg(v) for v in self._model.graph.input if v.name not in initializers
         ]
         self._output_args = [_node_arg(v) for v in self._model.graph.output]
-        self.session = Session(self.graph, config, registry=registry)
+        self.session = Session(self.graph, session_config(sess_options, config), registry=registry)
         # The kernloom session's thread pools end with this object (or at close()), as an
         # onnxruntime session's do: code written for onnxruntime never closes sessions.
         self._finalizer = weakref.finalize(self, self.session.close)
