@@ -230,3 +230,29 @@ def test_residual_blocks_match_numpy_for_any_values(
     out, nodes = run_graph(g, y, {x: xv, r: rv})
     assert "AddV2" not in ops_of(nodes)
     np.testing.assert_allclose(out, _reference(p, xv, rv, activation), rtol=1e-4, atol=1e-4)
+
+
+def test_two_convolutions_into_one_add_fuse_one_residual_form() -> None:
+    """A ResNet downsampling block: both branches end in a BiasAdd into the same Add. One
+    convolution takes the Add (the other's output is its residual), the other fuses its
+    bias alone; no node is absorbed twice."""
+    attrs = {"strides": [1, 1, 1, 1], "padding": "SAME"}
+    f1, f2 = _floats(3, 3, 3, 4) * 0.3, _floats(1, 1, 3, 4)
+    b1, b2 = _floats(4), _floats(4)
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [2, 5, 5, 3], name="x")
+        main = kl.ops.bias_add(kl.ops.conv2d(x, kl.constant(f1), **attrs), kl.constant(b1))
+        short = kl.ops.bias_add(kl.ops.conv2d(x, kl.constant(f2), **attrs), kl.constant(b2))
+        y = kl.ops.relu(kl.ops.add_v2(main, short), name="y")
+    xv = _floats(2, 5, 5, 3)
+    out, nodes = run_graph(g, y, {x: xv})
+    forms = sorted(list(n.attrs["fused_ops"]) for n in nodes if n.op == "_FusedConv2D")
+    assert forms == [["BiasAdd"], ["BiasAdd", "Add", "Relu"]]
+    assert ops_of(nodes).count("AddV2") == 0
+    conv = conv2d_reference({**attrs, "data_format": "NHWC"})
+    x64 = xv.astype(np.float64)
+    want = np.maximum(
+        conv(x64, f1.astype(np.float64)) + b1 + conv(x64, f2.astype(np.float64)) + b2, 0
+    )
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
