@@ -19,8 +19,11 @@ RNG = np.random.default_rng(11)
 
 @pytest.fixture(autouse=True)
 def _torch_even_for_small_products(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These products are small; without this they would take numpy's GEMM."""
+    """These products are small and narrow; without this they would take numpy's GEMM or
+    MKL's plain one, never the packed path."""
     monkeypatch.setattr(packed_matmul, "SMALL_PRODUCT", 0)
+    monkeypatch.setattr(packed_matmul, "TINY_PRODUCT", 0)
+    monkeypatch.setattr(packed_matmul, "NARROW", 1)
 
 
 def _floats(*shape: int) -> np.ndarray[Any, Any]:
@@ -159,7 +162,7 @@ def test_a_fed_bias_is_never_served_from_the_cache() -> None:
 def test_small_products_take_numpy_s_gemm(monkeypatch: pytest.MonkeyPatch, activation: str) -> None:
     """Under ``SMALL_PRODUCT`` multiply-adds the product, bias and activation are numpy's
     (no torch call): same results, NaN kept by ReLU, a bad bias named."""
-    monkeypatch.setattr(packed_matmul, "SMALL_PRODUCT", 1 << 22)
+    monkeypatch.undo()  # the real thresholds: 3x2x4 is under TINY_PRODUCT
     if activation != "Relu6":  # (Relu6 alone runs in torch, in place on numpy's output)
         monkeypatch.setattr(packed_matmul, "tensor", None)  # a torch conversion would fail
     x, w, b = _floats(3, 2), _floats(4, 2), _floats(4)
@@ -172,3 +175,49 @@ def test_small_products_take_numpy_s_gemm(monkeypatch: pytest.MonkeyPatch, activ
     np.testing.assert_allclose(y, np.where(np.isnan(z), np.nan, expected), atol=1e-6)
     with pytest.raises(kl.InvalidArgumentError, match=r"bias has shape \(3,\); it needs \(4,\)"):
         run_kernel("_FusedMatMul", [x, w, [_floats(3)]], attrs, registry=REGISTRY)
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "threads", "path"),
+    [
+        (3, 4, 2, 1, "numpy"),  # tiny: numpy at any thread count
+        (3, 4, 2, 2, "numpy"),
+        (256, 1024, 10, 1, "numpy"),  # small and wide: numpy on one thread
+        (256, 1024, 10, 2, "packed"),
+        (256, 10, 1024, 1, "addmm"),  # narrow output: MKL's plain GEMM
+        (256, 10, 1024, 2, "addmm"),
+        (4, 1000, 2048, 1, "addmm"),  # under MIN_PACKED_ROWS rows
+        (256, 1024, 1024, 1, "packed"),
+    ],
+)
+def test_each_product_takes_the_gemm_measured_fastest_for_its_shape(
+    monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, threads: int, path: str
+) -> None:
+    """The path (numpy, MKL plain, MKL packed) by shape and threads, as measured in
+    ``packed_matmul``'s constants; every path gives numpy's float64 result."""
+    monkeypatch.undo()  # the real thresholds
+    calls: list[str] = []
+    real = packed_matmul.PackedMatMul._small_product
+
+    def small(self: Any, *args: Any) -> None:
+        calls.append("numpy")
+        real(self, *args)
+
+    monkeypatch.setattr(packed_matmul.PackedMatMul, "_small_product", small)
+    packed = packed_matmul.PackedMatMul._weights
+
+    def weights(self: Any, *args: Any) -> Any:
+        calls.append("packed")
+        return packed(self, *args)
+
+    monkeypatch.setattr(packed_matmul.PackedMatMul, "_weights", weights)
+    x, w = _floats(m, k), _floats(k, n)
+    g = kl.Graph()
+    with g.as_default():
+        xp = kl.placeholder(kl.float32, [m, k])
+        y = kl.ops.mat_mul(xp, kl.constant(w))
+    config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
+    with kl.Session(g, config, registry=REGISTRY) as sess:
+        out = sess.run(y, {xp: x})
+    np.testing.assert_allclose(out, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+    assert (calls or ["addmm"]) == [path]

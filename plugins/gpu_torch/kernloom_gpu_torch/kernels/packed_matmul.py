@@ -66,13 +66,24 @@ next torch one (the MLP at 2 threads: 24 ms with its 256x1024x10 layer in OpenBL
 ms with OpenBLAS held to one thread)."""
 
 
+NARROW: Final = 64
+"""A product with fewer output columns than this, and more than ``TINY_PRODUCT``
+multiply-adds, runs MKL's plain GEMM (``addmm``): neither packing nor OpenBLAS pays for a
+narrow output. The MLP's 256x1024x10 classifier, right after a 256x1024x1024 product
+(median of 41, one thread): ``addmm`` 97-101 µs, numpy's OpenBLAS 146-150, MKL packed
+187-200; two threads: 118 / 2,400 (OpenBLAS's spinning, above) / 114."""
+
+
 def _small(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
     """Whether the product is for numpy: host arrays, M * N * K (``a``'s size times N)
-    under ``SMALL_PRODUCT`` on one thread, under ``TINY_PRODUCT`` on more."""
+    under ``TINY_PRODUCT``; on one thread, under ``SMALL_PRODUCT`` unless the output is
+    ``NARROW``."""
     if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
         return False
-    limit = SMALL_PRODUCT if threads == 1 else TINY_PRODUCT
-    return bool(a.size * int(shape[1]) < limit)
+    product = a.size * int(shape[1])
+    if product < TINY_PRODUCT:
+        return True
+    return threads == 1 and product < SMALL_PRODUCT and int(shape[1]) >= NARROW
 
 
 class _Packed:
@@ -112,7 +123,8 @@ class PackedMatMul(OpKernel):
         bias = self._bias(ctx, shape[1])
         a = a.T if self._transpose_a else a
         rows = int(shape[0])
-        packed = self._weights(raw_b, b, rows) if rows >= MIN_PACKED_ROWS else None
+        packable = rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW
+        packed = self._weights(raw_b, b, rows) if packable else None
         if packed is None or 0 in shape:
             out = output(ctx, 0, shape)
             weight = b.T if self._transpose_b else b
