@@ -1,6 +1,7 @@
-"""MKL's packed GEMM for MatMul and ``_FusedMatMul`` on the CPU (``kernels/packed_matmul``):
-a packed weight is reused only while it is the same constant; a variable or fed weight
-gives each run's value. References are numpy in float64."""
+"""The packed GEMMs for MatMul and ``_FusedMatMul`` on the CPU (``kernels/packed_matmul``),
+each test on both libraries (MKL's, oneDNN's) whichever this CPU picks: a packed weight is
+reused only while it is the same constant; a variable or fed weight gives each run's
+value. References are numpy in float64."""
 
 from __future__ import annotations
 
@@ -17,8 +18,15 @@ from kernloom_gpu_torch.kernels import packed_matmul
 RNG = np.random.default_rng(11)
 
 
+@pytest.fixture(autouse=True, params=[packed_matmul.MKL, packed_matmul.ONEDNN])
+def library(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test on both GEMM libraries."""
+    monkeypatch.setattr(packed_matmul, "GEMM_LIBRARY", request.param)
+    return str(request.param)
+
+
 @pytest.fixture(autouse=True)
-def _torch_even_for_small_products(monkeypatch: pytest.MonkeyPatch) -> None:
+def _torch_even_for_small_products(library: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """These products are small and narrow; without this they would take numpy's GEMM or
     MKL's plain one, never the packed path."""
     monkeypatch.setattr(packed_matmul, "SMALL_PRODUCT", 0)
@@ -159,10 +167,13 @@ def test_a_fed_bias_is_never_served_from_the_cache() -> None:
 
 
 @pytest.mark.parametrize("activation", ["Relu", "Relu6", ""])
-def test_small_products_take_numpy_s_gemm(monkeypatch: pytest.MonkeyPatch, activation: str) -> None:
+def test_small_products_take_numpy_s_gemm(
+    monkeypatch: pytest.MonkeyPatch, activation: str, library: str
+) -> None:
     """Under ``SMALL_PRODUCT`` multiply-adds the product, bias and activation are numpy's
     (no torch call): same results, NaN kept by ReLU, a bad bias named."""
     monkeypatch.undo()  # the real thresholds: 3x2x4 is under TINY_PRODUCT
+    monkeypatch.setattr(packed_matmul, "GEMM_LIBRARY", library)
     if activation != "Relu6":  # (Relu6 alone runs in torch, in place on numpy's output)
         monkeypatch.setattr(packed_matmul, "tensor", None)  # a torch conversion would fail
     x, w, b = _floats(3, 2), _floats(4, 2), _floats(4)
@@ -178,24 +189,33 @@ def test_small_products_take_numpy_s_gemm(monkeypatch: pytest.MonkeyPatch, activ
 
 
 @pytest.mark.parametrize(
-    ("m", "n", "k", "threads", "path"),
+    ("m", "n", "k", "threads", "mkl_path", "onednn_path"),
     [
-        (3, 4, 2, 1, "numpy"),  # tiny: numpy at any thread count
-        (3, 4, 2, 2, "numpy"),
-        (256, 1024, 10, 1, "numpy"),  # small and wide: numpy on one thread
-        (256, 1024, 10, 2, "packed"),
-        (256, 10, 1024, 1, "addmm"),  # narrow output: MKL's plain GEMM
-        (256, 10, 1024, 2, "addmm"),
-        (4, 1000, 2048, 1, "addmm"),  # under MIN_PACKED_ROWS rows
-        (256, 1024, 1024, 1, "packed"),
+        (3, 4, 2, 1, "numpy", "numpy"),  # tiny: numpy at any thread count
+        (3, 4, 2, 2, "numpy", "numpy"),
+        (256, 1024, 10, 1, "numpy", "numpy"),  # small and wide: numpy on one thread
+        (256, 1024, 10, 2, "packed", "packed"),
+        (256, 10, 1024, 1, "addmm", "packed"),  # narrow output: MKL's plain GEMM
+        (256, 10, 1024, 2, "addmm", "packed"),
+        (4, 1000, 2048, 1, "addmm", "packed"),  # under MIN_PACKED_ROWS rows
+        (256, 1024, 1024, 1, "packed", "packed"),
     ],
 )
 def test_each_product_takes_the_gemm_measured_fastest_for_its_shape(
-    monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, threads: int, path: str
+    monkeypatch: pytest.MonkeyPatch,
+    library: str,
+    m: int,
+    n: int,
+    k: int,
+    threads: int,
+    mkl_path: str,
+    onednn_path: str,
 ) -> None:
-    """The path (numpy, MKL plain, MKL packed) by shape and threads, as measured in
+    """The path (numpy, MKL plain, packed) by library, shape and threads, as measured in
     ``packed_matmul``'s constants; every path gives numpy's float64 result."""
     monkeypatch.undo()  # the real thresholds
+    monkeypatch.setattr(packed_matmul, "GEMM_LIBRARY", library)
+    path = mkl_path if library == packed_matmul.MKL else onednn_path
     calls: list[str] = []
     real = packed_matmul.PackedMatMul._small_product
 

@@ -1,14 +1,20 @@
-"""MatMul and ``_FusedMatMul`` on the numpy CPU device for float32: MKL's sgemm on a weight
-packed once into MKL's own GEMM layout (``torch.ops.mkl._mkl_linear``, what inductor's CPU
-freezing emits for a linear layer), when the right operand is a constant.
+"""MatMul and ``_FusedMatMul`` on the numpy CPU device for float32: a GEMM library's
+fastest path on a weight packed once into its own layout when the right operand is a
+constant -- MKL's packed sgemm (``torch.ops.mkl._mkl_linear``, what inductor's CPU freezing
+emits for a linear layer) on Intel's CPUs, oneDNN's inner product
+(``torch.ops.mkldnn._linear_pointwise`` on a reordered weight) on every other CPU.
 
 Packing pays once what an ordinary GEMM pays on every call (copying the weight into the
 kernel's panels): on the MLP of ``benchmarks/OPTIMIZER.md`` it is the difference between
-MKL's plain ``addmm`` and ONNX Runtime's MLAS. The cache follows ``onednn``'s rule: only a
-read-only host array (the CPU device's constants; a feed is a new view each run), only
-while the same array object comes back, held by the entry. A variable's or fed weight,
-or one computed in the graph, runs MKL's ordinary GEMM (``addmm``) into the output buffer.
-The bias is added by the GEMM; the activation runs in place on its result (NaN stays NaN).
+MKL's plain ``addmm`` and ONNX Runtime's MLAS. Which library: MKL's packed GEMM ran at
+MLAS's speed on the Intel machine it was measured on; on an AMD EPYC (AVX-512) MKL ran at
+half of it and oneDNN at MLAS's (256x1024 by 1024x1024, one thread: MKL 5.2-5.3 ms packed
+or not, OpenBLAS 4.4, oneDNN 2.4, ONNX Runtime's Gemm 2.2). The cache follows
+``onednn``'s rule: only a read-only host array (the CPU device's constants; a feed is a new
+view each run), only while the same array object comes back, held by the entry. A
+variable's or fed weight, or one computed in the graph, runs the library's ordinary GEMM
+(MKL's ``addmm``, oneDNN on the unpacked weight) into the output buffer. The bias is
+added by the GEMM; the activation runs in place on its result (NaN stays NaN).
 """
 
 from __future__ import annotations
@@ -41,14 +47,46 @@ from kernloom_gpu_torch.kernels.onednn import ConstantInput, is_constant
 __all__ = ["PackedFusedMatMul", "PackedMatMul", "register"]
 
 CPU_LABEL: Final = "torch"
+
+MKL: Final = "mkl"
+ONEDNN: Final = "onednn"
+
+
+def _cpu_vendor() -> str:
+    """The CPU's vendor id as Linux reports it (``GenuineIntel``, ``AuthenticAMD``), or ""
+    where there is no ``/proc/cpuinfo`` to read."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _gemm_library() -> str:
+    """MKL on Intel's CPUs where torch was built with it, oneDNN everywhere else (MKL's
+    kernels for other vendors' CPUs ran at half speed; module docstring)."""
+    if _cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available():
+        return MKL
+    return ONEDNN
+
+
+GEMM_LIBRARY: str = _gemm_library()
+"""The library products above ``SMALL_PRODUCT`` run in; read when a kernel is built (a
+test sets it to run each path)."""
+
+_linear_pointwise: Final[Any] = torch.ops.mkldnn._linear_pointwise
+_reorder_linear_weight: Final[Any] = torch.ops.mkldnn._reorder_linear_weight
 PRIORITY: Final = CPU_PRIORITY + 1
 """Above numpy's 0 and the general torch CPU kernels' ``CPU_PRIORITY`` (``fused``'s
 ``_FusedMatMul``, which keeps float64)."""
 
 
 MIN_PACKED_ROWS: Final = 8
-"""Fewer rows than this run MKL's plain GEMM: packing buys nothing for a matrix-vector
-product, and MKL's packed path for one row sums columns in different orders (equal
+"""On the MKL path, fewer rows than this run MKL's plain GEMM: packing buys nothing for a
+matrix-vector product, and MKL's packed path for one row sums columns in different orders (equal
 columns of a huge-valued product came out unequal, which turned the uniform softmax of
 onnx's light ResNet-50 into a one-hot one)."""
 
@@ -71,7 +109,9 @@ NARROW: Final = 64
 multiply-adds, runs MKL's plain GEMM (``addmm``): neither packing nor OpenBLAS pays for a
 narrow output. The MLP's 256x1024x10 classifier, right after a 256x1024x1024 product
 (median of 41, one thread): ``addmm`` 97-101 µs, numpy's OpenBLAS 146-150, MKL packed
-187-200; two threads: 118 / 2,400 (OpenBLAS's spinning, above) / 114."""
+187-200; two threads: 118 / 2,400 (OpenBLAS's spinning, above) / 114. On the oneDNN
+path a narrow output takes oneDNN like any other (that layer on the AMD machine: oneDNN
+77 µs, numpy 76, ``addmm`` 130)."""
 
 
 def _small(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
@@ -87,8 +127,8 @@ def _small(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
 
 
 class _Packed:
-    """A constant weight in MKL's packed layout, with the array it came from (held, so
-    that its identity stays unique) and the [N, K] weight MKL reads beside it."""
+    """A constant weight in the GEMM library's packed layout, with the array it came from
+    (held, so that its identity stays unique) and the [N, K] weight MKL reads beside it."""
 
     __slots__ = ("original", "packed", "source")
 
@@ -109,6 +149,7 @@ class PackedMatMul(OpKernel):
         self._transpose_b = bool(ctx.attr("transpose_b"))
         fused_ops = ctx.attr("fused_ops") if self.fused else ["BiasAdd"]
         self._activation = parse_fused_ops(fused_ops, residual_allowed=False).activation
+        self._library = GEMM_LIBRARY
         self._packed: _Packed | None = None
         self._bias_input = ConstantInput()
 
@@ -123,20 +164,35 @@ class PackedMatMul(OpKernel):
         bias = self._bias(ctx, shape[1])
         a = a.T if self._transpose_a else a
         rows = int(shape[0])
-        packable = rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW
-        packed = self._weights(raw_b, b, rows) if packable else None
-        if packed is None or 0 in shape:
-            out = output(ctx, 0, shape)
-            weight = b.T if self._transpose_b else b
-            if bias is None:
-                torch.matmul(a, weight, out=out)
-            else:
-                torch.addmm(bias, a, weight, out=out)
-            activate(self._activation, out, ctx)
+        if 0 in shape or 0 in b.shape:  # (oneDNN refuses an empty product)
+            self._plain(ctx, a, b, bias, shape)
             return
-        y = torch.ops.mkl._mkl_linear(a, packed.packed, packed.original, bias, rows)
+        if self._library == ONEDNN:
+            packed = self._weights(raw_b, b, rows)
+            weight = packed.packed if packed is not None else (b if self._transpose_b else b.T)
+            y = _linear_pointwise(a, weight, bias, "none", [], "")
+        else:
+            packable = rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW
+            packed = self._weights(raw_b, b, rows) if packable else None
+            if packed is None:
+                self._plain(ctx, a, b, bias, shape)
+                return
+            y = torch.ops.mkl._mkl_linear(a, packed.packed, packed.original, bias, rows)
         activate(self._activation, y, ctx)
         result(ctx, 0, y)
+
+    def _plain(
+        self, ctx: OpKernelContext, a: Any, b: Any, bias: torch.Tensor | None, shape: Any
+    ) -> None:
+        """MKL's ordinary GEMM (``addmm``) into the output buffer: empty products, and on
+        the MKL path what is not packed."""
+        out = output(ctx, 0, shape)
+        weight = b.T if self._transpose_b else b
+        if bias is None:
+            torch.matmul(a, weight, out=out)
+        else:
+            torch.addmm(bias, a, weight, out=out)
+        activate(self._activation, out, ctx)
 
     def _small_product(self, ctx: OpKernelContext, a: Any, b: Any, shape: Any) -> None:
         """numpy's GEMM straight into the output: below ``SMALL_PRODUCT`` a torch call
@@ -165,7 +221,12 @@ class PackedMatMul(OpKernel):
         if not is_constant(raw_b) or b.dim() != 2 or 0 in b.shape:
             return None
         original = (b if self._transpose_b else b.T).contiguous()  # [N, K]
-        packed = _Packed(raw_b, original, torch.ops.mkl._mkl_reorder_linear_weight(original, rows))
+        pack = (
+            _reorder_linear_weight
+            if self._library == ONEDNN
+            else torch.ops.mkl._mkl_reorder_linear_weight
+        )
+        packed = _Packed(raw_b, original, pack(original, rows))
         self._packed = packed
         return packed
 
