@@ -68,7 +68,7 @@ def _cpu_vendor() -> str:
 def _gemm_library() -> str:
     """MKL on Intel's CPUs where torch was built with it, oneDNN everywhere else (MKL's
     kernels for other vendors' CPUs ran at half speed; module docstring)."""
-    if _cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available():
+    if _cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available():  # type: ignore[no-untyped-call]
         return MKL
     return ONEDNN
 
