@@ -47,6 +47,7 @@ def render(data: Mapping[str, Any]) -> str:
     missing = [name for key, name in LIBRARIES if not versions.get(key)]
     lines = [
         f"Measured on {data['date']} with `{data['command']}`"
+        + (f" at commit {data['commit']}" if data.get("commit") else "")
         + (" (quick mode: a smoke test, not a measurement)" if data.get("quick") else "")
         + ".",
         f"Machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}, "
