@@ -15,7 +15,7 @@ LINT_PATHS := core plugins tests benchmarks examples
 MYPY_PATHS := core/kernloom plugins/cpu_numpy/kernloom_cpu_numpy \
 	plugins/gpu_torch/kernloom_gpu_torch plugins/gpu_cupy/kernloom_gpu_cupy
 
-.PHONY: demo test test-all test-tf lint typecheck pytest pytest-all kit bench clean
+.PHONY: demo test test-all test-tf lint typecheck pytest pytest-all kit bench bench-suite clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,3 +83,10 @@ bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/bench_runtime.py
 	$(BIN)/python benchmarks/bench_loop.py
 	$(BIN)/python benchmarks/bench_gpu.py
+
+# The comparison suite (benchmarks/suite.py): kernloom next to numpy direct, ONNX Runtime,
+# torch and, from $(TF_VENV) or KERNLOOM_TF_PYTHON where there is one, TensorFlow 1, each in
+# its own interpreter, rounds interleaved. Writes benchmarks/results/suite.json and the
+# README's Performance table. About 3 minutes; run it alone on the machine.
+bench-suite: $(VENV)/.test-installed
+	$(BIN)/python benchmarks/suite.py --write-readme

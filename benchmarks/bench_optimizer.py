@@ -146,62 +146,23 @@ def _first(value: Any) -> Any:
 
 
 def _ort_mlp(weights: list[Any], biases: list[Any], threads: int) -> Any:
+    """The suite's ONNX Runtime MLP (``suite_workloads.onnxruntime_mlp``), or None."""
+    from suite_workloads import onnxruntime_mlp
+
     try:
-        import onnxruntime
-        from onnx import TensorProto, helper, numpy_helper
-    except ImportError:
+        return onnxruntime_mlp(weights, biases, threads)
+    except ImportError:  # onnx or onnxruntime not installed
         return None
-    nodes, initializers, h = [], [], "x"
-    for i, (w, bias) in enumerate(zip(weights, biases, strict=True)):
-        initializers += [
-            numpy_helper.from_array(w, f"w{i}"),
-            numpy_helper.from_array(bias, f"b{i}"),
-        ]
-        nodes.append(helper.make_node("Gemm", [h, f"w{i}", f"b{i}"], [f"gemm{i}"]))
-        h = f"gemm{i}"
-        if i < len(weights) - 1:
-            nodes.append(helper.make_node("Relu", [h], [f"relu{i}"]))
-            h = f"relu{i}"
-    nodes.append(helper.make_node("Softmax", [h], ["y"], axis=1))
-    graph = helper.make_graph(
-        nodes,
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [MLP_BATCH, MLP_SIZES[0]])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [MLP_BATCH, MLP_SIZES[-1]])],
-        initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    return onnxruntime.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
 
 
 def _torch_mlp(weights: list[Any], biases: list[Any], threads: int) -> Any:
+    """The suite's torch eager MLP (``suite_workloads.torch_mlp``), or None."""
+    from suite_workloads import torch_mlp
+
     try:
-        import torch
+        return torch_mlp(weights, biases, threads)
     except ImportError:
         return None
-    torch.set_num_threads(threads)
-    layers: list[Any] = []
-    for i, (w, bias) in enumerate(zip(weights, biases, strict=True)):
-        linear = torch.nn.Linear(w.shape[0], w.shape[1])
-        with torch.no_grad():
-            linear.weight.copy_(torch.from_numpy(w.T))
-            linear.bias.copy_(torch.from_numpy(bias))
-        layers.append(linear)
-        if i < len(weights) - 1:
-            layers.append(torch.nn.ReLU())
-    layers.append(torch.nn.Softmax(dim=1))
-    model = torch.nn.Sequential(*layers).eval()
-
-    def run(x: Any) -> Any:
-        with torch.inference_mode():
-            return model(torch.from_numpy(x)).numpy()
-
-    return run
 
 
 def elementwise() -> dict[str, float]:
