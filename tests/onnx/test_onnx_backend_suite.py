@@ -23,7 +23,7 @@ REPRESENTATIVE = re.compile(
     r"concat|transpose|softmax|reduce_mean|slice|squeeze|unsqueeze|gather_[01]|clip|"
     r"flatten|sigmoid|where|cast_FLOAT_to_DOUBLE|convtranspose|resize_upsample|"
     r"attention_4d_causal|nllloss_NC|gather_elements|top_k|layer_normalization_2d|compress|"
-    r"edge_pad|wrap_pad)"
+    r"edge_pad|wrap_pad|bitshift)"
 )
 
 

@@ -354,11 +354,15 @@ def _swish(node: OnnxNode, ctx: ConversionContext) -> Result:
 @converter("BitShift", 11, attrs=("direction",))
 def _bit_shift(node: OnnxNode, ctx: ConversionContext) -> Result:
     """Shifts as products and floor divisions by 2 ** y (wrapping as C does; a signed
-    right shift rounds toward -inf, as an arithmetic shift)."""
+    right shift rounds toward -inf, as an arithmetic shift). The power is taken in int64
+    (TensorFlow's Pow has no unsigned types, ONNX's BitShift only those) and cast back:
+    2 ** 63 wraps to int64's minimum, whose bits are uint64's 2 ** 63."""
     x, y = ctx.input(0), ctx.input(1)
     if not x.dtype.is_integer:
         raise node.fail(f"BitShift is defined for integers, got {x.dtype}")
-    power = ops.pow(ctx.const_like(2, x), y)
+    exponent = y if y.dtype == d.int64 else ops.cast(y, DstT=d.int64)
+    power = ops.pow(ctx.const_like(2, exponent), exponent)
+    power = power if x.dtype == d.int64 else ops.cast(power, DstT=x.dtype)
     if str(node.attr("direction")) == "LEFT":
         return [ops.mul(x, power)]
     return [ops.floor_div(x, power)]
