@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -178,3 +181,42 @@ def test_disabled_passes_do_not_run(
     ops = {n.name: n.op for n in kl.Graph.load(out).nodes}
     assert (ops["mm"], ops["ba"], ops["y"]) == ("MatMul", "BiasAdd", "Relu")
     assert ops["add3"] == "Add"  # arithmetic still ran: x + (1 + 2 + 3)
+
+
+# -- the guide's commands --------------------------------------------------------------------
+
+
+def test_the_guide_s_commands_print_what_it_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/optimizer.md runs ``kernloom optimize`` on the graph its Python examples save and
+    shows the output: the commands run here, after those examples, and print that output
+    (times aside)."""
+    from test_docs import code_blocks, run_blocks
+
+    guide = Path(__file__).resolve().parents[1] / "docs" / "optimizer.md"
+    blocks = code_blocks(guide.read_text())
+    monkeypatch.chdir(tmp_path)
+    run_blocks(guide, blocks)
+    capsys.readouterr()
+    shown = [
+        (block, following)
+        for block, following in itertools.pairwise(blocks)
+        if block.info[:1] == ("sh",) and following.info[:1] == ("text",)
+    ]
+    assert shown, "docs/optimizer.md shows no kernloom command with its output"
+
+    def untimed(text: str) -> str:
+        return re.sub(r"\d+\.\d+ ms", "T ms", text).strip()
+
+    for block, output in shown:
+        printed = []
+        for line in block.code.splitlines():
+            argv = shlex.split(line, comments=True)
+            if not argv:
+                continue
+            assert argv[0] == "kernloom", line
+            code, out, err = invoke(capsys, *argv[1:])
+            assert (code, err) == (0, ""), line
+            printed.append(out)
+        assert untimed("".join(printed)) == untimed(output.code), f"line {block.line}"
