@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +103,120 @@ def test_bad_arguments_are_usage_errors_naming_them(
     code, _, err = invoke(capsys, "optimize", *argv)
     assert code == 2
     assert message.format(graph=path, tmp=tmp_path) in err
+
+
+# -- -o is written as kernloom run writes --out --------------------------------------------
+
+
+def test_an_existing_output_is_replaced_only_with_force(
+    saved: tuple[Path, np.ndarray, np.ndarray], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, *_ = saved
+    out = tmp_path / "opt.json"
+    out.write_text("keep me")
+    code, text, err = invoke(capsys, "optimize", str(path), "-o", str(out))
+    assert (code, text) == (2, "")
+    assert err.strip() == f"error: -o {out}: the file exists; pass --force to replace it"
+    assert out.read_text() == "keep me"
+    code, text, err = invoke(capsys, "optimize", str(path), "-o", str(out), "--force")
+    assert (code, err) == (0, "") and f"written to {out}" in text
+    assert kl.Graph.load(out).node("y").op == "_FusedMatMul"
+
+
+def test_the_graph_itself_is_replaced_only_with_force(
+    saved: tuple[Path, np.ndarray, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, w, b = saved
+    code, _, err = invoke(capsys, "optimize", str(path), "-o", str(path))
+    assert code == 2 and "the file exists; pass --force" in err
+    assert kl.Graph.load(path).node("y").op == "Relu"
+    code, _, _ = invoke(capsys, "optimize", str(path), "-o", str(path), "--force")
+    assert code == 0
+    xv = np.ones((2, 4), np.float32)
+    with kl.Session(kl.Graph.load(path), kl.SessionConfig(graph_optimizer=False)) as sess:
+        got = sess.run("y:0", {"x:0": xv})
+    np.testing.assert_allclose(got, np.maximum((xv + 6) @ w + b, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_directory_as_output_asks_for_a_file_name(
+    saved: tuple[Path, np.ndarray, np.ndarray], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, *_ = saved
+    code, _, err = invoke(capsys, "optimize", str(path), "-o", str(tmp_path), "--force")
+    assert code == 2
+    assert err.strip() == (
+        f"error: -o {tmp_path}: is a directory; give a file name, e.g. "
+        f"{tmp_path / 'optimized.json'}"
+    )
+
+
+# -- --disable: the same names and message as kernloom run ----------------------------------
+
+
+def test_an_unknown_pass_lists_the_passes_in_the_flag_s_words(
+    saved: tuple[Path, np.ndarray, np.ndarray], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, *_ = saved
+    out = tmp_path / "o.json"
+    code, _, err = invoke(capsys, "optimize", str(path), "-o", str(out), "--disable", "remaper")
+    assert code == 2 and not out.exists()
+    assert err.replace("\n", " ").strip() == (
+        "error: no graph pass is named 'remaper'; passes: pruning, batch_norm_folding, "
+        "constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion. "
+        "Did you mean 'remapper'? (asked for by --disable remaper)"
+    )
+    # The same words from kernloom run, which has the same flag.
+    code, _, run_err = invoke(capsys, "run", str(path), "--fetch", "y", "--disable", "remaper")
+    assert code == 2 and run_err == err
+
+
+def test_disabled_passes_do_not_run(
+    saved: tuple[Path, np.ndarray, np.ndarray], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, *_ = saved
+    out = tmp_path / "o.json"
+    argv = ["optimize", str(path), "-o", str(out), "--explain"]
+    code, text, _ = invoke(capsys, *argv, "--disable", "remapper", "--disable", "remapper")
+    assert code == 0 and "(disabled: remapper)" in text and "remapper (round" not in text
+    ops = {n.name: n.op for n in kl.Graph.load(out).nodes}
+    assert (ops["mm"], ops["ba"], ops["y"]) == ("MatMul", "BiasAdd", "Relu")
+    assert ops["add3"] == "Add"  # arithmetic still ran: x + (1 + 2 + 3)
+
+
+# -- the guide's commands --------------------------------------------------------------------
+
+
+def test_the_guide_s_commands_print_what_it_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/optimizer.md runs ``kernloom optimize`` on the graph its Python examples save and
+    shows the output: the commands run here, after those examples, and print that output
+    (times aside)."""
+    from test_docs import code_blocks, run_blocks
+
+    guide = Path(__file__).resolve().parents[1] / "docs" / "optimizer.md"
+    blocks = code_blocks(guide.read_text())
+    monkeypatch.chdir(tmp_path)
+    run_blocks(guide, blocks)
+    capsys.readouterr()
+    shown = [
+        (block, following)
+        for block, following in itertools.pairwise(blocks)
+        if block.info[:1] == ("sh",) and following.info[:1] == ("text",)
+    ]
+    assert shown, "docs/optimizer.md shows no kernloom command with its output"
+
+    def untimed(text: str) -> str:
+        return re.sub(r"\d+\.\d+ ms", "T ms", text).strip()
+
+    for block, output in shown:
+        printed = []
+        for line in block.code.splitlines():
+            argv = shlex.split(line, comments=True)
+            if not argv:
+                continue
+            assert argv[0] == "kernloom", line
+            code, out, err = invoke(capsys, *argv[1:])
+            assert (code, err) == (0, ""), line
+            printed.append(out)
+        assert untimed("".join(printed)) == untimed(output.code), f"line {block.line}"

@@ -241,3 +241,93 @@ def test_demo_rejects_bad_arguments_in_its_own_flags(
     except SystemExit as exc:
         code, err = int(exc.code or 0), capsys.readouterr().err
     assert code == 2 and message in err.replace("\n", " ")
+
+
+# -- the graph optimizer's flags, as kernloom optimize has them -------------------------------
+
+
+@pytest.fixture
+def dense(tmp_path: Path) -> tuple[Path, Path, np.ndarray]:
+    """A saved y = relu(x @ w + b) (one _FusedMatMul when optimized), x in a .npy file, and
+    y computed by numpy."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((3, 4)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None, 3], name="x")
+        mm = kl.ops.mat_mul(x, kl.constant(w), name="mm")
+        kl.ops.relu(kl.ops.bias_add(mm, kl.constant(b), name="ba"), name="y")
+    graph = tmp_path / "dense.json"
+    g.save(graph)
+    xv = rng.standard_normal((5, 3)).astype(np.float32)
+    feed = tmp_path / "x.npy"
+    np.save(feed, xv)
+    return graph, feed, np.maximum(xv @ w + b, 0)
+
+
+def _ran_ops(out: str) -> str:
+    """The ops of the one partition, from ``--explain``'s "Partitions:" section."""
+    line = out.splitlines()[out.splitlines().index("Partitions:") + 1]
+    return line.partition(" nodes ")[2]
+
+
+@pytest.mark.parametrize(
+    ("flags", "ops", "report"),
+    [
+        ([], "(Const, _Arg, _FusedMatMul, _Retval)", "fused nodes:\n    y <- mm, ba, y"),
+        (
+            ["--no-optimizer"],
+            "(BiasAdd, Const, MatMul, Relu, _Arg, _Retval)",
+            "Graph optimizer: off\n",
+        ),
+        (
+            ["--disable", "remapper"],
+            "(BiasAdd, Const, MatMul, Relu, _Arg, _Retval)",
+            "(disabled: remapper)",
+        ),
+    ],
+)
+def test_run_turns_the_optimizer_or_one_pass_off(
+    dense: tuple[Path, Path, np.ndarray],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    ops: str,
+    report: str,
+) -> None:
+    graph, feed, expected = dense
+    y = tmp_path / "y.npy"
+    argv = ["run", str(graph), "--feed", f"x={feed}", "--fetch", "y", "--out", str(y)]
+    code, out, err = invoke(capsys, *argv, "--explain", *flags)
+    assert (code, err) == (0, "")
+    assert _ran_ops(out) == ops
+    assert report in out
+    assert "SessionConfig" not in out  # the CLI's words, not Python's
+    np.testing.assert_allclose(np.load(y), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--disable", "constant_fold"],
+            "no graph pass is named 'constant_fold'; passes: pruning, batch_norm_folding, "
+            "constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion. "
+            "Did you mean 'constant_folding'? (asked for by --disable constant_fold)",
+        ),
+        (
+            ["--no-optimizer", "--disable", "fusion"],
+            "no graph pass is named 'fusion'; passes: pruning, batch_norm_folding, "
+            "constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion. "
+            "(asked for by --disable fusion)",
+        ),
+    ],
+)
+def test_run_refuses_an_unknown_pass_before_reading_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    missing = tmp_path / "not-read.json"  # the pass names are checked first
+    code, out, err = invoke(capsys, "run", str(missing), "--fetch", "y", *flags)
+    assert (code, out) == (2, "")
+    assert err.replace("\n", " ").strip() == f"error: {message}"

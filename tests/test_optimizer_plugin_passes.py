@@ -11,8 +11,7 @@ from runtime_helpers import make_registry
 
 import kernloom as kl
 import kernloom.plugin as klp
-from kernloom.optimizer.rewriter import GraphRewriter
-from kernloom.plugin import GraphPass, PassContext
+from kernloom.plugin import GraphPass, GraphRewriter, PassContext
 
 
 class SquareAsMul(GraphPass):

@@ -57,6 +57,7 @@ CLI_FLAGS: Final[Mapping[str, str]] = {
     "memory_limit": "--memory-limit {key}=BYTES",
     "initializer": "--init NODE (the node that initialises {key!r}, such as '{key}/Assign', or "
     "the graph's kl.variables_initializer() node)",
+    "disabled_pass": "--disable {value}",
 }
 """Setting -> the ``kernloom run`` flag that sets it; ``str.format`` fields ``key``, ``value``.
 A template is the flag, its argument (quoted for a shell once filled in) and, optionally,
@@ -67,8 +68,8 @@ COMPARE_FLAGS: Final[Mapping[str, str]] = {
 }
 """The settings ``kernloom compare`` has flags for."""
 
-OPTIMIZE_FLAGS: Final[Mapping[str, str]] = {"disabled_pass": "--disable {value}"}
-"""The settings ``kernloom optimize`` has flags for."""
+OPTIMIZE_FLAGS: Final[Mapping[str, str]] = {"disabled_pass": CLI_FLAGS["disabled_pass"]}
+"""The settings ``kernloom optimize`` has flags for: ``--disable`` as ``kernloom run``'s."""
 
 PYTHON_ONLY: Final = frozenset({"constant_array"})
 """Settings no command has a flag for, because no command can meet their errors: a

@@ -4,7 +4,10 @@ saved graph and write the result, saying per pass what it did.
 What must survive: the ``--fetch`` tensors' nodes, or, without ``--fetch``, every node
 whose outputs nothing in the graph consumes (the graph's results). Placeholders stay
 placeholders (what they will be fed is unknown), so only what does not depend on them
-is folded. Bad arguments and files are usage errors (exit 2) naming the argument or file.
+is folded. Bad arguments and files are usage errors (exit 2) naming the argument or file;
+``-o`` and ``--disable`` are checked before the graph is read. As with ``kernloom run
+--out``, an existing ``-o`` file is replaced only with ``--force`` (and then atomically);
+``--disable`` takes the names ``kernloom run --disable`` takes (``kernloom.cli_passes``).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from kernloom.cli_flags import (
     OPTIMIZE_FLAGS,
     run_command,
 )
+from kernloom.cli_outputs import check_writable
+from kernloom.cli_passes import add_pass_flags, disabled_passes
 from kernloom.errors import InvalidArgumentError
-from kernloom.fileio import parent_problem
 from kernloom.graph.graph import Graph
 from kernloom.optimizer import optimize_step_graph
 from kernloom.registry import Registry
@@ -40,10 +44,8 @@ def _optimize(registry: Registry, args: argparse.Namespace) -> int:
     source = Path(args.graph)
     if not source.is_file():
         raise InvalidArgumentError(f"{args.graph}: no such file")
-    out = Path(args.output)
-    problem = parent_problem(out)
-    if problem is not None:
-        raise InvalidArgumentError(f"-o {args.output}: {problem}")
+    out = check_writable(Path(args.output), "-o", force=args.force)
+    disabled = disabled_passes(registry, args)
     graph = Graph.load(source, registry=registry)
     kept = {graph.tensor(name).node.name for name in args.fetch} if args.fetch else _sinks(graph)
     devices = registry.create_devices()
@@ -53,7 +55,7 @@ def _optimize(registry: Registry, args: argparse.Namespace) -> int:
             registry=registry,
             devices=devices,
             preserved=kept,
-            disabled=tuple(args.disable),
+            disabled=disabled,
             plugin_passes=registry.graph_passes,
         )
     finally:
@@ -90,8 +92,7 @@ def add_optimize_parser(sub: Any) -> None:
         metavar="NAME",
         help="a tensor that must keep its value (default: every unconsumed node)",
     )
-    parser.add_argument(
-        "--disable", action="append", default=[], metavar="PASS", help="skip this pass"
-    )
+    parser.add_argument("--force", action="store_true", help="replace an -o file that exists")
+    add_pass_flags(parser, off_switch=False)
     parser.add_argument("--explain", action="store_true", help="show what each pass did")
     parser.set_defaults(handler=_handler)

@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -63,10 +63,15 @@ class OutputPlan:
     files: tuple[Path, ...]
 
 
+_EXAMPLE_NAMES: Final = {"--trace": "trace.json", "-o": "optimized.json"}
+"""The file name a "give a file name" error suggests per flag (``y.npy`` otherwise)."""
+
+
 def check_writable(path: Path, flag: str, *, force: bool) -> Path:
-    """The path to write for ``flag``, refused now rather than after the run."""
+    """The path to write for ``flag``, refused now rather than after the run (or the
+    optimization: ``kernloom optimize -o`` follows the same rules)."""
     if path.is_dir():
-        example = path / ("trace.json" if flag == "--trace" else "y.npy")
+        example = path / _EXAMPLE_NAMES.get(flag, "y.npy")
         raise UsageError(f"{flag} {path}: is a directory; give a file name, e.g. {example}")
     parent = path.parent
     problem = parent_problem(path)

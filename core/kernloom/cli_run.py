@@ -33,6 +33,7 @@ from kernloom.cli_args import (
 from kernloom.cli_flags import EXIT_OK, cli_message, run_command
 from kernloom.cli_onnx import is_onnx_path, load_onnx_graph
 from kernloom.cli_outputs import OutputPlan, member_of, plan_outputs, write_npy, write_npz
+from kernloom.cli_passes import add_pass_flags, disabled_passes
 from kernloom.errors import (
     KernloomError,
     ResourceExhaustedError,
@@ -127,7 +128,10 @@ def _memory_limits(registry: Registry, pairs: list[str]) -> dict[str, int]:
 
 
 def _config(
-    args: argparse.Namespace, labels: dict[str, str], memory_limit: dict[str, int]
+    args: argparse.Namespace,
+    labels: dict[str, str],
+    memory_limit: dict[str, int],
+    disabled: tuple[str, ...],
 ) -> SessionConfig:
     try:
         return SessionConfig(
@@ -136,6 +140,8 @@ def _config(
             inter_op_threads=args.inter_op_threads,
             allow_soft_placement=args.soft_placement,
             memory_limit=memory_limit,
+            graph_optimizer=not args.no_optimizer,
+            disabled_passes=disabled,
         )
     except ValidationError as exc:  # the parser checks each flag; this is a safety net
         raise UsageError(f"bad session settings: {exc.errors()[0]['msg']}") from None
@@ -170,6 +176,7 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
     feed_files = settings_from_pairs(args.feed, "--feed", "x=x.npy", key=_tensor_key)
     labels = settings_from_pairs(args.label, "--label", "MatMul=einsum")
     memory_limit = _memory_limits(registry, args.memory_limit)
+    disabled = disabled_passes(registry, args)
     if is_onnx_path(args.graph):  # an ONNX model imports to a graph (kernloom[onnx])
         graph = load_onnx_graph(args.graph)
     elif args.graph.lower().endswith((".pb", ".pbtxt")):  # a TensorFlow GraphDef: kernloom[tf]
@@ -192,7 +199,7 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
     }
     for name, value in feeds.items():
         _check_feed_file(graph, name, feed_files[_tensor_key(name)], value)
-    with Session(graph, _config(args, labels, memory_limit)) as session:
+    with Session(graph, _config(args, labels, memory_limit, disabled)) as session:
         if args.explain:
             console.print(session.explain(fetches, feeds or None))
         for node in args.init:  # e.g. the variables' initializer, in this same session
@@ -286,7 +293,12 @@ def add_run_parser(sub: Any) -> None:
         metavar="TYPE=SIZE",
         help="the most memory each device of TYPE may hold, e.g. CPU=512M (once per type)",
     )
-    run.add_argument("--explain", action="store_true", help="say where each node runs and why")
+    run.add_argument(
+        "--explain",
+        action="store_true",
+        help="say where each node runs and why, and what the graph optimizer did",
+    )
+    add_pass_flags(run, off_switch=True)
     run.add_argument(
         "--timeout",
         action=Once,

@@ -29,7 +29,9 @@ What a device plugin implements (see ``docs/plugins.md``):
 - ``DeviceFactory``: ``list_physical_devices``, ``create_devices``, ``unavailable_reason``;
 - a ``KernelLibrary`` of kernels (classes deriving ``OpKernel`` or plain functions of an
   ``OpKernelContext``);
-- a ``kernloom_register(registry: Registrar)`` function marked with ``hookimpl``.
+- a ``kernloom_register(registry: Registrar)`` function marked with ``hookimpl``;
+- optionally, graph passes for its device type (``Registrar.register_graph_pass``): a
+  ``GraphPass`` that builds its result with a ``GraphRewriter`` (see ``docs/optimizer.md``).
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ from kernloom.op_library.image_ops import (
 )
 from kernloom.op_library.linalg_ops import EinsumEquation, EinsumPlan, batch_matmul_shape
 from kernloom.optimizer.graph_pass import FUSED_FROM_ATTR, GraphPass, PassContext
+from kernloom.optimizer.rewriter import GraphRewriter
 from kernloom.registrar import Registrar
 from kernloom.registry import Registry, default_registry
 from kernloom.shapes import TensorShape, as_shape
@@ -147,6 +150,7 @@ __all__ = [
     "EinsumPlan",
     "FusedOps",
     "GraphPass",
+    "GraphRewriter",
     "InferenceContext",
     "InvalidArgumentError",
     "KernelArgumentError",

@@ -27,15 +27,15 @@ class KitHookSpecs:
 
     @pytest.hookspec(firstresult=True)
     def pytest_kernloom_registry(self, config: pytest.Config) -> object | None:
-        """Return the ``kernloom.Registry`` the kit checks the device in, or None to leave
-        the choice to the next implementation (``--kernloom-registry``, then the registry
-        of the installed plugins, ``kernloom.default_registry()``).
+        """Return the ``kernloom.plugin.Registry`` the kit checks the device in, or None to
+        leave the choice to the next implementation (``--kernloom-registry``, then the
+        registry of the installed plugins, ``kernloom.plugin.default_registry()``).
 
         Implement it in a ``conftest.py`` that pytest loads at start-up (the rootdir's, or
         one in a directory named on the command line)::
 
             def pytest_kernloom_registry(config):
-                registry = kernloom.Registry()
+                registry = kernloom.plugin.Registry()
                 registry.register_plugin(my_plugin, name="my_plugin")
                 return registry
         """

@@ -138,7 +138,7 @@ class KernelLibrary:
         A ``type_constraints`` value of ``None`` (``kernloom.plugin.types.OP_TYPES``)
         constrains nothing: the kernel takes every dtype its op allows.
         ``attr_constraints`` names the values of other attrs it takes (for a list attr,
-        whole lists: ``{"fused_ops": FUSED_CONV_FORMS}``).
+        whole lists: ``{"fused_ops": CONV_FORMS}``, ``CONV_FORMS`` from ``kernloom.plugin``).
         ``expensive``, ``direct`` (``OpKernel.direct``, the context-free fast entry) and
         ``inplace_form`` (``OpKernel.inplace_form``, an elementwise kernel's ``f(*inputs,
         out)``) apply to functions; a class sets ``is_expensive``, ``direct`` and

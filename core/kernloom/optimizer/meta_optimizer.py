@@ -92,7 +92,7 @@ class OptimizerReport:
 
     def explain(self) -> str:
         if not self.enabled:
-            return "Graph optimizer: off (SessionConfig(graph_optimizer=False))"
+            return "Graph optimizer: off"
         seconds = sum(r.seconds for r in self.records)
         lines = [
             f"Graph optimizer: {self.nodes_before} -> {self.nodes_after} nodes in "

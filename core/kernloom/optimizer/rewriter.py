@@ -26,7 +26,13 @@ FusedNode = tuple[str, Sequence[Tensor | Sequence[Tensor]], Mapping[str, Any]]
 
 @final
 class GraphRewriter:
-    """A new graph being built from ``source``; old tensor names map to new tensors."""
+    """A new graph being built from ``source``; old tensor names map to new tensors.
+
+    Public as ``kernloom.plugin.GraphRewriter``, for plugins' graph passes: walk
+    ``source.nodes`` (a topological order), and for each node ``copy`` it, or ``add`` what
+    replaces it and ``alias`` its outputs to the new tensors, or skip it; then return
+    ``finish(ctx.preserved)``. A node replacing a preserved one keeps its name
+    (``exact_name=True``)."""
 
     def __init__(self, source: Graph) -> None:
         self.source = source
@@ -41,6 +47,9 @@ class GraphRewriter:
         return self._tensors.get(tensor.name)
 
     def mapped(self, tensor: Tensor) -> Tensor:
+        """The new tensor standing for ``tensor`` of the source; its producer must have
+        been copied or aliased already (true of every data input, in ``source.nodes``
+        order, but a loop's back edge)."""
         return self._tensors[tensor.name]
 
     def new_node(self, node: Node) -> Node | None:
