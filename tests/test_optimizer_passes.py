@@ -3,6 +3,8 @@ checked against numpy written out by hand, and against the graph run as built.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from optimizer_helpers import activated, node_named, ops_of, run_graph, run_pass, step_graph
@@ -99,6 +101,32 @@ def test_constant_folding_respects_the_size_cap(cpu: klp.Device) -> None:
     assert "over the 1000 byte cap: fill" in ctx.notes[0]
     new, _ = run_pass(ConstantFolding(), sg, evaluate=_evaluator(sg, cpu), max_constant_bytes=4000)
     assert node_named(new.nodes, "fill").op == "Const"
+
+
+def test_a_result_known_to_be_over_the_cap_is_never_computed(cpu: klp.Device) -> None:
+    """A 1 GiB ``Fill`` whose shape inference knows its size is refused before the kernel
+    runs; one whose size only the kernel finds out is computed, then refused."""
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None, None], name="x")
+        dims = kl.constant(np.array([16384, 16384], np.int32))
+        kl.ops.add(x, kl.ops.fill(dims, kl.constant(np.float32(1)), name="huge"), name="y")
+        # Where's output shape depends on the values: unknown until it runs.
+        ones = kl.constant(np.ones(300, bool))
+        unknown = kl.ops.where(ones, name="unknown_size")
+        kl.ops.add(x, kl.ops.cast(unknown, DstT=kl.float32), name="z")
+    sg = step_graph(g, ["y:0", "z:0"], ["x:0"])
+    real = _evaluator(sg, cpu)
+    evaluated: list[str] = []
+
+    def evaluate(node_def: Any, values: Any) -> Any:
+        evaluated.append(node_def.name)
+        return real(node_def, values)
+
+    new, ctx = run_pass(ConstantFolding(), sg, evaluate=evaluate, max_constant_bytes=1000)
+    assert "huge" not in evaluated and node_named(new.nodes, "huge").op == "Fill"
+    assert "unknown_size" in evaluated
+    assert "over the 1000 byte cap: huge, unknown_size" in " ".join(ctx.notes)
 
 
 def test_constant_folding_never_folds_stateful_ops_or_fetched_nodes(cpu: klp.Device) -> None:

@@ -58,13 +58,17 @@ class ConstantFolding(GraphPass):
                 rewriter.copy(node)
                 continue
             values = [t.node.attrs["value"] for t in inputs]
+            # A value no larger than its inputs (a folded weight transform) never balloons.
+            allowed = max(ctx.max_constant_bytes, sum(np.asarray(v).nbytes for v in values))
+            if _inferred_bytes(node) > allowed:  # known too large: not computed at all
+                too_large.append(node.name)
+                rewriter.copy(node)
+                continue
             try:
                 outputs = evaluate(_node_def(node), values)
             except KernloomError:
                 rewriter.copy(node)
                 continue
-            # A value no larger than its inputs (a folded weight transform) never balloons.
-            allowed = max(ctx.max_constant_bytes, sum(np.asarray(v).nbytes for v in values))
             if any(o.nbytes > allowed for o in outputs):
                 too_large.append(node.name)
                 rewriter.copy(node)
@@ -101,6 +105,18 @@ class ConstantFolding(GraphPass):
 def _maybe_folded(node: Node, ctx: PassContext, frames: set[str]) -> bool:
     """Whether ``node`` may turn into a constant in this same pass (its inputs may)."""
     return bool(node.inputs) and may_rewrite(node, ctx.preserved, frames)
+
+
+def _inferred_bytes(node: Node) -> int:
+    """The bytes of ``node``'s outputs as far as shape inference knows them (0 for an
+    output of unknown size): a huge ``Fill`` is refused before it is computed, instead of
+    computed and thrown away in every round of the optimizer."""
+    total = 0
+    for tensor in node.outputs:
+        count = tensor.shape.num_elements()
+        if count is not None:
+            total += count * tensor.dtype.itemsize
+    return total
 
 
 def _node_def(node: Node) -> NodeDef:
