@@ -17,6 +17,7 @@ import kernloom as kl
 import kernloom.plugin as klp
 from kernloom.optimizer import Remapper
 from kernloom.testing.cases.nn import conv2d_reference
+from kernloom.testing.fake_device import FakeDeviceFactory, fake_plugin
 
 RNG = np.random.default_rng(7)
 
@@ -256,3 +257,59 @@ def test_two_convolutions_into_one_add_fuse_one_residual_form() -> None:
         conv(x64, f1.astype(np.float64)) + b1 + conv(x64, f2.astype(np.float64)) + b2, 0
     )
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def _limited_forms_plugin() -> object:
+    """Device type ACME: the plain ops, and fused kernels that declare only some forms --
+    ``_FusedConv2D`` (BiasAdd) and (BiasAdd, Add), ``_FusedMatMul`` (BiasAdd) and
+    (BiasAdd, Relu). Only looked up by the pass, never run."""
+
+    class Plugin:
+        @klp.hookimpl
+        def kernloom_register(self, registry: klp.Registrar) -> None:
+            lib = klp.KernelLibrary()
+
+            def never(ctx: klp.OpKernelContext) -> None:
+                raise AssertionError("not run")
+
+            for op in ("Conv2D", "MatMul", "BiasAdd", "AddV2", "Relu", "Elu"):
+                lib.kernel(op, device="ACME", backend="numpy")(never)
+            conv_forms = (("BiasAdd",), ("BiasAdd", "Add"))
+            matmul_forms = (("BiasAdd",), ("BiasAdd", "Relu"))
+            for op, forms in (("_FusedConv2D", conv_forms), ("_FusedMatMul", matmul_forms)):
+                lib.kernel(
+                    op, device="ACME", backend="numpy", attr_constraints={"fused_ops": forms}
+                )(never)
+            registry.register_kernels(lib)
+
+    return Plugin()
+
+
+def test_a_kernel_declaring_only_shorter_forms_gets_the_longest_it_takes() -> None:
+    """An undeclared activation (or residual) does not cost the whole fusion: the pass
+    falls back to the longest form the device's kernel declares."""
+    registry = klp.Registry()
+    registry.register_plugin(fake_plugin(("ACME", FakeDeviceFactory("ACME"), 10)), name="acme")
+    registry.register_plugin(_limited_forms_plugin(), name="limited")
+    g, _x, _r, y, _ = _block(graph=kl.Graph(registry), activation="relu")
+    with g.as_default():
+        w = kl.constant(_floats(4, 3))
+        m = kl.ops.bias_add(kl.ops.mat_mul(kl.ops.reshape(y, [-1, 4]), w), kl.constant(_floats(3)))
+        elu = kl.ops.elu(m, name="elu")
+        relu = kl.ops.relu(
+            kl.ops.bias_add(
+                kl.ops.mat_mul(elu, kl.constant(_floats(3, 3))), kl.constant(_floats(3))
+            ),
+            name="relu_mm",
+        )
+    sg = step_graph(g, [relu.name], ["x:0", "r:0"])
+    new, _ = run_pass(Remapper(), sg, device_types=("ACME",))
+    fused = sorted(
+        (n.op, list(n.attrs["fused_ops"])) for n in new.nodes if n.op.startswith("_Fused")
+    )
+    assert fused == [
+        ("_FusedConv2D", ["BiasAdd", "Add"]),  # (BiasAdd, Add, Relu) is not declared
+        ("_FusedMatMul", ["BiasAdd"]),  # (BiasAdd, Elu) is not declared
+        ("_FusedMatMul", ["BiasAdd", "Relu"]),
+    ]
+    assert {"Relu", "Elu"} <= set(ops_of(new.nodes))

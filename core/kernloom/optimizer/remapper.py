@@ -144,26 +144,35 @@ def _match(
     device_type = likely_device_type(node, ctx)
     if device_type is None:
         return None
+    for pattern in _candidates(node, bias_add, consumers, frames, ctx):
+        found = _fits(pattern, device_type, ctx, claimed)
+        if found is not None:
+            return found
+    return None
+
+
+def _candidates(
+    node: Node, bias_add: Node, consumers: Consumers, frames: set[str], ctx: PassContext
+) -> list[_Pattern]:
+    """The forms ``node`` could fuse into, longest first: with the residual ``Add`` (and
+    its activation, then without it), then without the residual (with the activation after
+    the bias, then without). A kernel that declares only some forms gets the longest it
+    takes: one without ``(BiasAdd, Elu)`` still fuses ``BiasAdd``, leaving the Elu a node
+    of its own."""
+    found: list[_Pattern] = []
     if node.op == "Conv2D":
         with_residual = _residual(node, bias_add, consumers, frames, ctx)
         if with_residual is not None:
             add, residual = with_residual
-            found = _fits(
-                _Pattern(
-                    node, bias_add, add, residual, _activation(add, node, consumers, frames, ctx)
-                ),
-                device_type,
-                ctx,
-                claimed,
-            )
-            if found is not None:
-                return found
-    return _fits(
-        _Pattern(node, bias_add, activation=_activation(bias_add, node, consumers, frames, ctx)),
-        device_type,
-        ctx,
-        claimed,
-    )
+            activation = _activation(add, node, consumers, frames, ctx)
+            found.append(_Pattern(node, bias_add, add, residual, activation))
+            if activation is not None:
+                found.append(_Pattern(node, bias_add, add, residual))
+    activation = _activation(bias_add, node, consumers, frames, ctx)
+    found.append(_Pattern(node, bias_add, activation=activation))
+    if activation is not None:
+        found.append(_Pattern(node, bias_add))
+    return found
 
 
 def _fits(
