@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import kernloom.plugin
 
-KERNLOOM_API = ">=1.0,<2"
+KERNLOOM_API = ">=1.2,<2"
 
 PLUGIN_NAME = "gpu_cupy"
 GPU_PRIORITY = 210
