@@ -214,3 +214,26 @@ def test_bad_inputs_fail_naming_the_node(
     with pytest.raises(kl.KernelError, match=message) as info:
         run_kernel(op, inputs, attrs, name="the_node")
     assert f"node 'the_node' (op {op})" in str(info.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.sampled_from([(300, 1), (256, 10), (64, 16), (65, 4), (4, 5, 3), (0, 3), (3, 0)]),
+    op=st.sampled_from(["Softmax", "LogSoftmax"]),
+    data=st.data(),
+)
+def test_softmax_over_narrow_and_wide_last_axes_matches_float64(
+    shape: tuple[int, ...], op: str, data: st.DataObject
+) -> None:
+    """Softmax and LogSoftmax where the kernel reduces column by column (rows outnumber
+    16 per column) and where it reduces row by row: float64 numpy's values, NaN rows NaN,
+    -inf logits 0 probability."""
+    elements = st.floats(-80, 80, width=32) | st.sampled_from([np.nan, -np.inf])
+    x = data.draw(hnp.arrays(np.float32, shape, elements=elements))
+    (y,) = run_kernel(op, [x]).outputs
+    z = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        shifted = z - (z.max(axis=-1, keepdims=True) if z.size else z)
+        log_sum = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        expected = shifted - log_sum if op == "LogSoftmax" else np.exp(shifted - log_sum)
+    np.testing.assert_allclose(y, expected, rtol=2e-5, atol=1e-6)

@@ -26,24 +26,41 @@ def _shifted(ctx: OpKernelContext) -> Array:
 # numpy's floating-point warnings (inf - inf is nan, as in TensorFlow) once per step.
 
 
-# The array methods rather than np.max / np.sum: those are Python wrappers (eight calls
-# a softmax), which an MLP step pays with cold caches right after its last product.
+# ufunc.reduce rather than np.max / np.sum: those are Python wrappers (eight calls a
+# softmax), which an MLP step pays with cold caches right after its last product.
 
 
 def _shift(x: Array, out: Array) -> Array:
-    np.subtract(x, x.max(axis=-1, keepdims=True, initial=-np.inf), out=out)
+    np.subtract(x, _along_rows(np.maximum, x, -np.inf), out=out)
     return out
 
 
 def _normalize(out: Array) -> Array:
     np.exp(out, out=out)
-    out /= out.sum(axis=-1, keepdims=True)
+    out /= _along_rows(np.add, out, 0)
     return out
 
 
 def _log_normalize(out: Array) -> Array:
-    out -= np.log(np.exp(out).sum(axis=-1, keepdims=True))
+    out -= np.log(_along_rows(np.add, np.exp(out), 0))
     return out
+
+
+def _along_rows(ufunc: np.ufunc, x: Array, identity: float) -> Array:
+    """``ufunc`` reduced over the last axis, keeping it. numpy reduces a short last axis
+    row by row, slowly: a classifier's [256, 10] logits took 11.6 µs for the max and a
+    [4096, 4] one 130 µs, against 5.1 and 7.0 µs for one ``ufunc`` call per column over
+    every row at once -- taken when the rows outnumber 16 columns each (below that the row
+    reduction wins: [64, 16] 4.0 against 6.9 µs). Same values for max; a sum adds the
+    columns left to right (float reassociation)."""
+    n = x.shape[-1] if x.ndim else 0
+    if n == 0 or not x.flags.c_contiguous or x.size < 16 * n * n:
+        return ufunc.reduce(x, axis=-1, keepdims=True, initial=identity)  # type: ignore[no-any-return]
+    columns = x.reshape(-1, n)
+    acc = columns[:, 0].copy()
+    for j in range(1, n):
+        ufunc(acc, columns[:, j], out=acc)
+    return acc.reshape((*x.shape[:-1], 1))
 
 
 def softmax(ctx: OpKernelContext) -> None:
