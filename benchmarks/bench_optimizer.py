@@ -3,6 +3,7 @@ the same run (the machine is shared and noisy: compare ratios, not times).
 
     .venv/bin/python benchmarks/bench_optimizer.py           # chain and mlp, ~1 minute
     .venv/bin/python benchmarks/bench_optimizer.py chain     # one of them
+    .venv/bin/python benchmarks/bench_optimizer.py gemm      # the GEMM libraries (not default)
 
 - chain: 1000 ``Add(x, c)`` on float32[16], ``c`` a vector or a scalar constant: the
   step's time per *original* node with the optimizer on (the chain folds to one Add), and
@@ -188,7 +189,67 @@ def elementwise() -> dict[str, float]:
     return results
 
 
+GEMM_SHAPES = ((256, 784, 1024), (256, 1024, 1024), (256, 1024, 10))
+
+
+def gemm(threads: int) -> dict[str, float]:
+    """The MLP's three products (M, K, N) with their bias, best of 15 each, in every GEMM
+    library the CPU kernels can take: numpy's (OpenBLAS), MKL's ``addmm`` and packed
+    ``_mkl_linear``, oneDNN's ``_linear_pointwise`` on a reordered weight, and ONNX
+    Runtime's Gemm (MLAS) as the reference (``packed_matmul`` picks the library by CPU)."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    results: dict[str, float] = {}
+    for m, k, n in GEMM_SHAPES:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = (rng.standard_normal((k, n)) * 0.05).astype(np.float32)
+        b = rng.standard_normal(n).astype(np.float32)
+        at, bt = torch.from_numpy(a), torch.from_numpy(b)
+        wt = torch.from_numpy(w.T.copy())  # [N, K]
+        mkl = torch.ops.mkl._mkl_reorder_linear_weight(wt, m)
+        onednn = torch.ops.mkldnn._reorder_linear_weight(wt, m)
+        ort = _ort_gemm(w, b, m, threads)
+        runs: dict[str, Callable[[], Any]] = {
+            "numpy": lambda: np.add(a @ w, b),  # noqa: B023 (called in this iteration)
+            "mkl_addmm": lambda: torch.addmm(bt, at, wt.T),  # noqa: B023
+            "mkl_packed": lambda: torch.ops.mkl._mkl_linear(at, mkl, wt, bt, m),  # noqa: B023
+            "onednn": lambda: torch.ops.mkldnn._linear_pointwise(at, onednn, bt, "none", [], ""),  # noqa: B023
+        }
+        if ort is not None:
+            runs["ort"] = lambda: ort.run(None, {"x": a})  # noqa: B023
+        for name, fn in runs.items():
+            results[f"{m}x{k}x{n} {name}"] = best_of(fn, 15)
+    return results
+
+
+def _ort_gemm(w: Any, b: Any, rows: int, threads: int) -> Any:
+    try:
+        import onnxruntime
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"])],
+        "gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, w.shape[0]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, w.shape[1]])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
 def child(kind: str) -> dict[str, float]:
+    if kind.startswith("gemm"):
+        return gemm(int(kind.removeprefix("gemm")))
     if kind.startswith("mlp"):
         return mlp(int(kind.removeprefix("mlp")))
     if kind == "elementwise":
@@ -236,6 +297,21 @@ def main(argv: list[str]) -> None:
                 for name, value in r.items()
             )
             print(f"  {threads} thread(s): {cells}")
+
+    if "gemm" in wanted:
+        print("The MLP's products with bias (M x K x N), ms, best of 15; ratio to ONNX Runtime:")
+        for threads in (1, 2):
+            r = measure(f"gemm{threads}", threads)
+            for m, k, n in GEMM_SHAPES:
+                shape = f"{m}x{k}x{n}"
+                ort = r.get(f"{shape} ort")
+                cells = ", ".join(
+                    f"{name.split()[1]} {value * 1e3:.3f}"
+                    + (f" ({value / ort:.2f}x)" if ort else "")
+                    for name, value in r.items()
+                    if name.startswith(shape + " ")
+                )
+                print(f"  {threads} thread(s) {shape}: {cells}")
 
     if "elementwise" in wanted:
         r = measure("elementwise")
