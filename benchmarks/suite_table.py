@@ -70,9 +70,12 @@ def render(data: Mapping[str, Any]) -> str:
 def _notes(workloads: list[Mapping[str, Any]]) -> list[str]:
     """What the runtimes reported beside their times: how many nodes TF1 runs after
     grappler, how long kernloom took to compile (once per session and signature)."""
-    tf_nodes, compiles = [], []
+    tf_nodes, compiles, against_ort = [], [], []
     for workload in workloads:
         runtimes = workload["runtimes"]
+        head_to_head = _per_round_ratio(runtimes.get("kernloom_on"), runtimes.get("onnxruntime"))
+        if head_to_head:
+            against_ort.append(f"{workload['key']} {head_to_head}")
         info = runtimes.get("tf", {}).get("info", {})
         if "nodes_after_grappler" in info:
             tf_nodes.append(f"{workload['key']} {info['nodes_after_grappler']}")
@@ -84,6 +87,11 @@ def _notes(workloads: list[Mapping[str, Any]]) -> list[str]:
         if seconds:
             compiles.append(f"{workload['key']} {' / '.join(seconds)} s")
     notes = []
+    if against_ort:
+        notes.append(
+            "kernloom (optimizer on) / ONNX Runtime, per round, median [middle half] and "
+            f"rounds kernloom was faster: {', '.join(against_ort)}."
+        )
     if tf_nodes:
         notes.append(f"Nodes a TF1 step runs after grappler: {', '.join(tf_nodes)}.")
     if compiles:
@@ -92,6 +100,25 @@ def _notes(workloads: list[Mapping[str, Any]]) -> list[str]:
             f"{', '.join(compiles)}."
         )
     return ["", " ".join(notes)] if notes else []
+
+
+def _per_round_ratio(
+    mine: Mapping[str, Any] | None, theirs: Mapping[str, Any] | None
+) -> str | None:
+    """One runtime's time over another's in each round (the two ran alternately), as
+    "median [quartiles] (faster in k/n)"; None unless both ran every round."""
+    if not mine or not theirs or mine.get("status") != "ok" or theirs.get("status") != "ok":
+        return None
+    rounds, other = mine.get("rounds") or [], theirs.get("rounds") or []
+    if not rounds or len(rounds) != len(other):
+        return None
+    ratios = sorted(a / b for a, b in zip(rounds, other, strict=True))
+    n = len(ratios)
+    faster = sum(r < 1 for r in ratios)
+    return (
+        f"{_number(ratios[n // 2])} [{_number(ratios[n // 4])}-{_number(ratios[(3 * n) // 4])}]"
+        f" ({faster}/{n})"
+    )
 
 
 def _cell(workload: Mapping[str, Any], key: str) -> str:

@@ -81,8 +81,8 @@ def test_a_quick_chain_run_checks_and_times_every_runtime_in_the_venv(
     assert row.split(" | ")[3] == "not run"
 
 
-def _result(median: float, ratio: float) -> dict[str, Any]:
-    return {"status": "ok", "median": median, "ratio": ratio}
+def _result(median: float, ratio: float, rounds: list[float] | None = None) -> dict[str, Any]:
+    return {"status": "ok", "median": median, "ratio": ratio, "rounds": rounds or []}
 
 
 def test_the_table_shows_ratios_times_and_missing_runtimes() -> None:
@@ -95,19 +95,21 @@ def test_the_table_shows_ratios_times_and_missing_runtimes() -> None:
         "versions": {"numpy": "2.4.6", "onnxruntime": "1.32.0", "torch": "2.13.0"},
         "workloads": [
             {
+                "key": "chain",
                 "title": "chain",
                 "unit": "µs per original node",
                 "unit_short": "µs",
                 "runtimes": {
                     "numpy": _result(0.31, 1.0),
-                    "onnxruntime": _result(0.2354, 0.7593),
+                    "onnxruntime": _result(0.2354, 0.7593, [0.2, 0.25, 0.3, 0.2]),
                     "tf": {"status": "not installed", "reason": "no tensorflow"},
                     "torch": {"status": "not selected"},
                     "kernloom_off": _result(0.75, 2.4193),
-                    "kernloom_on": _result(0.008532, 0.02752),
+                    "kernloom_on": _result(0.008532, 0.02752, [0.01, 0.5, 0.006, 0.2]),
                 },
             },
             {
+                "key": "loop",
                 "title": "loop",
                 "unit": "µs per iteration",
                 "unit_short": "µs",
@@ -141,6 +143,11 @@ def test_the_table_shows_ratios_times_and_missing_runtimes() -> None:
     assert lines[7] == (
         f"| loop (µs per iteration) | 1.00{X} (1.20 µs) | — | not installed | — | — "
         f"| 1029{X} (1234 µs) |"
+    )
+    # per round: 0.05, 2.0, 0.02, 1.0 -> sorted median 1.00, quartiles 0.0500 and 2.00
+    assert lines[9] == (
+        "kernloom (optimizer on) / ONNX Runtime, per round, median [middle half] and rounds "
+        "kernloom was faster: chain 1.00 [0.0500-2.00] (2/4)."
     )
 
 
