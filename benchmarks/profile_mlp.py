@@ -1,0 +1,108 @@
+"""Where a kernloom run of issue 20's MLP spends its time: inside the GEMM library's calls,
+in the in-place activations, in the Softmax, and the rest (the executor and the kernels'
+Python around them), timed with ``perf_counter`` around each, median of 200 runs in one
+process per thread count (each in a fresh child interpreter with BLAS threads fixed).
+
+    .venv/bin/python benchmarks/profile_mlp.py
+
+The wrappers add a few µs to "rest"; the GEMM share is what matters (``OPTIMIZER.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench_optimizer import BLAS_VARS, MLP_BATCH, MLP_SIZES  # the script's own folder
+
+RUNS = 200
+
+
+def profile(threads: int) -> dict[str, float]:
+    import itertools
+
+    import numpy as np
+
+    import kernloom as kl
+    from kernloom_cpu_numpy.kernels import nn
+    from kernloom_gpu_torch.kernels import packed_matmul
+
+    rng = np.random.default_rng(0)
+    pairs = list(itertools.pairwise(MLP_SIZES))
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [MLP_BATCH, MLP_SIZES[0]], name="x")
+        h = x
+        for i, (a, b) in enumerate(pairs):
+            w = (rng.standard_normal((a, b)) * 0.05).astype(np.float32)
+            h = kl.ops.bias_add(
+                kl.ops.mat_mul(h, kl.constant(w)), kl.constant(np.zeros(b, np.float32))
+            )
+            h = kl.ops.relu(h) if i < len(pairs) - 1 else h
+        y = kl.ops.softmax(h)
+    xv = rng.standard_normal((MLP_BATCH, MLP_SIZES[0])).astype(np.float32)
+    config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
+    run = kl.Session(g, config).make_callable(y, [x])
+    spent = {"gemm": 0.0, "activation": 0.0, "softmax": 0.0}
+
+    def timed(part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                spent[part] += time.perf_counter() - started
+
+        return wrapper
+
+    gemm = "_linear_pointwise" if packed_matmul.GEMM_LIBRARY == packed_matmul.ONEDNN else None
+    if gemm is not None:
+        packed_matmul._linear_pointwise = timed("gemm", packed_matmul._linear_pointwise)  # type: ignore[misc]
+    packed_matmul.activate = timed("activation", packed_matmul.activate)  # type: ignore[assignment]
+    nn._shift = timed("softmax", nn._shift)  # type: ignore[assignment]
+    nn._normalize = timed("softmax", nn._normalize)  # type: ignore[assignment]
+    for _ in range(20):
+        run(xv)
+    rows: dict[str, list[float]] = {"total": [], **{k: [] for k in spent}}
+    for _ in range(RUNS):
+        for k in spent:
+            spent[k] = 0.0
+        started = time.perf_counter()
+        run(xv)
+        rows["total"].append(time.perf_counter() - started)
+        for k, v in spent.items():
+            rows[k].append(v)
+    result = {k: statistics.median(v) for k, v in rows.items()}
+    result["rest"] = result["total"] - sum(result[k] for k in spent)
+    result["library"] = packed_matmul.GEMM_LIBRARY  # type: ignore[assignment]
+    return result
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--child"]:
+        print(json.dumps(profile(int(argv[1]))))
+        return
+    for threads in (1, 2):
+        env = dict(os.environ, **dict.fromkeys(BLAS_VARS, str(threads)))
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", str(threads)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        parts = ", ".join(
+            f"{k} {r[k] * 1e6:.0f} µs" for k in ("gemm", "activation", "softmax", "rest")
+        )
+        print(f"{threads} thread(s), {r['library']}: total {r['total'] * 1e3:.2f} ms; {parts}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
