@@ -102,6 +102,42 @@ def test_a_failing_plugin_pass_is_skipped_and_reported() -> None:
     assert "failed and skipped (plugin 'passes'): RuntimeError: this pass has a bug" in text
 
 
+class FrameSafeSquareAsMul(SquareAsMul):
+    name = "frame_safe_square_as_mul"
+    frame_safe = True
+
+
+def _loop_graph(registry: klp.Registry) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+    """x squared three times in a while_loop, then once more outside it."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        _, looped = kl.while_loop(
+            lambda i, v: i < 3, lambda i, v: (i + 1, kl.ops.square(v)), [0, x]
+        )
+        y = kl.ops.square(looped, name="sq")
+    return g, x, y
+
+
+@pytest.mark.parametrize("frame_safe", [False, True])
+def test_a_plugin_pass_changing_a_loop_body_needs_frame_safe(frame_safe: bool) -> None:
+    """A pass not declared frame_safe that changes a node inside a while_loop frame is
+    skipped and reported (the graph stays as it was); one declared frame_safe applies."""
+    graph_pass = FrameSafeSquareAsMul() if frame_safe else SquareAsMul()
+    registry = _registry((graph_pass, "CPU"))
+    g, x, y = _loop_graph(registry)
+    xv = np.array([1.5, -1.0, 0.5], np.float32)
+    out, nodes = run_graph(g, y, {x: xv})
+    np.testing.assert_allclose(out, xv.astype(np.float64) ** 16, rtol=1e-6)
+    assert node_named(nodes, "sq").op == ("Mul" if frame_safe else "Square")
+    with kl.Session(g) as sess:
+        text = sess.explain(y, {x: xv})
+    skipped = "inside a while_loop frame, which a pass leaves alone unless it sets frame_safe"
+    assert (skipped in text) is not frame_safe
+    if not frame_safe:
+        assert "skipped (plugin 'passes')" in text
+
+
 @pytest.mark.parametrize(
     ("graph_pass", "device_type", "message"),
     [

@@ -7,6 +7,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Final
 
+import numpy as np
+
 from kernloom.framework.node_def import KERNEL_LABEL_ATTR, KERNEL_SCOPE_ATTR
 from kernloom.graph.graph import COLOCATION_ATTR, Graph, Node
 
@@ -69,6 +71,29 @@ def frame_nodes(graph: Graph) -> set[str]:
         stack.extend(c for c, _ in consumers.of_node(node))
         stack.extend(consumers.control.get(node.name, []))
     return inside
+
+
+def node_signature(node: Node) -> tuple[object, ...]:
+    """What a node computes, comparable across rewrites: op, device, data and control
+    inputs by name, attrs (array values by content)."""
+    attrs = tuple(
+        sorted((k, _comparable(v)) for k, v in node.attrs.items()),
+    )
+    return (
+        node.op,
+        node.requested_device,
+        tuple((t.node.name, t.index) for t in node.inputs),
+        tuple(sorted(c.name for c in node.control_inputs)),
+        attrs,
+    )
+
+
+def _comparable(value: object) -> object:
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, list | tuple):
+        return tuple(_comparable(v) for v in value)
+    return repr(value)
 
 
 def is_random(node: Node) -> bool:

@@ -69,7 +69,10 @@ class GraphPass(abc.ABC):
 
     name: ClassVar[str] = ""
     frame_safe: ClassVar[bool] = False
-    """Whether the pass rewrites nodes inside loop frames (most leave them alone)."""
+    """Whether the pass may rewrite nodes inside loop frames (most leave them alone). The
+    built-in passes check frames themselves (``analysis.may_rewrite``); a plugin's pass
+    that is not frame-safe and changes a frame node anyway is skipped by the
+    meta-optimizer, which compares each frame node before and after it."""
 
     @abc.abstractmethod
     def run(self, graph: Graph, ctx: PassContext) -> Graph:

@@ -26,6 +26,7 @@ from typing import Final, cast
 
 from kernloom.errors import Hint, InvalidArgumentError, Setting, did_you_mean
 from kernloom.graph.graph import Graph
+from kernloom.optimizer.analysis import frame_nodes, node_signature
 from kernloom.optimizer.arithmetic import ArithmeticSimplification
 from kernloom.optimizer.batch_norm_folding import BatchNormFolding
 from kernloom.optimizer.constant_folding import ConstantFolding
@@ -170,9 +171,11 @@ class MetaOptimizer:
     def _run_plugin_pass(
         self, plugin_pass: PluginPass, graph: Graph, ctx: PassContext, report: OptimizerReport
     ) -> Graph:
-        """A plugin's pass: one that raises or returns something else than a graph is
-        reported and skipped (the graph stays as it was), never fatal to the run."""
+        """A plugin's pass: one that raises, returns something else than a graph, or (not
+        declared ``frame_safe``) changes a node inside a ``while_loop`` frame is reported
+        and skipped (the graph stays as it was), never fatal to the run."""
         graph_pass = plugin_pass.graph_pass
+        frames = {} if graph_pass.frame_safe else _frame_signatures(graph)
         result: object
         try:
             result = cast(object, self._run(graph_pass, graph, ctx, report, 1)[0])
@@ -206,6 +209,22 @@ class MetaOptimizer:
                 False,
             )
             return graph
+        touched = _first_changed(frames, result) if frames and result is not graph else None
+        if touched is not None:
+            report.records[-1] = PassRecord(
+                graph_pass.name,
+                1,
+                len(graph),
+                len(graph),
+                report.records[-1].seconds,
+                (
+                    f"changed node {touched!r} inside a while_loop frame, which a pass "
+                    f"leaves alone unless it sets frame_safe = True; skipped (plugin "
+                    f"{plugin_pass.plugin!r})",
+                ),
+                False,
+            )
+            return graph
         return result
 
     def _run(
@@ -227,3 +246,19 @@ class MetaOptimizer:
             PassRecord(graph_pass.name, round_, before, after, seconds, tuple(ctx.notes), changed)
         )
         return result, changed
+
+
+def _frame_signatures(graph: Graph) -> dict[str, tuple[object, ...]]:
+    """What each node inside a loop frame is (``node_signature``), by name."""
+    by_name = {n.name: n for n in graph.nodes}
+    return {name: node_signature(by_name[name]) for name in frame_nodes(graph)}
+
+
+def _first_changed(frames: dict[str, tuple[object, ...]], graph: Graph) -> str | None:
+    """The first frame node (by name) ``graph`` removed or changed, or None."""
+    after = {n.name: n for n in graph.nodes}
+    for name in sorted(frames):
+        node = after.get(name)
+        if node is None or node_signature(node) != frames[name]:
+            return name
+    return None
