@@ -28,6 +28,7 @@ __all__ = [
     "tensor_input",
     "tensor_inputs",
     "use_session_threads",
+    "use_threads",
 ]
 
 
@@ -90,7 +91,12 @@ def use_session_threads(ctx: OpKernelContext) -> None:
     an OpenMP team per calling thread, and a worker's team would spin on the cores the
     caller's team needs (``kernloom.plugin.on_inter_op_worker``). Two sessions with
     different counts in one process take turns setting it."""
-    threads = intra_op_threads(ctx)
+    use_threads(intra_op_threads(ctx))
+
+
+def use_threads(threads: int | None) -> None:
+    """``use_session_threads`` for a kernel that has its device's count already (None:
+    the device does not say; leave torch's)."""
     if threads is not None and on_inter_op_worker():
         threads = 1
     if threads is not None and torch.get_num_threads() != threads:

@@ -38,7 +38,7 @@ from kernloom_gpu_torch.kernels._util import (
     output,
     result,
     tensor,
-    use_session_threads,
+    use_threads,
 )
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY
 from kernloom_gpu_torch.kernels.fused import activate
@@ -152,30 +152,39 @@ class PackedMatMul(OpKernel):
         self._library = GEMM_LIBRARY
         self._packed: _Packed | None = None
         self._bias_input = ConstantInput()
+        self._device: object = None
+        self._threads: int | None = None
 
     def compute(self, ctx: OpKernelContext) -> None:
         raw_a, raw_b = ctx.input(0), ctx.input(1)
         shape = matmul_shape(ctx, raw_a.shape, raw_b.shape, self._transpose_a, self._transpose_b)
-        if _small(raw_a, raw_b, shape, intra_op_threads(ctx)):
+        if ctx.device is not self._device:  # (a kernel stays on its device: read once)
+            self._threads = intra_op_threads(ctx)
+            self._device = ctx.device
+        if _small(raw_a, raw_b, shape, self._threads):
             self._small_product(ctx, raw_a, raw_b, shape)
             return
-        use_session_threads(ctx)
-        a, b = tensor(raw_a), tensor(raw_b)
+        use_threads(self._threads)
+        a = tensor(raw_a)
         bias = self._bias(ctx, shape[1])
         a = a.T if self._transpose_a else a
         rows = int(shape[0])
-        if 0 in shape or 0 in b.shape:  # (oneDNN refuses an empty product)
-            self._plain(ctx, a, b, bias, shape)
+        if 0 in shape or 0 in raw_b.shape:  # (oneDNN refuses an empty product)
+            self._plain(ctx, a, tensor(raw_b), bias, shape)
             return
         if self._library == ONEDNN:
-            packed = self._weights(raw_b, b, rows)
-            weight = packed.packed if packed is not None else (b if self._transpose_b else b.T)
+            packed = self._weights(raw_b, rows)
+            if packed is not None:
+                weight = packed.packed
+            else:
+                b = tensor(raw_b)
+                weight = b if self._transpose_b else b.T
             y = _linear_pointwise(a, weight, bias, "none", [], "")
         else:
             packable = rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW
-            packed = self._weights(raw_b, b, rows) if packable else None
+            packed = self._weights(raw_b, rows) if packable else None
             if packed is None:
-                self._plain(ctx, a, b, bias, shape)
+                self._plain(ctx, a, tensor(raw_b), bias, shape)
                 return
             y = torch.ops.mkl._mkl_linear(a, packed.packed, packed.original, bias, rows)
         activate(self._activation, y, ctx)
@@ -212,14 +221,15 @@ class PackedMatMul(OpKernel):
     def _bias(self, ctx: OpKernelContext, columns: int) -> torch.Tensor | None:
         return None
 
-    def _weights(self, raw_b: Any, b: torch.Tensor, rows: int) -> _Packed | None:
+    def _weights(self, raw_b: Any, rows: int) -> _Packed | None:
         """The packed constant weight (from the cache, or packed now), or None when ``b``
         may change between runs."""
         packed = self._packed
         if packed is not None and packed.source is raw_b:
             return packed
-        if not is_constant(raw_b) or b.dim() != 2 or 0 in b.shape:
+        if not is_constant(raw_b) or raw_b.ndim != 2 or 0 in raw_b.shape:
             return None
+        b = tensor(raw_b)
         original = (b if self._transpose_b else b.T).contiguous()  # [N, K]
         pack = (
             _reorder_linear_weight
