@@ -18,9 +18,9 @@ from kernloom_gpu_torch.kernels import packed_matmul
 RNG = np.random.default_rng(11)
 
 
-@pytest.fixture(autouse=True, params=[packed_matmul.MKL, packed_matmul.ONEDNN])
+@pytest.fixture(autouse=True, params=[packed_matmul.MKL, packed_matmul.ONEDNN, packed_matmul.PLAIN])
 def library(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test on both GEMM libraries."""
+    """Each test on both GEMM libraries, and on neither (a torch build without them)."""
     monkeypatch.setattr(packed_matmul, "GEMM_LIBRARY", request.param)
     return str(request.param)
 
@@ -215,7 +215,11 @@ def test_each_product_takes_the_gemm_measured_fastest_for_its_shape(
     ``packed_matmul``'s constants; every path gives numpy's float64 result."""
     monkeypatch.undo()  # the real thresholds
     monkeypatch.setattr(packed_matmul, "GEMM_LIBRARY", library)
-    path = mkl_path if library == packed_matmul.MKL else onednn_path
+    path = {
+        packed_matmul.MKL: mkl_path,
+        packed_matmul.ONEDNN: onednn_path,
+        packed_matmul.PLAIN: "numpy" if mkl_path == "numpy" else "addmm",
+    }[library]
     calls: list[str] = []
     real = packed_matmul.PackedMatMul._small_product
 

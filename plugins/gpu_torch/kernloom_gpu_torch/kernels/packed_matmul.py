@@ -50,6 +50,9 @@ CPU_LABEL: Final = "torch"
 
 MKL: Final = "mkl"
 ONEDNN: Final = "onednn"
+PLAIN: Final = "plain"
+"""Neither packed path: torch's ``addmm`` on whatever BLAS torch was built with (a build
+without MKL and oneDNN, e.g. some ARM wheels)."""
 
 
 def _cpu_vendor() -> str:
@@ -65,20 +68,36 @@ def _cpu_vendor() -> str:
     return ""
 
 
+def _torch_op(namespace: str, name: str) -> Any:
+    """``torch.ops.<namespace>.<name>``, or None where this torch build lacks it."""
+    try:
+        return getattr(getattr(torch.ops, namespace), name)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+_linear_pointwise: Final[Any] = _torch_op("mkldnn", "_linear_pointwise")
+_reorder_linear_weight: Final[Any] = _torch_op("mkldnn", "_reorder_linear_weight")
+_mkl_linear: Final[Any] = _torch_op("mkl", "_mkl_linear")
+_mkl_reorder_linear_weight: Final[Any] = _torch_op("mkl", "_mkl_reorder_linear_weight")
+
+
 def _gemm_library() -> str:
     """MKL on Intel's CPUs where torch was built with it, oneDNN everywhere else (MKL's
-    kernels for other vendors' CPUs ran at half speed; module docstring)."""
-    if _cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available():  # type: ignore[no-untyped-call]
+    kernels for other vendors' CPUs ran at half speed; module docstring); ``PLAIN`` where
+    this torch has neither packed path."""
+    has_mkl = _mkl_linear is not None and _mkl_reorder_linear_weight is not None
+    has_onednn = _linear_pointwise is not None and _reorder_linear_weight is not None
+    if has_mkl and _cpu_vendor() == "GenuineIntel":
         return MKL
-    return ONEDNN
+    if has_onednn and torch.backends.mkldnn.is_available():
+        return ONEDNN
+    return MKL if has_mkl else PLAIN
 
 
 GEMM_LIBRARY: str = _gemm_library()
 """The library products above ``SMALL_PRODUCT`` run in; read when a kernel is built (a
 test sets it to run each path)."""
-
-_linear_pointwise: Final[Any] = torch.ops.mkldnn._linear_pointwise
-_reorder_linear_weight: Final[Any] = torch.ops.mkldnn._reorder_linear_weight
 PRIORITY: Final = CPU_PRIORITY + 1
 """Above numpy's 0 and the general torch CPU kernels' ``CPU_PRIORITY`` (``fused``'s
 ``_FusedMatMul``, which keeps float64)."""
@@ -180,21 +199,25 @@ class PackedMatMul(OpKernel):
                 b = tensor(raw_b)
                 weight = b if self._transpose_b else b.T
             y = _linear_pointwise(a, weight, bias, "none", [], "")
-        else:
+        elif self._library == MKL:
             packable = rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW
             packed = self._weights(raw_b, rows) if packable else None
             if packed is None:
                 self._plain(ctx, a, tensor(raw_b), bias, shape)
                 return
-            y = torch.ops.mkl._mkl_linear(a, packed.packed, packed.original, bias, rows)
+            y = _mkl_linear(a, packed.packed, packed.original, bias, rows)
+        else:
+            self._plain(ctx, a, tensor(raw_b), bias, shape)
+            return
         activate(self._activation, y, ctx)
         result(ctx, 0, y)
 
     def _plain(
         self, ctx: OpKernelContext, a: Any, b: Any, bias: torch.Tensor | None, shape: Any
     ) -> None:
-        """MKL's ordinary GEMM (``addmm``) into the output buffer: empty products, and on
-        the MKL path what is not packed."""
+        """torch's ordinary GEMM (``addmm``, MKL's where torch has it) into the output
+        buffer: empty products, on the MKL path what is not packed, and every product on
+        the ``PLAIN`` path."""
         out = output(ctx, 0, shape)
         weight = b.T if self._transpose_b else b
         if bias is None:
@@ -231,11 +254,7 @@ class PackedMatMul(OpKernel):
             return None
         b = tensor(raw_b)
         original = (b if self._transpose_b else b.T).contiguous()  # [N, K]
-        pack = (
-            _reorder_linear_weight
-            if self._library == ONEDNN
-            else torch.ops.mkl._mkl_reorder_linear_weight
-        )
+        pack = _reorder_linear_weight if self._library == ONEDNN else _mkl_reorder_linear_weight
         packed = _Packed(raw_b, original, pack(original, rows))
         self._packed = packed
         return packed
