@@ -90,7 +90,7 @@ def _gemm_library() -> str:
     has_onednn = _linear_pointwise is not None and _reorder_linear_weight is not None
     if has_mkl and _cpu_vendor() == "GenuineIntel":
         return MKL
-    if has_onednn and torch.backends.mkldnn.is_available():
+    if has_onednn and torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
         return ONEDNN
     return MKL if has_mkl else PLAIN
 
