@@ -4,8 +4,8 @@ a loop frame, which nodes a pass may touch at all."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Hashable, Iterable
+from typing import Any, Final
 
 import numpy as np
 
@@ -76,24 +76,28 @@ def frame_nodes(graph: Graph) -> set[str]:
 def node_signature(node: Node) -> tuple[object, ...]:
     """What a node computes, comparable across rewrites: op, device, data and control
     inputs by name, attrs (array values by content)."""
-    attrs = tuple(
-        sorted((k, _comparable(v)) for k, v in node.attrs.items()),
-    )
     return (
         node.op,
         node.requested_device,
         tuple((t.node.name, t.index) for t in node.inputs),
         tuple(sorted(c.name for c in node.control_inputs)),
-        attrs,
+        tuple(sorted((k, hashable(v)) for k, v in node.attrs.items())),
     )
 
 
-def _comparable(value: object) -> object:
+def hashable(value: Any) -> Hashable:
+    """An attr value as a hashable key that compares by content (arrays by their bytes)."""
     if isinstance(value, np.ndarray):
-        return (value.dtype.str, value.shape, value.tobytes())
+        return ("array", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, list | tuple):
-        return tuple(_comparable(v) for v in value)
-    return repr(value)
+        return tuple(hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, hashable(v)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value  # type: ignore[no-any-return]
 
 
 def is_random(node: Node) -> bool:

@@ -10,12 +10,9 @@ one dropped. Constants compare by dtype, shape and bytes.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
-
-import numpy as np
 
 from kernloom.graph.graph import Graph, Node
-from kernloom.optimizer.analysis import frame_nodes, may_rewrite, name_list
+from kernloom.optimizer.analysis import frame_nodes, hashable, may_rewrite, name_list
 from kernloom.optimizer.graph_pass import GraphPass, PassContext
 from kernloom.optimizer.rewriter import GraphRewriter
 
@@ -59,19 +56,5 @@ def _key(node: Node, rewriter: GraphRewriter) -> Hashable | None:
     if node.op_def.is_commutative:
         inputs.sort()
     controls = sorted(c.name for c in rewriter.controls(node))
-    attrs = tuple(sorted((k, _hashable(v)) for k, v in node.attrs.items()))
+    attrs = tuple(sorted((k, hashable(v)) for k, v in node.attrs.items()))
     return (node.op, tuple(inputs), tuple(controls), node.requested_device, attrs)
-
-
-def _hashable(value: Any) -> Hashable:
-    if isinstance(value, np.ndarray):
-        return ("array", value.dtype.str, value.shape, value.tobytes())
-    if isinstance(value, list | tuple):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value  # type: ignore[no-any-return]
