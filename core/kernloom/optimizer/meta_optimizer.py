@@ -180,52 +180,23 @@ class MetaOptimizer:
         try:
             result = cast(object, self._run(graph_pass, graph, ctx, report, 1)[0])
         except Exception as exc:
-            report.records.append(
-                PassRecord(
-                    graph_pass.name,
-                    1,
-                    len(graph),
-                    len(graph),
-                    0.0,
-                    (
-                        f"failed and skipped (plugin {plugin_pass.plugin!r}): "
-                        f"{type(exc).__name__}: {exc}",
-                    ),
-                    False,
-                )
-            )
+            why = f"failed and skipped (plugin {plugin_pass.plugin!r}): {type(exc).__name__}: {exc}"
+            report.records.append(_skipped(graph_pass, graph, 0.0, why))
             return graph
         if not isinstance(result, Graph):
-            report.records[-1] = PassRecord(
-                graph_pass.name,
-                1,
-                len(graph),
-                len(graph),
-                report.records[-1].seconds,
-                (
-                    f"returned {type(result).__name__}, not a Graph; skipped (plugin "
-                    f"{plugin_pass.plugin!r})",
-                ),
-                False,
+            why = (
+                f"returned {type(result).__name__}, not a Graph; skipped (plugin "
+                f"{plugin_pass.plugin!r})"
             )
-            return graph
-        touched = _first_changed(frames, result) if frames and result is not graph else None
-        if touched is not None:
-            report.records[-1] = PassRecord(
-                graph_pass.name,
-                1,
-                len(graph),
-                len(graph),
-                report.records[-1].seconds,
-                (
-                    f"changed node {touched!r} inside a while_loop frame, which a pass "
-                    f"leaves alone unless it sets frame_safe = True; skipped (plugin "
-                    f"{plugin_pass.plugin!r})",
-                ),
-                False,
+        elif frames and result is not graph and (touched := _first_changed(frames, result)):
+            why = (
+                f"changed node {touched!r} inside a while_loop frame, which a pass leaves "
+                f"alone unless it sets frame_safe = True; skipped (plugin {plugin_pass.plugin!r})"
             )
-            return graph
-        return result
+        else:
+            return result
+        report.records[-1] = _skipped(graph_pass, graph, report.records[-1].seconds, why)
+        return graph
 
     def _run(
         self,
@@ -246,6 +217,11 @@ class MetaOptimizer:
             PassRecord(graph_pass.name, round_, before, after, seconds, tuple(ctx.notes), changed)
         )
         return result, changed
+
+
+def _skipped(graph_pass: GraphPass, graph: Graph, seconds: float, why: str) -> PassRecord:
+    """The record of a plugin's pass whose result was not used: the graph unchanged."""
+    return PassRecord(graph_pass.name, 1, len(graph), len(graph), seconds, (why,), False)
 
 
 def _frame_signatures(graph: Graph) -> dict[str, tuple[object, ...]]:
