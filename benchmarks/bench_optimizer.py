@@ -21,7 +21,6 @@ Each measurement runs in a fresh child interpreter with the BLAS thread count fi
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import os
 import subprocess
@@ -88,23 +87,12 @@ def mlp(threads: int) -> dict[str, float]:
     and Relu nodes, which it fuses) and torch eager (``nn.Linear``/``ReLU`` under
     ``inference_mode``), where installed: the same weights, ``threads`` threads each."""
     import numpy as np
+    from suite_workloads import kernloom_mlp_graph, mlp_weights, numpy_mlp
 
     import kernloom as kl
 
-    rng = np.random.default_rng(0)
-    pairs = list(itertools.pairwise(MLP_SIZES))
-    weights = [(rng.standard_normal((a, b)) * 0.05).astype(np.float32) for a, b in pairs]
-    biases = [rng.standard_normal(b).astype(np.float32) for _, b in pairs]
-    g = kl.Graph()
-    with g.as_default():
-        x = kl.placeholder(kl.float32, [MLP_BATCH, MLP_SIZES[0]], name="x")
-        h = x
-        for i, (w, bias) in enumerate(zip(weights, biases, strict=True)):
-            h = kl.ops.bias_add(kl.ops.mat_mul(h, kl.constant(w)), kl.constant(bias))
-            if i < len(pairs) - 1:
-                h = kl.ops.relu(h)
-        y = kl.ops.softmax(h)
-    xv = rng.standard_normal((MLP_BATCH, MLP_SIZES[0])).astype(np.float32)
+    weights, biases, xv = mlp_weights()
+    g, x, y = kernloom_mlp_graph(weights, biases)
     runs: dict[str, Callable[[], Any]] = {}
     sessions = []
     for label, on in (("on", True), ("off", False)):
@@ -113,18 +101,8 @@ def mlp(threads: int) -> dict[str, float]:
         sessions.append(sess)
         runs[label] = functools.partial(sess.make_callable(y, [x]), xv)
 
-    def numpy_mlp() -> Any:
-        h = xv
-        for i, (w, bias) in enumerate(zip(weights, biases, strict=True)):
-            h = h @ w
-            h += bias
-            if i < len(pairs) - 1:
-                np.maximum(h, 0, out=h)
-        e = np.exp(h - h.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
-
-    runs["numpy"] = numpy_mlp
-    expected = numpy_mlp()
+    runs["numpy"] = functools.partial(numpy_mlp, xv, weights, biases)
+    expected = runs["numpy"]()
     ort = _ort_mlp(weights, biases, threads)
     if ort is not None:
         runs["ort"] = lambda: ort.run(None, {"x": xv})

@@ -19,34 +19,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench_optimizer import BLAS_VARS, MLP_BATCH, MLP_SIZES  # the script's own folder
+from bench_optimizer import BLAS_VARS  # the script's own folder
 
 RUNS = 200
 
 
 def profile(threads: int) -> dict[str, float]:
-    import itertools
-
-    import numpy as np
+    from suite_workloads import kernloom_mlp_graph, mlp_weights
 
     import kernloom as kl
     from kernloom_cpu_numpy.kernels import nn
     from kernloom_gpu_torch.kernels import packed_matmul
 
-    rng = np.random.default_rng(0)
-    pairs = list(itertools.pairwise(MLP_SIZES))
-    g = kl.Graph()
-    with g.as_default():
-        x = kl.placeholder(kl.float32, [MLP_BATCH, MLP_SIZES[0]], name="x")
-        h = x
-        for i, (a, b) in enumerate(pairs):
-            w = (rng.standard_normal((a, b)) * 0.05).astype(np.float32)
-            h = kl.ops.bias_add(
-                kl.ops.mat_mul(h, kl.constant(w)), kl.constant(np.zeros(b, np.float32))
-            )
-            h = kl.ops.relu(h) if i < len(pairs) - 1 else h
-        y = kl.ops.softmax(h)
-    xv = rng.standard_normal((MLP_BATCH, MLP_SIZES[0])).astype(np.float32)
+    weights, biases, xv = mlp_weights()
+    g, x, y = kernloom_mlp_graph(weights, biases)
     config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
     run = kl.Session(g, config).make_callable(y, [x])
     spent = {"gemm": 0.0, "activation": 0.0, "softmax": 0.0}
@@ -61,9 +47,9 @@ def profile(threads: int) -> dict[str, float]:
 
         return wrapper
 
-    gemm = "_linear_pointwise" if packed_matmul.GEMM_LIBRARY == packed_matmul.ONEDNN else None
-    if gemm is not None:
-        packed_matmul._linear_pointwise = timed("gemm", packed_matmul._linear_pointwise)  # type: ignore[misc]
+    onednn = packed_matmul.GEMM_LIBRARY == packed_matmul.ONEDNN
+    gemm = "_linear_pointwise" if onednn else "_mkl_linear"
+    setattr(packed_matmul, gemm, timed("gemm", getattr(packed_matmul, gemm)))
     packed_matmul.activate = timed("activation", packed_matmul.activate)  # type: ignore[assignment]
     nn._shift = timed("softmax", nn._shift)  # type: ignore[assignment]
     nn._normalize = timed("softmax", nn._normalize)  # type: ignore[assignment]

@@ -219,7 +219,8 @@ def numpy_mlp(x: Any, weights: list[Any], biases: list[Any]) -> Any:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _kernloom_mlp(x: Any, weights: list[Any], biases: list[Any], threads: int) -> Built:
+def kernloom_mlp_graph(weights: list[Any], biases: list[Any]) -> tuple[Any, Any, Any]:
+    """The MLP as a kernloom graph: (graph, placeholder ``x``, softmax output)."""
     import kernloom as kl
 
     g = kl.Graph()
@@ -231,6 +232,13 @@ def _kernloom_mlp(x: Any, weights: list[Any], biases: list[Any], threads: int) -
             if i < len(weights) - 1:
                 h = kl.ops.relu(h)
         y = kl.ops.softmax(h)
+    return g, xp, y
+
+
+def _kernloom_mlp(x: Any, weights: list[Any], biases: list[Any], threads: int) -> Built:
+    import kernloom as kl
+
+    g, xp, y = kernloom_mlp_graph(weights, biases)
     config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
     call = _closed_at_exit(kl.Session(g, config)).make_callable(y, [xp])
     return (lambda: call(x)), {"version": f"kernloom {kl.__version__}", "optimizer": True}
