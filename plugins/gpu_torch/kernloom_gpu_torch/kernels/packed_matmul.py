@@ -147,11 +147,12 @@ def _small(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
 
 class _Packed:
     """A constant weight in the GEMM library's packed layout, with the array it came from
-    (held, so that its identity stays unique) and the [N, K] weight MKL reads beside it."""
+    (held, so that its identity stays unique) and, for MKL, the [N, K] weight it reads
+    beside it (for a row count other than the packed one); oneDNN needs only its own."""
 
     __slots__ = ("original", "packed", "source")
 
-    def __init__(self, source: Any, original: torch.Tensor, packed: torch.Tensor) -> None:
+    def __init__(self, source: Any, original: torch.Tensor | None, packed: torch.Tensor) -> None:
         self.source = source
         self.original = original
         self.packed = packed
@@ -187,10 +188,21 @@ class PackedMatMul(OpKernel):
         a = tensor(raw_a)
         bias = self._bias(ctx, shape[1])
         a = a.T if self._transpose_a else a
-        rows = int(shape[0])
-        if 0 in shape or 0 in raw_b.shape:  # (oneDNN refuses an empty product)
+        y = self._packed_product(a, raw_b, bias, shape)
+        if y is None:
             self._plain(ctx, a, tensor(raw_b), bias, shape)
             return
+        activate(self._activation, y, ctx)
+        result(ctx, 0, y)
+
+    def _packed_product(
+        self, a: torch.Tensor, raw_b: Any, bias: torch.Tensor | None, shape: Any
+    ) -> torch.Tensor | None:
+        """The product (with the bias) in the library's fast path, or None for ``_plain``:
+        empty products (oneDNN refuses them), and on the MKL path what is not packed."""
+        rows = int(shape[0])
+        if 0 in shape or 0 in raw_b.shape:
+            return None
         if self._library == ONEDNN:
             packed = self._weights(raw_b, rows)
             if packed is not None:
@@ -198,19 +210,12 @@ class PackedMatMul(OpKernel):
             else:
                 b = tensor(raw_b)
                 weight = b if self._transpose_b else b.T
-            y = _linear_pointwise(a, weight, bias, "none", [], "")
-        elif self._library == MKL:
-            packable = rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW
-            packed = self._weights(raw_b, rows) if packable else None
-            if packed is None:
-                self._plain(ctx, a, tensor(raw_b), bias, shape)
-                return
-            y = _mkl_linear(a, packed.packed, packed.original, bias, rows)
-        else:
-            self._plain(ctx, a, tensor(raw_b), bias, shape)
-            return
-        activate(self._activation, y, ctx)
-        result(ctx, 0, y)
+            return _linear_pointwise(a, weight, bias, "none", [], "")  # type: ignore[no-any-return]
+        if self._library == MKL and rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW:
+            packed = self._weights(raw_b, rows)
+            if packed is not None:
+                return _mkl_linear(a, packed.packed, packed.original, bias, rows)  # type: ignore[no-any-return]
+        return None
 
     def _plain(
         self, ctx: OpKernelContext, a: Any, b: Any, bias: torch.Tensor | None, shape: Any
@@ -254,8 +259,10 @@ class PackedMatMul(OpKernel):
             return None
         b = tensor(raw_b)
         original = (b if self._transpose_b else b.T).contiguous()  # [N, K]
-        pack = _reorder_linear_weight if self._library == ONEDNN else _mkl_reorder_linear_weight
-        packed = _Packed(raw_b, original, pack(original, rows))
+        if self._library == ONEDNN:
+            packed = _Packed(raw_b, None, _reorder_linear_weight(original, rows))
+        else:
+            packed = _Packed(raw_b, original, _mkl_reorder_linear_weight(original, rows))
         self._packed = packed
         return packed
 
