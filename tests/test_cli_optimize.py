@@ -53,8 +53,16 @@ def test_optimize_writes_a_graph_that_computes_the_same(
     ops = sorted(n.op for n in optimized.nodes)
     assert ops == ["Add", "Const", "Const", "Const", "Placeholder", "_FusedMatMul"]
     assert optimized.node("y").attrs["_fused_from"] == ["mm", "ba", "y"]
-    xv = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
-    with kl.Session(optimized, kl.SessionConfig(graph_optimizer=False)) as sess:
+    _assert_computes_the_model(
+        optimized, np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32), w, b
+    )
+
+
+def _assert_computes_the_model(
+    graph: kl.Graph, xv: np.ndarray, w: np.ndarray, b: np.ndarray
+) -> None:
+    """The saved graph, run as written (optimizer off), gives relu((x + 6) @ w + b)."""
+    with kl.Session(graph, kl.SessionConfig(graph_optimizer=False)) as sess:
         got = sess.run("y:0", {"x:0": xv})
     np.testing.assert_allclose(got, np.maximum((xv + 6) @ w + b, 0), rtol=1e-5, atol=1e-6)
 
@@ -132,10 +140,7 @@ def test_the_graph_itself_is_replaced_only_with_force(
     assert kl.Graph.load(path).node("y").op == "Relu"
     code, _, _ = invoke(capsys, "optimize", str(path), "-o", str(path), "--force")
     assert code == 0
-    xv = np.ones((2, 4), np.float32)
-    with kl.Session(kl.Graph.load(path), kl.SessionConfig(graph_optimizer=False)) as sess:
-        got = sess.run("y:0", {"x:0": xv})
-    np.testing.assert_allclose(got, np.maximum((xv + 6) @ w + b, 0), rtol=1e-5, atol=1e-6)
+    _assert_computes_the_model(kl.Graph.load(path), np.ones((2, 4), np.float32), w, b)
 
 
 def test_a_directory_as_output_asks_for_a_file_name(
