@@ -1,13 +1,19 @@
 """The CPU kernels this plugin registers unlabelled, above numpy's: installing the torch
 plugin makes them the CPU default (BatchMatMulV2, measured faster in
 ``benchmarks/BATCH_MATMUL.md``; Conv2D and ``_FusedConv2D`` through oneDNN for float32 and
-``_FusedMatMul``, measured in ``benchmarks/ONNX.md`` and ``OPTIMIZER.md``). They must match
-the shared cases, as numpy's do."""
+``_FusedMatMul``, measured in ``benchmarks/ONNX.md`` and ``OPTIMIZER.md``; Softmax and
+LogSoftmax for float32 and float64, ``kernels/__init__.CPU_PREFERRED``). They must match the
+shared cases, as numpy's do."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_torch_kernels import on_gpu
 from test_torch_labelled_cpu import REGISTRY
 
@@ -15,8 +21,17 @@ from kernloom.testing import run_kernel
 from kernloom.testing.cases import Case, assert_matches, cases
 from kernloom_gpu_torch.kernels.linalg import CPU_BATCH_MATMUL_PRIORITY
 
-DEFAULT_OPS = ("BatchMatMulV2", "Conv2D", "_FusedConv2D", "_FusedMatMul")
-DEFAULTS = [c for c in cases() if c.op in DEFAULT_OPS and on_gpu(c)]
+DEFAULT_OPS = ("BatchMatMulV2", "Conv2D", "_FusedConv2D", "_FusedMatMul", "Softmax", "LogSoftmax")
+SOFTMAX_TYPES = ("float32", "float64")  # float16 stays numpy's
+
+
+def _torch_default(case: Case) -> bool:
+    if case.op not in DEFAULT_OPS or not on_gpu(case):
+        return False
+    return "Softmax" not in case.op or np.asarray(case.inputs[0]).dtype.name in SOFTMAX_TYPES
+
+
+DEFAULTS = [c for c in cases() if _torch_default(c)]
 
 
 def test_there_are_cases_for_the_torch_cpu_defaults() -> None:
@@ -40,3 +55,45 @@ def test_integer_batch_matmul_stays_with_numpy() -> None:
     run = run_kernel("BatchMatMulV2", [x, x], {"adj_y": True}, registry=REGISTRY)
     assert run.kernel.signature.kernel_def.priority == 0
     np.testing.assert_array_equal(run.outputs[0], x @ x.swapaxes(-1, -2))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    shape=st.sampled_from(
+        [
+            (300, 1),
+            (256, 10),
+            (64, 15),
+            (63, 4),
+            (64, 16),
+            (8, 3),
+            (4, 5, 3),
+            (40, 7, 2),
+            (0, 3),
+            (3, 0),
+            (5,),
+        ]
+    ),
+    op=st.sampled_from(["Softmax", "LogSoftmax"]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    data=st.data(),
+)
+def test_softmax_over_short_and_long_last_axes_matches_float64(
+    shape: tuple[int, ...], op: str, dtype: Any, data: st.DataObject
+) -> None:
+    """torch's softmax as the CPU default, on both of its paths (a short last axis of many
+    rows goes through the transpose, ``math.SHORT_ROW``): float64 numpy's values with
+    TensorFlow's special values -- a row with NaN or +inf is all NaN, -inf logits get
+    probability 0, a row of -inf is NaN."""
+    elements = st.floats(-80, 80, width=32) | st.sampled_from([np.nan, -np.inf, np.inf])
+    x = data.draw(hnp.arrays(dtype, shape, elements=elements))
+    run = run_kernel(op, [x], registry=REGISTRY)
+    assert run.kernel.signature.kernel_def.priority > 0  # torch's, not numpy's
+    (y,) = run.outputs
+    assert y.shape == x.shape and y.dtype == x.dtype
+    z = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        shifted = z - (z.max(axis=-1, keepdims=True) if z.size else z)
+        log_sum = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        expected = shifted - log_sum if op == "LogSoftmax" else np.exp(shifted - log_sum)
+    np.testing.assert_allclose(y, expected, rtol=2e-5, atol=1e-6)
