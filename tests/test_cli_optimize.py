@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import kernloom as kl
+import kernloom.plugin as klp
 from kernloom.cli import main
 
 
@@ -165,9 +166,10 @@ def test_an_unknown_pass_lists_the_passes_in_the_flag_s_words(
     out = tmp_path / "o.json"
     code, _, err = invoke(capsys, "optimize", str(path), "-o", str(out), "--disable", "remaper")
     assert code == 2 and not out.exists()
+    plugins = "".join(f", {p.graph_pass.name}" for p in klp.default_registry().graph_passes)
     assert err.replace("\n", " ").strip() == (
         "error: no graph pass is named 'remaper'; passes: pruning, batch_norm_folding, "
-        "constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion. "
+        f"constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion{plugins}. "
         "Did you mean 'remapper'? (asked for by --disable remaper)"
     )
     # The same words from kernloom run, which has the same flag.

@@ -64,7 +64,7 @@ BROKEN = {
         "header": "import kernloom\nKERNLOOM_API = '>=2.0,<3'\n",
         "body": "",
         "reason": "built for kernloom plugin API >=2.0,<3, but this kernloom (0.1.0) "
-        "provides API 1.2",
+        "provides API 1.3",
         "state": "incompatible",
     },
     "no_api_declared": {
@@ -330,12 +330,12 @@ def test_malformed_environment_variables(environ: dict[str, str], message: str) 
     [
         (">=1.0,<2", True),
         (">=1", True),
-        ("==1.2", True),
-        (">1.2", False),
+        ("==1.3", True),
+        (">1.3", False),
         ("<1", False),
-        (">=0.9, <1.3", True),
-        ("!=1.2", False),
-        ("<=1.2.0", True),
+        (">=0.9, <1.4", True),
+        ("!=1.3", False),
+        ("<=1.3.0", True),
         ("==1.0", False),
     ],
 )

@@ -55,11 +55,13 @@ PROJECT_NAME: Final = "kernloom"
 ENTRY_POINT_GROUP: Final = "kernloom"
 """The entry-point group plugins declare themselves in."""
 
-KERNLOOM_API_VERSION: Final = "1.2"
+KERNLOOM_API_VERSION: Final = "1.3"
 # 1.1: ``kernloom.plugin`` (the declared plugin surface), the array protocol on Device,
 # ProbedDeviceFactory, graph passes, device-independent kernels for every device type.
 # 1.2: whole-list attr constraints (``fused_ops`` forms: BIAS_FORMS, CONV_FORMS,
 # RESIDUAL_FORMS, FusedOps, parse_fused_ops), on_inter_op_worker, GraphRewriter.
+# 1.3: what the built-in fusions decide with, for a plugin's own: Consumers, frame_nodes,
+# may_rewrite, likely_device_type, kernel_for, replace_groups.
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

@@ -31,7 +31,10 @@ What a device plugin implements (see ``docs/plugins.md``):
   ``OpKernelContext``);
 - a ``kernloom_register(registry: Registrar)`` function marked with ``hookimpl``;
 - optionally, graph passes for its device type (``Registrar.register_graph_pass``): a
-  ``GraphPass`` that builds its result with a ``GraphRewriter`` (see ``docs/optimizer.md``).
+  ``GraphPass`` that builds its result with a ``GraphRewriter`` (see ``docs/optimizer.md``),
+  deciding with the helpers the built-in fusions use (``Consumers``, ``frame_nodes``,
+  ``may_rewrite``, ``likely_device_type``, ``kernel_for``) and building with
+  ``replace_groups`` where it fuses groups of nodes into one.
 """
 
 from __future__ import annotations
@@ -118,8 +121,10 @@ from kernloom.op_library.image_ops import (
     space_to_depth_shape,
 )
 from kernloom.op_library.linalg_ops import EinsumEquation, EinsumPlan, batch_matmul_shape
+from kernloom.optimizer.analysis import Consumers, frame_nodes, may_rewrite
 from kernloom.optimizer.graph_pass import FUSED_FROM_ATTR, GraphPass, PassContext
-from kernloom.optimizer.rewriter import GraphRewriter
+from kernloom.optimizer.placement_hint import kernel_for, likely_device_type
+from kernloom.optimizer.rewriter import GraphRewriter, replace_groups
 from kernloom.registrar import Registrar
 from kernloom.registry import Registry, default_registry
 from kernloom.shapes import TensorShape, as_shape
@@ -139,6 +144,7 @@ __all__ = [
     "ArgDef",
     "AsyncOpKernel",
     "AttrDef",
+    "Consumers",
     "DType",
     "Device",
     "DeviceAttributes",
@@ -193,10 +199,14 @@ __all__ = [
     "depth_to_space_shape",
     "device_count_for",
     "fill_dims",
+    "frame_nodes",
     "full_device_name",
     "hookimpl",
     "indexing_checks",
+    "kernel_for",
+    "likely_device_type",
     "matmul_shape",
+    "may_rewrite",
     "nearest_indices",
     "normalize_axis",
     "on_inter_op_worker",
@@ -208,6 +218,7 @@ __all__ = [
     "register_device_independent_kernels",
     "register_graph_kernels",
     "register_variable_kernels",
+    "replace_groups",
     "reshape_dims",
     "resize_output_shape",
     "select_condition_shape",

@@ -461,7 +461,7 @@ class Graph:
 
     def add_node(
         self,
-        op: str,
+        op: str | OpDef,
         inputs: Sequence[Tensor | Sequence[Tensor]] = (),
         attrs: Mapping[str, Any] | None = None,
         *,
@@ -470,7 +470,8 @@ class Graph:
         control_inputs: Sequence[Node] = (),
         exact_name: bool = False,
     ) -> Node:
-        """Add a node of ``op``; list arguments (``N * T``) take a sequence of tensors.
+        """Add a node of ``op`` (a name, or a plugin's ``OpDef``, which the graph adopts:
+        ``op_def``); list arguments (``N * T``) take a sequence of tensors.
 
         ``name`` defaults to the op's snake_case name and is made unique, unless
         ``exact_name`` (loading a GraphDef), when a taken name is an error. ``device``
@@ -478,6 +479,7 @@ class Graph:
         """
         with self._lock:
             op_def = self.op_def(op)
+            op = op_def.name
             flow = self._scopes.flow[-1] if self._scopes.flow and not exact_name else None
             if flow is not None:
                 # Before naming this node: importing may add Switch/Enter nodes.

@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any, TypeVar, final
 
+from kernloom.framework.op_def import OpDef
 from kernloom.graph.graph import Graph, Node, with_stand_ins
 from kernloom.graph.tensor import Tensor
 
 __all__ = ["FusedNode", "GraphRewriter", "live_nodes", "prune", "replace_groups"]
 
 Group = TypeVar("Group")
-FusedNode = tuple[str, Sequence[Tensor | Sequence[Tensor]], Mapping[str, Any]]
+FusedNode = tuple[str | OpDef, Sequence[Tensor | Sequence[Tensor]], Mapping[str, Any]]
 """What replaces a group: the op, its inputs (already in the new graph) and its attrs."""
 
 
@@ -93,7 +94,7 @@ class GraphRewriter:
 
     def add(
         self,
-        op: str,
+        op: str | OpDef,
         inputs: Sequence[Tensor | Sequence[Tensor]],
         attrs: Mapping[str, Any] | None = None,
         *,
@@ -103,7 +104,9 @@ class GraphRewriter:
         control_inputs: Sequence[Node] = (),
     ) -> Node:
         """A node the pass makes; ``name`` is made unique unless ``exact_name`` (the name of
-        the source node it replaces)."""
+        the source node it replaces). ``op`` is a name, or the ``OpDef`` of an op a plugin
+        defines (``ctx.registry.op_def(name)``): a graph made without that plugin's
+        registry (``kl.Graph()``) knows only the standard ops, and adopts the definition."""
         return self.graph.add_node(
             op,
             inputs,

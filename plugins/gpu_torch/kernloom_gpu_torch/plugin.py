@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import kernloom.plugin
 
-KERNLOOM_API = ">=1.2,<2"
+KERNLOOM_API = ">=1.3,<2"
 
 PLUGIN_NAME = "gpu_torch"
 """The entry-point name: ``KERNLOOM_DEVICE_FACTORY=GPU=gpu_torch`` selects this factory."""
@@ -25,6 +25,7 @@ def kernloom_register(registry: kernloom.plugin.Registrar) -> None:
     registry.register_device_factory("GPU", TorchGPUDeviceFactory(), priority=GPU_PRIORITY)
     if import_torch()[0] is None:
         return
-    from kernloom_gpu_torch.kernels import build_library
+    from kernloom_gpu_torch.kernels import build_library, dense_chain
 
     registry.register_kernels(build_library())
+    dense_chain.register_fusion(registry)

@@ -15,7 +15,7 @@ import torch
 
 import kernloom.plugin as klp
 from kernloom_gpu_torch.device import TorchDevice
-from kernloom_gpu_torch.kernels import build_library
+from kernloom_gpu_torch.kernels import build_library, dense_chain
 from kernloom_gpu_torch.plugin import GPU_PRIORITY
 
 __all__ = ["CpuBoundGPUFactory", "cpu_bound_gpu_plugin"]
@@ -53,5 +53,6 @@ def cpu_bound_gpu_plugin(count: int = 1) -> types.SimpleNamespace:
     def kernloom_register(registry: klp.Registrar) -> None:
         registry.register_device_factory("GPU", CpuBoundGPUFactory(count), priority=GPU_PRIORITY)
         registry.register_kernels(build_library())
+        dense_chain.register_fusion(registry)
 
-    return types.SimpleNamespace(kernloom_register=kernloom_register, KERNLOOM_API=">=1.0,<2")
+    return types.SimpleNamespace(kernloom_register=kernloom_register, KERNLOOM_API=">=1.3,<2")

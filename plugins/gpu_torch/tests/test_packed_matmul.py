@@ -228,13 +228,13 @@ def test_each_product_takes_the_gemm_measured_fastest_for_its_shape(
         real(self, *args)
 
     monkeypatch.setattr(packed_matmul.PackedMatMul, "_small_product", small)
-    packed = packed_matmul.PackedMatMul._weights
+    packed = packed_matmul.PackedWeight._weights
 
     def weights(self: Any, *args: Any) -> Any:
         calls.append("packed")
         return packed(self, *args)
 
-    monkeypatch.setattr(packed_matmul.PackedMatMul, "_weights", weights)
+    monkeypatch.setattr(packed_matmul.PackedWeight, "_weights", weights)
     x, w = _floats(m, k), _floats(k, n)
     g = kl.Graph()
     with g.as_default():

@@ -30,7 +30,14 @@ from kernloom_gpu_torch.kernels._util import (
 )
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d
 
-__all__ = ["activate", "cpu_fused_matmul", "fused_conv2d", "register", "residual_input"]
+__all__ = [
+    "activate",
+    "apply_activation",
+    "cpu_fused_matmul",
+    "fused_conv2d",
+    "register",
+    "residual_input",
+]
 
 FUNCTIONS: Final[dict[str, Callable[..., torch.Tensor]]] = {
     "Add": torch.add,
@@ -86,15 +93,25 @@ def _activate(ctx: OpKernelContext, out: torch.Tensor) -> None:
 
 
 def activate(activation: str, out: torch.Tensor, ctx: OpKernelContext) -> None:
-    """``activation`` (a ``fused_ops`` entry; "" for none) in ``out``'s own memory."""
+    """``activation`` (a ``fused_ops`` entry; "" for none) in ``out``'s own memory, with
+    the node's ``leakyrelu_alpha``."""
+    if activation == "LeakyRelu":
+        apply_activation(activation, out, float(ctx.attr("leakyrelu_alpha")))
+    elif activation:
+        apply_activation(activation, out)
+
+
+def apply_activation(activation: str, out: torch.Tensor, alpha: float = 0.2) -> None:
+    """``activate`` with LeakyRelu's slope given. NaN stays NaN (``relu_`` is a clamp that
+    propagates it, as TensorFlow's Relu does)."""
     if activation == "Relu":
-        torch.clamp(out, min=0, out=out)
+        torch.relu_(out)
     elif activation == "Relu6":
         torch.clamp(out, 0, 6, out=out)
     elif activation == "Elu":
         torch.nn.functional.elu(out, inplace=True)
     elif activation == "LeakyRelu":
-        torch.nn.functional.leaky_relu(out, float(ctx.attr("leakyrelu_alpha")), inplace=True)
+        torch.nn.functional.leaky_relu(out, alpha, inplace=True)
 
 
 def fused_conv2d(ctx: OpKernelContext) -> None:

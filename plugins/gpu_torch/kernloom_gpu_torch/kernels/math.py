@@ -20,9 +20,10 @@ from kernloom.plugin import (
     reduced_shape,
     reduction_axes,
 )
-from kernloom_gpu_torch.kernels._util import host_input, output, result, tensor_input
+from kernloom_gpu_torch.kernels._util import host_input, output, tensor_input
 
 __all__ = [
+    "along_last_axis",
     "arg_max",
     "bias_add",
     "log_softmax",
@@ -127,31 +128,41 @@ def _logits(ctx: OpKernelContext) -> torch.Tensor:
 SHORT_ROW: Final = 16
 """torch's CPU softmax along a last axis shorter than its vector width goes row by row,
 slowly; the same rows taken as the columns of the transpose (softmax over dim 0, one
-vector across many rows) are far faster: [256, 10] 27 against 5 µs, [4096, 8] 425
-against 45, one thread; from 16 columns on the row kernel wins ([4096, 16] 56 against 81)."""
+vector across many rows) are far faster: [4096, 8] 425 against 45 µs, [4096, 4] 158
+against 22, one thread; from 16 columns on the row kernel wins ([4096, 16] 56 against 81)."""
 
-MANY_ROWS: Final = 64
-"""...and only with this many rows or more: a handful of rows takes the row kernel in
-1-2 µs, the transposed one in 3-4."""
+TRANSPOSED_MIN_SIZE: Final = 8192
+"""...and only for this many elements or more. Below, the two transposes cost more than
+they save where it counts, in a graph, with the caches just flushed by the op before: a
+classifier's [256, 10] softmax after an MLP's last product took 26 µs the direct way and
+61 through the transpose (5 against 17-27 in a warm loop; ``benchmarks/OPTIMIZER.md``)."""
 
 
-def _along_last_axis(
-    fn: Callable[[torch.Tensor, int], torch.Tensor], x: torch.Tensor
+def along_last_axis(
+    fn: Callable[..., torch.Tensor], x: torch.Tensor, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``fn(x, -1)``, on the CPU for a short last axis as ``fn`` over dim 0 of the
-    transposed rows (same values: each row is still normalized on its own). The result
-    keeps the input's layout (torch's softmax allocates like its input), so the transpose
-    back is contiguous and the reshape a view."""
+    """``fn(x, -1)`` (into ``out`` where given), on the CPU for a short last axis of many
+    rows as ``fn`` over dim 0 of the transposed rows (same values: each row is still
+    normalized on its own). The result keeps the input's layout (torch's softmax allocates
+    like its input), so the transpose back is contiguous and the reshape a view."""
     n = x.shape[-1]
-    short = n < SHORT_ROW and x.numel() >= MANY_ROWS * n > 0
-    if short and x.device.type == "cpu" and x.is_contiguous():
-        return fn(x.reshape(-1, n).t(), 0).t().reshape(x.shape)
-    return fn(x, -1)
+    if (
+        n < SHORT_ROW
+        and x.numel() >= TRANSPOSED_MIN_SIZE
+        and x.device.type == "cpu"
+        and x.is_contiguous()
+    ):
+        rows = x if x.ndim == 2 else x.reshape(-1, n)
+        y = fn(rows.t(), 0).t().reshape(x.shape)
+        return y if out is None else out.copy_(y)
+    return fn(x, -1) if out is None else fn(x, -1, out=out)
 
 
 def softmax(ctx: OpKernelContext) -> None:
-    result(ctx, 0, _along_last_axis(torch.softmax, _logits(ctx)))
+    x = _logits(ctx)
+    along_last_axis(torch.softmax, x, output(ctx, 0, x.shape))
 
 
 def log_softmax(ctx: OpKernelContext) -> None:
-    result(ctx, 0, _along_last_axis(torch.log_softmax, _logits(ctx)))
+    x = _logits(ctx)
+    along_last_axis(torch.log_softmax, x, output(ctx, 0, x.shape))

@@ -44,7 +44,7 @@ from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY
 from kernloom_gpu_torch.kernels.fused import activate
 from kernloom_gpu_torch.kernels.onednn import ConstantInput, is_constant
 
-__all__ = ["PackedFusedMatMul", "PackedMatMul", "register"]
+__all__ = ["PackedFusedMatMul", "PackedMatMul", "PackedWeight", "for_numpy", "register"]
 
 CPU_LABEL: Final = "torch"
 
@@ -133,7 +133,7 @@ path a narrow output takes oneDNN like any other (that layer on the AMD machine:
 77 µs, numpy 76, ``addmm`` 130)."""
 
 
-def _small(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
+def for_numpy(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
     """Whether the product is for numpy: host arrays, M * N * K (``a``'s size times N)
     under ``TINY_PRODUCT``; on one thread, under ``SMALL_PRODUCT`` unless the output is
     ``NARROW``."""
@@ -158,6 +158,58 @@ class _Packed:
         self.packed = packed
 
 
+class PackedWeight:
+    """One product's right operand in the GEMM library's fast path: packed once while it
+    is the same constant (``_weights``), the library's ordinary call otherwise. A kernel
+    holds one per product it runs (``PackedMatMul``; each layer of a dense chain)."""
+
+    __slots__ = ("_packed", "library", "transpose_b")
+
+    def __init__(self, transpose_b: bool) -> None:
+        self.transpose_b = transpose_b
+        self.library = GEMM_LIBRARY
+        self._packed: _Packed | None = None
+
+    def product(
+        self, a: torch.Tensor, raw_b: Any, bias: torch.Tensor | None, shape: Any
+    ) -> torch.Tensor | None:
+        """The product (with the bias) in the library's fast path, or None for ``_plain``:
+        empty products (oneDNN refuses them), and on the MKL path what is not packed."""
+        rows = int(shape[0])
+        if 0 in shape or 0 in raw_b.shape:
+            return None
+        if self.library == ONEDNN:
+            packed = self._weights(raw_b, rows)
+            if packed is not None:
+                weight = packed.packed
+            else:
+                b = tensor(raw_b)
+                weight = b if self.transpose_b else b.T
+            return _linear_pointwise(a, weight, bias, "none", [], "")  # type: ignore[no-any-return]
+        if self.library == MKL and rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW:
+            packed = self._weights(raw_b, rows)
+            if packed is not None:
+                return _mkl_linear(a, packed.packed, packed.original, bias, rows)  # type: ignore[no-any-return]
+        return None
+
+    def _weights(self, raw_b: Any, rows: int) -> _Packed | None:
+        """The packed constant weight (from the cache, or packed now), or None when ``b``
+        may change between runs."""
+        packed = self._packed
+        if packed is not None and packed.source is raw_b:
+            return packed
+        if not is_constant(raw_b) or raw_b.ndim != 2 or 0 in raw_b.shape:
+            return None
+        b = tensor(raw_b)
+        original = (b if self.transpose_b else b.T).contiguous()  # [N, K]
+        if self.library == ONEDNN:
+            packed = _Packed(raw_b, None, _reorder_linear_weight(original, rows))
+        else:
+            packed = _Packed(raw_b, original, _mkl_reorder_linear_weight(original, rows))
+        self._packed = packed
+        return packed
+
+
 class PackedMatMul(OpKernel):
     """MatMul: ``a @ b`` with ``b`` packed when constant."""
 
@@ -169,8 +221,7 @@ class PackedMatMul(OpKernel):
         self._transpose_b = bool(ctx.attr("transpose_b"))
         fused_ops = ctx.attr("fused_ops") if self.fused else ["BiasAdd"]
         self._activation = parse_fused_ops(fused_ops, residual_allowed=False).activation
-        self._library = GEMM_LIBRARY
-        self._packed: _Packed | None = None
+        self._gemm = PackedWeight(self._transpose_b)
         self._bias_input = ConstantInput()
         self._device: object = None
         self._threads: int | None = None
@@ -181,41 +232,19 @@ class PackedMatMul(OpKernel):
         if ctx.device is not self._device:  # (a kernel stays on its device: read once)
             self._threads = intra_op_threads(ctx)
             self._device = ctx.device
-        if _small(raw_a, raw_b, shape, self._threads):
+        if for_numpy(raw_a, raw_b, shape, self._threads):
             self._small_product(ctx, raw_a, raw_b, shape)
             return
         use_threads(self._threads)
         a = tensor(raw_a)
         bias = self._bias(ctx, shape[1])
         a = a.T if self._transpose_a else a
-        y = self._packed_product(a, raw_b, bias, shape)
+        y = self._gemm.product(a, raw_b, bias, shape)
         if y is None:
             self._plain(ctx, a, tensor(raw_b), bias, shape)
             return
         activate(self._activation, y, ctx)
         result(ctx, 0, y)
-
-    def _packed_product(
-        self, a: torch.Tensor, raw_b: Any, bias: torch.Tensor | None, shape: Any
-    ) -> torch.Tensor | None:
-        """The product (with the bias) in the library's fast path, or None for ``_plain``:
-        empty products (oneDNN refuses them), and on the MKL path what is not packed."""
-        rows = int(shape[0])
-        if 0 in shape or 0 in raw_b.shape:
-            return None
-        if self._library == ONEDNN:
-            packed = self._weights(raw_b, rows)
-            if packed is not None:
-                weight = packed.packed
-            else:
-                b = tensor(raw_b)
-                weight = b if self._transpose_b else b.T
-            return _linear_pointwise(a, weight, bias, "none", [], "")  # type: ignore[no-any-return]
-        if self._library == MKL and rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW:
-            packed = self._weights(raw_b, rows)
-            if packed is not None:
-                return _mkl_linear(a, packed.packed, packed.original, bias, rows)  # type: ignore[no-any-return]
-        return None
 
     def _plain(
         self, ctx: OpKernelContext, a: Any, b: Any, bias: torch.Tensor | None, shape: Any
@@ -248,23 +277,6 @@ class PackedMatMul(OpKernel):
 
     def _bias(self, ctx: OpKernelContext, columns: int) -> torch.Tensor | None:
         return None
-
-    def _weights(self, raw_b: Any, rows: int) -> _Packed | None:
-        """The packed constant weight (from the cache, or packed now), or None when ``b``
-        may change between runs."""
-        packed = self._packed
-        if packed is not None and packed.source is raw_b:
-            return packed
-        if not is_constant(raw_b) or raw_b.ndim != 2 or 0 in raw_b.shape:
-            return None
-        b = tensor(raw_b)
-        original = (b if self._transpose_b else b.T).contiguous()  # [N, K]
-        if self._library == ONEDNN:
-            packed = _Packed(raw_b, None, _reorder_linear_weight(original, rows))
-        else:
-            packed = _Packed(raw_b, original, _mkl_reorder_linear_weight(original, rows))
-        self._packed = packed
-        return packed
 
 
 class PackedFusedMatMul(PackedMatMul):
