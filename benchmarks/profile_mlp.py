@@ -1,7 +1,9 @@
 """Where a kernloom run of issue 20's MLP spends its time: inside the GEMM library's calls,
 in the in-place activations, in the Softmax, and the rest (the executor and the kernels'
 Python around them), timed with ``perf_counter`` around each, median of 200 runs in one
-process per thread count (each in a fresh child interpreter with BLAS threads fixed).
+process per thread count and form (each in a fresh child interpreter with BLAS threads
+fixed): ``chain``, the layers and the softmax as one ``_TorchDenseChain`` node (the torch
+plugin's ``torch_dense_chain`` pass, the default), and ``nodes``, that pass disabled.
 
     .venv/bin/python benchmarks/profile_mlp.py
 
@@ -10,6 +12,7 @@ The wrappers add a few µs to "rest"; the GEMM share is what matters (``OPTIMIZE
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -24,24 +27,27 @@ from bench_optimizer import BLAS_VARS  # the script's own folder
 RUNS = 200
 
 
-def profile(threads: int) -> dict[str, float]:
+def profile(threads: int, chain: bool) -> dict[str, float]:
     from suite_workloads import kernloom_mlp_graph, mlp_weights
 
     import kernloom as kl
-    from kernloom_cpu_numpy.kernels import nn
-    from kernloom_gpu_torch.kernels import packed_matmul
+    from kernloom_gpu_torch.kernels import dense_chain, fused, math, packed_matmul
 
     weights, biases, xv = mlp_weights()
     g, x, y = kernloom_mlp_graph(weights, biases)
-    config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
+    config = kl.SessionConfig(
+        inter_op_threads=1,
+        intra_op_threads=threads,
+        disabled_passes=() if chain else ("torch_dense_chain",),
+    )
     run = kl.Session(g, config).make_callable(y, [x])
     spent = {"gemm": 0.0, "activation": 0.0, "softmax": 0.0}
 
     def timed(part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
             try:
-                return fn(*args)
+                return fn(*args, **kwargs)
             finally:
                 spent[part] += time.perf_counter() - started
 
@@ -50,9 +56,11 @@ def profile(threads: int) -> dict[str, float]:
     onednn = packed_matmul.GEMM_LIBRARY == packed_matmul.ONEDNN
     gemm = "_linear_pointwise" if onednn else "_mkl_linear"
     setattr(packed_matmul, gemm, timed("gemm", getattr(packed_matmul, gemm)))
-    packed_matmul.activate = timed("activation", packed_matmul.activate)  # type: ignore[assignment]
-    nn._shift = timed("softmax", nn._shift)  # type: ignore[assignment]
-    nn._normalize = timed("softmax", nn._normalize)  # type: ignore[assignment]
+    # The chain's kernel and the separate nodes' kernels call these through their modules.
+    dense_chain.apply_activation = timed("activation", dense_chain.apply_activation)  # type: ignore[assignment]
+    fused.apply_activation = timed("activation", fused.apply_activation)  # type: ignore[assignment]
+    dense_chain.along_last_axis = timed("softmax", dense_chain.along_last_axis)  # type: ignore[assignment]
+    math.along_last_axis = timed("softmax", math.along_last_axis)  # type: ignore[assignment]
     for _ in range(20):
         run(xv)
     rows: dict[str, list[float]] = {"total": [], **{k: [] for k in spent}}
@@ -72,12 +80,12 @@ def profile(threads: int) -> dict[str, float]:
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--child"]:
-        print(json.dumps(profile(int(argv[1]))))
+        print(json.dumps(profile(int(argv[1]), argv[2] == "chain")))
         return
-    for threads in (1, 2):
+    for threads, form in itertools.product((1, 2), ("chain", "nodes")):
         env = dict(os.environ, **dict.fromkeys(BLAS_VARS, str(threads)))
         out = subprocess.run(
-            [sys.executable, __file__, "--child", str(threads)],
+            [sys.executable, __file__, "--child", str(threads), form],
             env=env,
             check=True,
             capture_output=True,
@@ -87,7 +95,9 @@ def main(argv: list[str]) -> None:
         parts = ", ".join(
             f"{k} {r[k] * 1e6:.0f} µs" for k in ("gemm", "activation", "softmax", "rest")
         )
-        print(f"{threads} thread(s), {r['library']}: total {r['total'] * 1e3:.2f} ms; {parts}")
+        print(
+            f"{threads} thread(s), {r['library']}, {form}: total {r['total'] * 1e3:.2f} ms; {parts}"
+        )
 
 
 if __name__ == "__main__":
