@@ -1,9 +1,9 @@
 """The CPU kernels this plugin registers unlabelled, above numpy's: installing the torch
-plugin makes them the CPU default (BatchMatMulV2, measured faster in
-``benchmarks/BATCH_MATMUL.md``; Conv2D and ``_FusedConv2D`` through oneDNN for float32 and
-``_FusedMatMul``, measured in ``benchmarks/ONNX.md`` and ``OPTIMIZER.md``; Softmax and
-LogSoftmax for float32 and float64, ``kernels/__init__.CPU_PREFERRED``). They must match the
-shared cases, as numpy's do."""
+plugin makes them the CPU default (BatchMatMulV2 on Intel's CPUs, measured faster there in
+``benchmarks/BATCH_MATMUL.md`` and 2x slower on an AMD EPYC; Conv2D and ``_FusedConv2D``
+through oneDNN for float32 and ``_FusedMatMul``, measured in ``benchmarks/ONNX.md`` and
+``OPTIMIZER.md``; Softmax and LogSoftmax for float32 and float64,
+``kernels/__init__.CPU_PREFERRED``). They must match the shared cases, as numpy's do."""
 
 from __future__ import annotations
 
@@ -18,9 +18,16 @@ from test_torch_labelled_cpu import REGISTRY
 
 from kernloom.testing import run_kernel
 from kernloom.testing.cases import Case, assert_matches, cases
+from kernloom_gpu_torch.kernels import build_library, packed_matmul
 from kernloom_gpu_torch.kernels.linalg import CPU_BATCH_MATMUL_PRIORITY
 
-DEFAULT_OPS = ("BatchMatMulV2", "Conv2D", "_FusedConv2D", "_FusedMatMul", "Softmax", "LogSoftmax")
+ON_INTEL = packed_matmul.GEMM_LIBRARY == packed_matmul.MKL
+"""What this machine's torch picks (``packed_matmul``): BatchMatMulV2 is torch's by default
+only where torch's batched product, MKL's, is the fast one."""
+DEFAULT_OPS = (
+    *(("BatchMatMulV2",) if ON_INTEL else ()),
+    *("Conv2D", "_FusedConv2D", "_FusedMatMul", "Softmax", "LogSoftmax"),
+)
 SOFTMAX_TYPES = ("float32", "float64")  # float16 stays numpy's
 
 
@@ -46,6 +53,32 @@ def test_torch_cpu_default_kernel_matches_numpy(case: Case) -> None:
     assert kernel_def.priority >= CPU_BATCH_MATMUL_PRIORITY > 0  # torch's, not numpy's
     assert type(run.kernel).__module__.startswith("kernloom_gpu_torch")
     assert_matches(run.outputs, case.expected())
+
+
+@pytest.mark.parametrize(
+    ("library", "default"),
+    [(packed_matmul.MKL, True), (packed_matmul.ONEDNN, False), (packed_matmul.PLAIN, False)],
+)
+def test_batch_matmul_is_torch_s_by_default_only_where_its_library_is_mkl(
+    monkeypatch: pytest.MonkeyPatch, library: str, default: bool
+) -> None:
+    """Whichever CPU runs the tests: the library the plugin would build on each kind of
+    CPU, and the labelled kernel on all of them."""
+    monkeypatch.setattr(packed_matmul, "GEMM_LIBRARY", library)
+    found = {
+        (k.label, k.priority)
+        for k, _ in build_library().entries
+        if k.op == "BatchMatMulV2" and k.device_type == "CPU"
+    }
+    assert ("torch", 0) in found
+    assert (("", CPU_BATCH_MATMUL_PRIORITY) in found) is default
+
+
+def test_batch_matmul_default_on_this_machine_matches_numpy() -> None:
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    run = run_kernel("BatchMatMulV2", [x, x], {"adj_y": True}, registry=REGISTRY)
+    assert (run.kernel.signature.kernel_def.priority > 0) is ON_INTEL
+    np.testing.assert_allclose(run.outputs[0], x @ x.swapaxes(-1, -2), rtol=1e-5, atol=1e-5)
 
 
 def test_integer_batch_matmul_stays_with_numpy() -> None:

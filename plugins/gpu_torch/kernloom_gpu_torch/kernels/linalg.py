@@ -5,10 +5,12 @@ integer BatchMatMulV2 and Einsum nodes stay on the CPU, as integer MatMuls do).
 
 On the numpy CPU device, BatchMatMulV2 is also registered as a CPU kernel that runs
 torch on zero-copy ``torch.from_numpy`` views of the numpy buffers: labelled ``torch``
-always, and unlabelled at ``CPU_BATCH_MATMUL_PRIORITY`` (above numpy's 0) because
+always, and unlabelled at ``CPU_BATCH_MATMUL_PRIORITY`` (above numpy's 0) where torch's
+batched product is MKL's and the CPU is Intel's (``packed_matmul.GEMM_LIBRARY``):
 ``benchmarks/bench_batch_matmul.py`` measured it faster than the numpy kernel on attention
-shapes at one thread (0.3x-1.0x of its time; ``benchmarks/BATCH_MATMUL.md``, which also
-says why two threads could not be ranked on the shared machine it ran on).
+shapes at one thread on an Intel Xeon (0.3x-1.0x of its time), and 2x slower on an AMD
+EPYC (1.24x-1.32x of numpy direct against the numpy kernel's 0.53x-0.72x), where MKL runs
+its slow path (``benchmarks/BATCH_MATMUL.md``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from kernloom.plugin import (
 )
 from kernloom.plugin import types as t
 from kernloom_gpu_torch import dtypes as d
+from kernloom_gpu_torch.kernels import packed_matmul
 from kernloom_gpu_torch.kernels._util import output, tensor_input, tensor_inputs
 
 __all__ = ["CPU_BATCH_MATMUL_PRIORITY", "LINALG_TYPES", "register"]
@@ -36,7 +39,8 @@ BACKEND = "torch"
 CPU_LABEL = "torch"
 LINALG_TYPES = (*d.FLOATS, *t.COMPLEX)
 CPU_BATCH_MATMUL_PRIORITY = 1
-"""Above the numpy kernel's 0: the default CPU BatchMatMulV2 where this plugin is installed."""
+"""Above the numpy kernel's 0: the default CPU BatchMatMulV2 where this plugin is installed
+on an Intel CPU (module docstring)."""
 
 
 def _adjoint(a: torch.Tensor) -> torch.Tensor:
@@ -85,4 +89,7 @@ def register(lib: KernelLibrary) -> None:
     kernel("BatchMatMulV2", GPU, BACKEND)(torch_batch_matmul)
     kernel("Einsum", GPU, BACKEND)(Einsum)
     kernel("BatchMatMulV2", "CPU", "numpy", label=CPU_LABEL)(torch_batch_matmul)
-    kernel("BatchMatMulV2", "CPU", "numpy", priority=CPU_BATCH_MATMUL_PRIORITY)(torch_batch_matmul)
+    if packed_matmul.GEMM_LIBRARY == packed_matmul.MKL:
+        kernel("BatchMatMulV2", "CPU", "numpy", priority=CPU_BATCH_MATMUL_PRIORITY)(
+            torch_batch_matmul
+        )
