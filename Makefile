@@ -89,4 +89,4 @@ bench: $(VENV)/.test-installed
 # its own interpreter, rounds interleaved. Writes benchmarks/results/suite.json and the
 # README's Performance table. About 3 minutes; run it alone on the machine.
 bench-suite: $(VENV)/.test-installed
-	$(BIN)/python benchmarks/suite.py --write-readme
+	TF_VENV=$(TF_VENV) $(BIN)/python benchmarks/suite.py --write-readme

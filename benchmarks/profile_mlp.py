@@ -57,10 +57,10 @@ def profile(threads: int, chain: bool) -> dict[str, float]:
     gemm = "_linear_pointwise" if onednn else "_mkl_linear"
     setattr(packed_matmul, gemm, timed("gemm", getattr(packed_matmul, gemm)))
     # The chain's kernel and the separate nodes' kernels call these through their modules.
-    dense_chain.apply_activation = timed("activation", dense_chain.apply_activation)  # type: ignore[assignment]
-    fused.apply_activation = timed("activation", fused.apply_activation)  # type: ignore[assignment]
-    dense_chain.along_last_axis = timed("softmax", dense_chain.along_last_axis)  # type: ignore[assignment]
-    math.along_last_axis = timed("softmax", math.along_last_axis)  # type: ignore[assignment]
+    dense_chain.apply_activation = timed("activation", dense_chain.apply_activation)
+    fused.apply_activation = timed("activation", fused.apply_activation)
+    dense_chain.along_last_axis = timed("softmax", dense_chain.along_last_axis)
+    math.along_last_axis = timed("softmax", math.along_last_axis)
     for _ in range(20):
         run(xv)
     rows: dict[str, list[float]] = {"total": [], **{k: [] for k in spent}}
@@ -74,7 +74,7 @@ def profile(threads: int, chain: bool) -> dict[str, float]:
             rows[k].append(v)
     result = {k: statistics.median(v) for k, v in rows.items()}
     result["rest"] = result["total"] - sum(result[k] for k in spent)
-    result["library"] = packed_matmul.GEMM_LIBRARY  # type: ignore[assignment]
+    result["library"] = packed_matmul.GEMM_LIBRARY
     return result
 
 

@@ -45,7 +45,6 @@ ROOT = HERE.parent
 WORKLOADS_SCRIPT = HERE / "suite_workloads.py"
 DEFAULT_JSON = HERE / "results" / "suite.json"
 README = ROOT / "README.md"
-TF_VENV_PYTHON = ROOT / ".venv-tf" / "bin" / "python"
 N_ADDS = 1000
 LOOP_ITERATIONS = 10_000
 RUNTIMES = ("numpy", "onnxruntime", "tf", "torch", "kernloom_off", "kernloom_on")
@@ -181,12 +180,14 @@ def tensorflow_python() -> tuple[str | None, str]:
                 "point it at one (`make .venv-tf/.tf-installed` builds .venv-tf) or unset it"
             )
         return named, ""
-    if TF_VENV_PYTHON.exists() and _has_tensorflow(str(TF_VENV_PYTHON)):
-        return str(TF_VENV_PYTHON), ""
+    venv_python = ROOT / os.environ.get("TF_VENV", ".venv-tf") / "bin" / "python"
+    if venv_python.exists() and _has_tensorflow(str(venv_python)):
+        return str(venv_python), ""
     if importlib.util.find_spec("tensorflow") is not None:
         return sys.executable, ""
     return None, (
-        "no KERNLOOM_TF_PYTHON, no .venv-tf with tensorflow, and this interpreter has none "
+        "no KERNLOOM_TF_PYTHON, no $TF_VENV (.venv-tf) with tensorflow, and this interpreter "
+        "has none "
         "(`make .venv-tf/.tf-installed` builds .venv-tf)"
     )
 
