@@ -123,6 +123,15 @@ class Device(abc.ABC):
     """True when the device's buffers *are* host (numpy) memory, as on the numpy CPU device:
     moving a value between it and host memory then copies nothing, and is not counted."""
 
+    @property
+    def intra_op_threads(self) -> int:
+        """How many threads one kernel on this device may spread its work over (the
+        session's ``intra_op_threads`` where the device honours it; 1 by default). With more
+        than one, kernels marked ``OpKernel.intra_op_parallel`` run on the step's own
+        thread, one at a time: two of them side by side on the inter-op pool would each
+        claim every core."""
+        return 1
+
     def __init__(self, attributes: DeviceAttributes) -> None:
         spec = parse_device_name(attributes.name)
         if not spec.is_full or spec.device_type != attributes.device_type:

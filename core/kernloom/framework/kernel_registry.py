@@ -131,6 +131,7 @@ class KernelLibrary:
         expensive: bool = True,
         direct: Callable[..., Any] | None = None,
         inplace_form: Callable[..., Any] | None = None,
+        intra_op_parallel: bool = False,
     ) -> Callable[[Any], Any]:
         """Register the decorated ``OpKernel`` subclass or function ``fn(ctx)``.
 
@@ -139,10 +140,11 @@ class KernelLibrary:
         constrains nothing: the kernel takes every dtype its op allows.
         ``attr_constraints`` names the values of other attrs it takes (for a list attr,
         whole lists: ``{"fused_ops": CONV_FORMS}``, ``CONV_FORMS`` from ``kernloom.plugin``).
-        ``expensive``, ``direct`` (``OpKernel.direct``, the context-free fast entry) and
+        ``expensive``, ``direct`` (``OpKernel.direct``, the context-free fast entry),
         ``inplace_form`` (``OpKernel.inplace_form``, an elementwise kernel's ``f(*inputs,
-        out)``) apply to functions; a class sets ``is_expensive``, ``direct`` and
-        ``inplace_form`` itself.
+        out)``) and ``intra_op_parallel`` (``OpKernel.intra_op_parallel``: it uses the
+        device's intra-op threads) apply to functions; a class sets ``is_expensive``,
+        ``direct``, ``inplace_form`` and ``intra_op_parallel`` itself.
         """
         if isinstance(spec, str):
             builder = KernelDefBuilder(spec)
@@ -168,7 +170,12 @@ class KernelLibrary:
 
         def register(impl: Any) -> Any:
             self.add(
-                kernel_def, impl, expensive=expensive, direct=direct, inplace_form=inplace_form
+                kernel_def,
+                impl,
+                expensive=expensive,
+                direct=direct,
+                inplace_form=inplace_form,
+                intra_op_parallel=intra_op_parallel,
             )
             return impl
 
@@ -182,9 +189,15 @@ class KernelLibrary:
         expensive: bool = True,
         direct: Callable[..., Any] | None = None,
         inplace_form: Callable[..., Any] | None = None,
+        intra_op_parallel: bool = False,
     ) -> None:
         if isinstance(impl, type) and issubclass(impl, OpKernel):
-            for keyword, given in (("direct", direct), ("inplace_form", inplace_form)):
+            given_keywords = (
+                ("direct", direct),
+                ("inplace_form", inplace_form),
+                ("intra_op_parallel", intra_op_parallel or None),
+            )
+            for keyword, given in given_keywords:
                 if given is not None:
                     raise InvalidArgumentError(
                         f"kernel for {kernel_def.describe()}: {keyword}= is for kernel "
@@ -194,7 +207,11 @@ class KernelLibrary:
             cls: KernelFactory = impl
         elif callable(impl) and not isinstance(impl, type):
             cls = FunctionKernel.wrap(
-                impl, expensive=expensive, direct=direct, inplace_form=inplace_form
+                impl,
+                expensive=expensive,
+                direct=direct,
+                inplace_form=inplace_form,
+                intra_op_parallel=intra_op_parallel,
             )
         else:
             raise InvalidArgumentError(

@@ -10,6 +10,11 @@ Contracts:
   that waits (a receive, a queue) is an ``AsyncOpKernel`` and calls ``done`` when finished.
 - Mark a kernel ``is_expensive = False`` when it does less work than handing it to a
   thread would cost (shape ops, identity); the executor then runs it inline.
+- Mark a kernel ``intra_op_parallel = True`` when it spreads its own work over the
+  device's intra-op threads (a BLAS or oneDNN call with the session's thread count): where
+  the device has more than one (``Device.intra_op_threads``), the executor then runs it
+  on the step's own thread rather than next to another such kernel on the inter-op pool,
+  where both would claim every core.
 - Outputs are set exactly once each (``allocate_output``, ``set_output``,
   ``forward_input_to_output`` or ``forward_input_or_allocate_output``) with the dtype the
   op declares; the context checks this and blames the kernel, naming the node.
@@ -157,6 +162,9 @@ class OpKernel(abc.ABC):
 
     is_expensive: ClassVar[bool] = True
 
+    intra_op_parallel: ClassVar[bool] = False
+    """Whether the kernel runs its work on the device's intra-op threads (module doc)."""
+
     direct: Callable[..., Any] | None = None
     """An optional fast entry for kernels with one or two inputs and one output, called
     without a context where a step runs the partition on one thread (``StraightLine``):
@@ -239,6 +247,7 @@ class FunctionKernel(OpKernel):
         expensive: bool,
         direct: Callable[..., Any] | None = None,
         inplace_form: Callable[..., Any] | None = None,
+        intra_op_parallel: bool = False,
     ) -> type[OpKernel]:
         return type(
             getattr(fn, "__name__", "kernel"),
@@ -248,6 +257,7 @@ class FunctionKernel(OpKernel):
                 "direct": None if direct is None else staticmethod(direct),
                 "inplace_form": None if inplace_form is None else staticmethod(inplace_form),
                 "is_expensive": expensive,
+                "intra_op_parallel": intra_op_parallel,
                 "__module__": getattr(fn, "__module__", __name__),
                 "__qualname__": getattr(fn, "__qualname__", "kernel"),
             },

@@ -61,6 +61,8 @@ class NodeItem:
     control_out: tuple[int, ...]
     pending: int
     is_expensive: bool
+    """Worth another inter-op thread: the kernel's ``is_expensive``, unless it uses the
+    device's intra-op threads (``OpKernel.intra_op_parallel``) and there are several."""
     is_async: bool
     direct: Callable[..., Any] | None
     """The kernel's context-free entry (``OpKernel.direct``) where the executors may call
@@ -110,6 +112,14 @@ class GraphView:
             for control in node.control_inputs:
                 controls[index[control.name]].append(i)
         compute_overridden = type(device).compute is not Device.compute
+        shared_threads = device.intra_op_threads > 1
+
+        def shares_cores(kernel: OpKernel) -> bool:
+            """A kernel that spreads over the device's intra-op threads already uses every
+            core: it counts as inexpensive, so that it runs on the step's own thread (the
+            one its thread team belongs to), never beside another on the inter-op pool."""
+            return shared_threads and bool(kernel.intra_op_parallel)
+
         items: list[NodeItem] = []
         for i, node in enumerate(nodes):
             kernel = kernels(node)
@@ -137,7 +147,7 @@ class GraphView:
                     out_edges=tuple(edges[i]),
                     control_out=tuple(controls[i]),
                     pending=len(node.inputs) + len(node.control_inputs),
-                    is_expensive=bool(kernel.is_expensive),
+                    is_expensive=bool(kernel.is_expensive) and not shares_cores(kernel),
                     is_async=is_async,
                     direct=_direct_entry(
                         kernel,

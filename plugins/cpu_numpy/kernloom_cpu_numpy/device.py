@@ -66,6 +66,10 @@ class NumpyCPUDevice(kernloom.plugin.Device):
     ) -> np.ndarray[Any, Any]:
         return np.empty(shape, dtype=dtype.numpy_dtype)
 
+    @property
+    def intra_op_threads(self) -> int:
+        return self.intra_op_pool.num_threads
+
     def copy_from_host(self, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         # Host memory is device memory: no copy. A read-only view makes an accidental
         # in-place write into the caller's array fail loudly instead of corrupting it.

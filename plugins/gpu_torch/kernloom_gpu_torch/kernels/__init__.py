@@ -27,6 +27,7 @@ from kernloom_gpu_torch.kernels import (
     packed_matmul,
     reductions,
 )
+from kernloom_gpu_torch.kernels._util import cpu_kernel
 from kernloom_gpu_torch.kernels.elementwise import (
     BINARY,
     COMPARISONS,
@@ -117,7 +118,7 @@ def build_library() -> KernelLibrary:
     for op, kernel, keywords in _standard():
         lib.kernel(op, device=GPU, backend=BACKEND, **keywords)(kernel)
         if op in CPU_LABELLED_OPS:
-            lib.kernel(op, device="CPU", backend="numpy", label=CPU_LABEL, **keywords)(kernel)
+            cpu_kernel(lib, op, kernel, label=CPU_LABEL, **keywords)
     for family in (
         activations,
         logic,
@@ -132,12 +133,12 @@ def build_library() -> KernelLibrary:
     ):
         family.register(lib)
     for op, kernel in CPU_PREFERRED.items():
-        lib.kernel(
+        cpu_kernel(
+            lib,
             op,
-            device="CPU",
-            backend="numpy",
+            kernel,
             priority=conv.CPU_PRIORITY,
             type_constraints={"T": tuple(f for f in t.FLOATS if f.name in _SOFTMAX_TYPES)},
-        )(kernel)
+        )
     register_variable_kernels(lib, GPU, backend=BACKEND, types=d.ALL)
     return lib

@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernloom.plugin import OpKernelContext, on_inter_op_worker
+from kernloom.plugin import KernelLibrary, OpKernelContext, on_inter_op_worker
 from kernloom_gpu_torch.device import host_tensor
 from kernloom_gpu_torch.dtypes import torch_dtype
 
 __all__ = [
+    "cpu_kernel",
     "host_input",
     "intra_op_threads",
     "output",
@@ -102,3 +103,16 @@ def use_threads(threads: int | None) -> None:
     if threads is not None and torch.get_num_threads() != threads:
         with _thread_lock:
             torch.set_num_threads(threads)
+
+
+def cpu_kernel(lib: KernelLibrary, op: str, kernel: Any, **keywords: Any) -> None:
+    """Register ``kernel`` for ``op`` on the numpy CPU device. Every torch call there runs on
+    the session's intra-op threads (``use_session_threads``), so the kernel is
+    ``intra_op_parallel``: a function is marked here, a class must say so itself."""
+    cpu: dict[str, Any] = {"device": "CPU", "backend": "numpy", **keywords}
+    if isinstance(kernel, type):
+        if not getattr(kernel, "intra_op_parallel", False):
+            raise TypeError(f"{kernel.__qualname__} runs torch on the CPU: set intra_op_parallel")
+        lib.kernel(op, **cpu)(kernel)
+    else:
+        lib.kernel(op, intra_op_parallel=True, **cpu)(kernel)

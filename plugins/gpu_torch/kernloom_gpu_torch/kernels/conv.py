@@ -28,7 +28,13 @@ from kernloom.plugin import (
 )
 from kernloom.plugin import types as t
 from kernloom_gpu_torch import dtypes as d
-from kernloom_gpu_torch.kernels._util import host_input, output, result, tensor_input
+from kernloom_gpu_torch.kernels._util import (
+    cpu_kernel,
+    host_input,
+    output,
+    result,
+    tensor_input,
+)
 
 __all__ = [
     "CPU_LABELLED_OPS",
@@ -517,6 +523,6 @@ def register_cpu(lib: KernelLibrary) -> None:
     this plugin makes them the CPU default."""
     for op, kernel, keywords in KERNELS:
         if op in CPU_LABELLED_OPS:
-            lib.kernel(op, device="CPU", backend="numpy", label="torch", **keywords)(kernel)
+            cpu_kernel(lib, op, kernel, label="torch", **keywords)
         if op in CPU_PREFERRED_OPS:
-            lib.kernel(op, device="CPU", backend="numpy", priority=CPU_PRIORITY, **keywords)(kernel)
+            cpu_kernel(lib, op, kernel, priority=CPU_PRIORITY, **keywords)

@@ -27,6 +27,7 @@ from kernloom.plugin import (
 from kernloom_gpu_torch import dense_chain_op
 from kernloom_gpu_torch.dense_chain_pass import DenseChainPass
 from kernloom_gpu_torch.kernels._util import (
+    cpu_kernel,
     intra_op_threads,
     output,
     result,
@@ -98,6 +99,8 @@ class _Layer:
 class DenseChain(OpKernel):
     """``_TorchDenseChain``: the layers, then the head."""
 
+    intra_op_parallel = True
+
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
         names = [str(n) for n in ctx.attr("layers")]
@@ -143,6 +146,6 @@ def register_fusion(registry: Registrar) -> None:
     place the pass builds the op) and the pass, which runs on graphs with CPU nodes."""
     dense_chain_op.define(registry)
     lib = KernelLibrary()
-    lib.kernel(dense_chain_op.OP, device="CPU", backend="numpy", priority=PRIORITY)(DenseChain)
+    cpu_kernel(lib, dense_chain_op.OP, DenseChain, priority=PRIORITY)
     registry.register_kernels(lib)
     registry.register_graph_pass(DenseChainPass(), device_type="CPU")

@@ -22,6 +22,7 @@ from kernloom.plugin import (
 )
 from kernloom_gpu_torch import dtypes as d
 from kernloom_gpu_torch.kernels._util import (
+    cpu_kernel,
     output,
     tensor,
     tensor_input,
@@ -160,14 +161,12 @@ def register(lib: KernelLibrary) -> None:
     # (float32 convolutions go to ``onednn``'s kernel, one priority higher); _FusedMatMul
     # too (benchmarks/OPTIMIZER.md, "MLP": MKL's GEMM against numpy's OpenBLAS).
     for cpu in ({"label": "torch"}, {"priority": CPU_PRIORITY}):
-        lib.kernel(
+        cpu_kernel(
+            lib,
             "_FusedConv2D",
-            device="CPU",
-            backend="numpy",
+            fused_conv2d,
             type_constraints=floats,
             attr_constraints=conv_forms,
             **cpu,
-        )(fused_conv2d)
-        lib.kernel("_FusedMatMul", device="CPU", backend="numpy", type_constraints=wide, **cpu)(
-            cpu_fused_matmul
         )
+        cpu_kernel(lib, "_FusedMatMul", cpu_fused_matmul, type_constraints=wide, **cpu)

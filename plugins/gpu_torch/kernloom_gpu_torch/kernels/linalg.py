@@ -30,7 +30,7 @@ from kernloom.plugin import (
 from kernloom.plugin import types as t
 from kernloom_gpu_torch import dtypes as d
 from kernloom_gpu_torch.kernels import packed_matmul
-from kernloom_gpu_torch.kernels._util import output, tensor_input, tensor_inputs
+from kernloom_gpu_torch.kernels._util import cpu_kernel, output, tensor_input, tensor_inputs
 
 __all__ = ["CPU_BATCH_MATMUL_PRIORITY", "LINALG_TYPES", "register"]
 
@@ -88,8 +88,13 @@ def register(lib: KernelLibrary) -> None:
 
     kernel("BatchMatMulV2", GPU, BACKEND)(torch_batch_matmul)
     kernel("Einsum", GPU, BACKEND)(Einsum)
-    kernel("BatchMatMulV2", "CPU", "numpy", label=CPU_LABEL)(torch_batch_matmul)
+    types = {"T": LINALG_TYPES}
+    cpu_kernel(lib, "BatchMatMulV2", torch_batch_matmul, type_constraints=types, label=CPU_LABEL)
     if packed_matmul.GEMM_LIBRARY == packed_matmul.MKL:
-        kernel("BatchMatMulV2", "CPU", "numpy", priority=CPU_BATCH_MATMUL_PRIORITY)(
-            torch_batch_matmul
+        cpu_kernel(
+            lib,
+            "BatchMatMulV2",
+            torch_batch_matmul,
+            type_constraints=types,
+            priority=CPU_BATCH_MATMUL_PRIORITY,
         )

@@ -45,7 +45,7 @@ from kernloom.plugin import (
     window_attrs,
 )
 from kernloom.plugin import types as t
-from kernloom_gpu_torch.kernels._util import result, tensor, use_session_threads
+from kernloom_gpu_torch.kernels._util import cpu_kernel, result, tensor, use_session_threads
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d, filter_weights, pad_input
 from kernloom_gpu_torch.kernels.fused import activate, fused_conv2d
 
@@ -128,6 +128,7 @@ class OneDnnConv2D(OpKernel):
     with oneDNN. Falls back to the general torch kernel for what oneDNN does not take."""
 
     fused = False
+    intra_op_parallel = True
 
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
@@ -260,11 +261,4 @@ def register(lib: KernelLibrary) -> None:
     for op, kernel in (("Conv2D", OneDnnConv2D), ("_FusedConv2D", OneDnnFusedConv2D)):
         forms: dict[str, Any] = {"fused_ops": CONV_FORMS} if kernel.fused else {}
         for keywords in ({"label": CPU_LABEL, "priority": 1}, {"priority": CPU_PRIORITY + 1}):
-            lib.kernel(
-                op,
-                device="CPU",
-                backend="numpy",
-                type_constraints=f32,
-                attr_constraints=forms,
-                **keywords,
-            )(kernel)
+            cpu_kernel(lib, op, kernel, type_constraints=f32, attr_constraints=forms, **keywords)

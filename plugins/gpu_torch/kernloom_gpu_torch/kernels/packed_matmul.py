@@ -34,6 +34,7 @@ from kernloom.plugin import (
 )
 from kernloom.plugin import types as t
 from kernloom_gpu_torch.kernels._util import (
+    cpu_kernel,
     intra_op_threads,
     output,
     result,
@@ -214,6 +215,7 @@ class PackedMatMul(OpKernel):
     """MatMul: ``a @ b`` with ``b`` packed when constant."""
 
     fused = False
+    intra_op_parallel = True
 
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
@@ -297,4 +299,4 @@ def register(lib: KernelLibrary) -> None:
     f32: dict[str, Any] = {"T": tuple(dt for dt in t.FLOATS if dt.name == "float32")}
     for op, kernel in (("MatMul", PackedMatMul), ("_FusedMatMul", PackedFusedMatMul)):
         for keywords in ({"label": CPU_LABEL, "priority": 1}, {"priority": PRIORITY}):
-            lib.kernel(op, device="CPU", backend="numpy", type_constraints=f32, **keywords)(kernel)
+            cpu_kernel(lib, op, kernel, type_constraints=f32, **keywords)
