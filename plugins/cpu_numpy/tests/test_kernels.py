@@ -237,3 +237,25 @@ def test_softmax_over_narrow_and_wide_last_axes_matches_float64(
         log_sum = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
         expected = shifted - log_sum if op == "LogSoftmax" else np.exp(shifted - log_sum)
     np.testing.assert_allclose(y, expected, rtol=2e-5, atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.sampled_from([(1, 5, 5, 64), (2, 3, 4, 7), (1, 2, 2, 1), (3, 1, 1, 30), (0, 2, 2, 3)]),
+    radius=st.sampled_from([0, 1, 2, 5, 8, 9, 40]),
+    beta=st.sampled_from([0.5, 0.75, 1.0, 0.3]),
+    bias=st.sampled_from([1.0, 2.0, 1e-3]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_lrn_over_short_and_wide_windows_matches_float64(
+    shape: tuple[int, ...], radius: int, beta: float, bias: float, seed: int
+) -> None:
+    """LRN sums a window by sliding adds (radius up to ``SLIDING_SUM_RADIUS``, channels
+    fewer than the window included) and by its prefix sum beyond; both, and every
+    exponent (the three TensorFlow special-cases and ``pow``), against float64 numpy."""
+    from kernloom.testing.cases.nn import lrn_reference
+
+    x = np.random.default_rng(seed).uniform(-3, 3, shape).astype(np.float32)
+    attrs = {"depth_radius": radius, "bias": bias, "alpha": 0.4, "beta": beta}
+    (y,) = run_kernel("LRN", [x], attrs).outputs
+    np.testing.assert_allclose(y, lrn_reference(attrs)(x), rtol=2e-5, atol=1e-6)

@@ -11,7 +11,7 @@ computed in float32 and rounded once. Timings against torch: benchmarks/CONV.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -325,6 +325,15 @@ def fused_batch_norm(ctx: OpKernelContext) -> None:
     ctx.allocate_output(5, ())[...] = 0
 
 
+SLIDING_SUM_RADIUS: Final = 8
+"""Up to this ``depth_radius`` LRN sums each channel's window as ``2r + 1`` adds of shifted
+slices of one flat, zero-separated copy of the squares, in float32 (inception_v1's two
+LRNs, radius 2 on [1, 55, 55, 64] and [1, 55, 55, 192]: 6.7 ms a node through a float64
+prefix sum gathered with an index array, 2.2 after, against 1.8 with shifted adds along
+the channel axis, which numpy runs row by row); wider windows keep the prefix sum, whose
+cost does not grow with the radius."""
+
+
 def lrn(ctx: OpKernelContext) -> None:
     x = ctx.input(0)
     _input4(ctx, x)
@@ -334,15 +343,57 @@ def lrn(ctx: OpKernelContext) -> None:
     bias, alpha, beta = (float(ctx.attr(a)) for a in ("bias", "alpha", "beta"))
     xf = x.astype(np.float32, copy=False)
     squares = np.square(xf)
-    # Sums over the channel window through a prefix sum (float64: no cancellation).
-    prefix = np.zeros((*x.shape[:3], x.shape[3] + 1), np.float64)
-    np.cumsum(squares, axis=-1, out=prefix[..., 1:])
-    channels = np.arange(x.shape[3])
-    high = np.minimum(channels + radius + 1, x.shape[3])
-    low = np.maximum(channels - radius, 0)
-    window = (prefix[..., high] - prefix[..., low]).astype(np.float32)
+    window = _window_sums(squares, radius)  # a new float32 buffer: scaled in place below
+    window *= alpha
+    window += bias
     out = ctx.allocate_output(0, x.shape)
-    np.copyto(out, xf * np.power(bias + alpha * window, -beta, dtype=np.float32), "unsafe")
+    np.copyto(out, xf * _negative_power(window, beta), "unsafe")
+
+
+def _window_sums(squares: Array, radius: int) -> Array:
+    """For each channel (last axis), the sum of ``squares`` over the channels within
+    ``radius`` of it (TensorFlow's ``sqr_sum``), float32, in a new buffer (possibly a
+    strided view of one)."""
+    depth = squares.shape[-1]
+    rows = squares.size // depth if depth else 0
+    if radius <= SLIDING_SUM_RADIUS and rows:
+        # Each row padded with ``radius`` zeros on both sides, all rows in one flat array:
+        # a window never reaches into the next row, so the sums are 1-D adds.
+        width = depth + 2 * radius
+        padded = np.zeros((rows, width), np.float32)
+        padded[:, radius : radius + depth] = squares.reshape(rows, depth)
+        flat = padded.reshape(-1)
+        n = flat.size - 2 * radius
+        sums = np.empty(rows * width, np.float32)
+        window = sums[:n]
+        np.copyto(window, flat[:n])
+        for j in range(1, 2 * radius + 1):
+            window += flat[j : j + n]
+        return sums.reshape(rows, width)[:, :depth].reshape(squares.shape)
+    # Sums over the channel window through a prefix sum (float64: no cancellation).
+    prefix = np.zeros((*squares.shape[:-1], depth + 1), np.float64)
+    np.cumsum(squares, axis=-1, out=prefix[..., 1:])
+    channels = np.arange(depth)
+    high = np.minimum(channels + radius + 1, depth)
+    low = np.maximum(channels - radius, 0)
+    return (prefix[..., high] - prefix[..., low]).astype(np.float32)
+
+
+def _negative_power(base: Array, beta: float) -> Array:
+    """``base ** -beta`` in ``base``'s buffer, without ``pow`` for the exponents LRN is used
+    with (TensorFlow's kernel special-cases them too): 0.5 (its default), 0.75 (AlexNet,
+    GoogLeNet) and 1."""
+    if beta == 0.5:
+        np.sqrt(base, out=base)
+        return np.reciprocal(base, out=base)
+    if beta == 0.75:
+        root = np.sqrt(base)
+        np.sqrt(root, out=base)  # base ** 0.25
+        base *= root  # base ** 0.75
+        return np.reciprocal(base, out=base)
+    if beta == 1.0:
+        return np.reciprocal(base, out=base)
+    return np.power(base, -beta, out=base)
 
 
 def register(lib: KernelLibrary) -> None:

@@ -287,10 +287,23 @@ def max_pool(ctx: OpKernelContext) -> None:
     own = _torch_padding(attrs, window, _spatial(x, attrs))
     if own is not None:  # no padded copy: torch's padding never wins either
         padding, ceil_mode = own
-        y = F.max_pool2d(xc, attrs.ksize, attrs.strides, padding, ceil_mode=ceil_mode)
+        y = F.max_pool2d(
+            _pooling_layout(xc), attrs.ksize, attrs.strides, padding, ceil_mode=ceil_mode
+        )
     else:
-        y = F.max_pool2d(pad_input(xc, window, _lowest(xc)), attrs.ksize, attrs.strides)
+        padded = _pooling_layout(pad_input(xc, window, _lowest(xc)))
+        y = F.max_pool2d(padded, attrs.ksize, attrs.strides)
     _store(ctx, attrs, y)
+
+
+def _pooling_layout(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as torch's CPU pooling wants it: channels-last. Its channels-first kernels ran
+    5-10x slower (max 3x3/1 over [1, 192, 27, 27], two threads: 1.33 ms, against 0.15
+    through a channels-last copy and back; average 0.47 against 0.07), so an NCHW graph's
+    tensor is copied into that layout first; an NHWC graph's (a permuted view) has it."""
+    if x.device.type != "cpu" or x.is_contiguous(memory_format=torch.channels_last):
+        return x
+    return x.contiguous(memory_format=torch.channels_last)
 
 
 def _torch_padding(
@@ -326,11 +339,17 @@ def avg_pool(ctx: OpKernelContext) -> None:
     if own is not None:  # the divisor counts real elements only, as TF's
         padding, ceil_mode = own
         y = F.avg_pool2d(
-            xc, attrs.ksize, attrs.strides, padding, ceil_mode=ceil_mode, count_include_pad=False
+            _pooling_layout(xc),
+            attrs.ksize,
+            attrs.strides,
+            padding,
+            ceil_mode=ceil_mode,
+            count_include_pad=False,
         )
         _store(ctx, attrs, y)
         return
-    total = F.avg_pool2d(pad_input(xc, window), attrs.ksize, attrs.strides, divisor_override=1)
+    padded = _pooling_layout(pad_input(xc, window))
+    total = F.avg_pool2d(padded, attrs.ksize, attrs.strides, divisor_override=1)
     h, w = _spatial(x, attrs)
     (oh, ow), (top, left) = window.output_hw, window.pad_before
     rows = _counts(h, attrs.ksize[0], attrs.strides[0], top, oh, total)
