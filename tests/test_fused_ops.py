@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from runtime_helpers import make_registry
 
 import kernloom as kl
-from kernloom.plugin import parse_fused_expression
+from kernloom.plugin import parse_fused_expression, plan_fused_expression
+
+NUMPY = make_registry()
+"""The numpy plugin alone: the tests of its fused kernel (installed, the torch plugin's
+``_FusedElementwise`` is the CPU default; ``plugins/gpu_torch/tests`` test that one)."""
 
 
 def test_an_expression_parses_into_steps() -> None:
@@ -106,7 +111,9 @@ def test_the_numpy_fused_kernel_writes_into_an_input_nothing_else_holds(rows: in
     x = np.random.default_rng(0).standard_normal((rows, 300)).astype(np.float32)
     v = np.random.default_rng(1).standard_normal(300).astype(np.float32)
     expression = "Tanh(i0); Mul(t0, i1); Add(t1, i0); Sigmoid(t2); Maximum(t3, i0); Neg(t4)"
-    run = run_kernel("_FusedElementwise", [[x, v]], {"expression": expression}, forwardable=[0])
+    run = run_kernel(
+        "_FusedElementwise", [[x, v]], {"expression": expression}, forwardable=[0], registry=NUMPY
+    )
     assert run.forwarded == [(0, 0)]
     t = np.tanh(x.astype(np.float64)) * v + x
     want = -np.maximum(1 / (1 + np.exp(-t)), x)
@@ -120,13 +127,13 @@ def test_a_temporary_read_twice_by_one_step_is_freed_once() -> None:
 
     x = np.random.default_rng(0).uniform(-1, 1, (4, 4))
     expression = "Neg(i0); Add(t0, t0); Tanh(t1); Neg(t2); Relu(i0); Add(t3, t4); Tanh(t5)"
-    run = run_kernel("_FusedElementwise", [[x]], {"expression": expression})
+    run = run_kernel("_FusedElementwise", [[x]], {"expression": expression}, registry=NUMPY)
     want = np.tanh(-np.tanh(-x + -x) + np.maximum(x, 0))
     np.testing.assert_allclose(run.outputs[0], want, rtol=1e-12, atol=1e-12)
 
 
 def test_a_fused_chain_peaks_at_one_tensor_beyond_the_feed() -> None:
-    g = kl.Graph()
+    g = kl.Graph(NUMPY)
     with g.as_default():
         x = kl.placeholder(kl.float32, [1 << 20], name="x")
         y = kl.ops.sqrt(kl.ops.square(kl.ops.sigmoid(kl.ops.tanh(kl.ops.neg(x)))))
@@ -140,3 +147,15 @@ def test_a_fused_chain_peaks_at_one_tensor_beyond_the_feed() -> None:
     )
     peak = max(s.peak_bytes_in_use for s in md.memory.values())
     assert xv.nbytes <= peak < xv.nbytes * 1.1  # the output, plus block-sized temporaries
+
+
+def test_a_plan_reuses_the_slots_of_values_that_died() -> None:
+    """The register allocation both CPU kernels evaluate with: a chain needs one slot, a
+    value read twice by one step is freed once, the last step writes the output (-1)."""
+    steps, temps = plan_fused_expression("Neg(i0); Tanh(t0); Add(t1, t1); Relu(t2)", 1)
+    assert temps == 1
+    assert [s.slot for s in steps] == [0, 0, 0, -1]
+    assert steps[2].operands == ((False, 0), (False, 0))
+    steps, temps = plan_fused_expression("Neg(i0); Exp(i0); Add(t0, t1); Mul(t2, t0)", 1)
+    assert temps == 2  # t0 lives until the last step
+    assert [s.slot for s in steps] == [0, 1, 1, -1]

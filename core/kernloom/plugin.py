@@ -82,6 +82,7 @@ from kernloom.framework.kernel_checks import (
 )
 from kernloom.framework.kernel_def import KernelDef, KernelDefBuilder
 from kernloom.framework.kernel_registry import KernelLibrary, NoKernelError
+from kernloom.framework.numpy_elementwise import NUMPY_ELEMENTWISE
 from kernloom.framework.op_def import ArgDef, AttrDef, OpDef, OpDefBuilder, OpLibrary
 from kernloom.framework.op_kernel import (
     AsyncOpKernel,
@@ -91,6 +92,7 @@ from kernloom.framework.op_kernel import (
     OpKernelContext,
 )
 from kernloom.framework.origin import Origin
+from kernloom.framework.output_layout import same_layout_output
 from kernloom.framework.probed_factory import Probe, ProbedDeviceFactory
 from kernloom.framework.shape_inference import (
     InferenceContext,
@@ -113,6 +115,7 @@ from kernloom.op_library.fused_ops import (
     parse_fused_ops,
 )
 from kernloom.op_library.fused_ops import parse_expression as parse_fused_expression
+from kernloom.op_library.fused_ops import plan_expression as plan_fused_expression
 from kernloom.op_library.image_ops import (
     bilinear_weights,
     depth_to_space_shape,
@@ -139,6 +142,7 @@ __all__ = [
     "FUSED_FROM_ATTR",
     "KERNLOOM_API",
     "LOCAL_PREFIX",
+    "NUMPY_ELEMENTWISE",
     "RESIDUAL_FORMS",
     "AllocatorStats",
     "ArgDef",
@@ -212,6 +216,7 @@ __all__ = [
     "on_inter_op_worker",
     "parse_fused_expression",
     "parse_fused_ops",
+    "plan_fused_expression",
     "reduced_shape",
     "reduction_axes",
     "reduction_shape",
@@ -221,6 +226,7 @@ __all__ = [
     "replace_groups",
     "reshape_dims",
     "resize_output_shape",
+    "same_layout_output",
     "select_condition_shape",
     "space_to_depth_shape",
     "tf_cast",

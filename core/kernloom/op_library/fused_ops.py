@@ -34,9 +34,11 @@ __all__ = [
     "FUSED_ACTIVATIONS",
     "RESIDUAL_FORMS",
     "FusedOps",
+    "PlannedStep",
     "define",
     "parse_expression",
     "parse_fused_ops",
+    "plan_expression",
 ]
 
 ELEMENTWISE_ARITY: Final = {
@@ -105,6 +107,50 @@ def _fused_elementwise_shape(ctx: InferenceContext) -> None:
     except InvalidArgumentError as exc:
         raise ctx.fail(str(exc)) from None
     ctx.set_output(0, broadcast_shapes([ctx.input_shape(i) for i in range(ctx.num_inputs)], ctx))
+
+
+class PlannedStep(NamedTuple):
+    """One step of a planned expression: its op, its operands as (is_input, index) -- an
+    input's position, or the temporary slot holding an earlier step's value -- and the
+    slot it writes (-1: the output)."""
+
+    op: str
+    operands: tuple[tuple[bool, int], ...]
+    slot: int
+
+
+def plan_expression(text: str, num_inputs: int) -> tuple[list[PlannedStep], int]:
+    """The steps of a ``_FusedElementwise`` expression (``parse_expression``) with the
+    temporaries they write, and how many temporaries there are: step k writes into the
+    slot of an operand that dies at k, else a free one, else a new one; the last step
+    writes the output. A kernel that evaluates into preallocated buffers needs no more."""
+    steps = parse_expression(text, num_inputs)
+    last_use: dict[int, int] = {}
+    for k, (_, operands) in enumerate(steps):
+        for kind, index in operands:
+            if kind == "t":
+                last_use[index] = k
+    slot_of: dict[int, int] = {}
+    free: list[int] = []
+    planned: list[PlannedStep] = []
+    temps = 0
+    for k, (op, operands) in enumerate(steps):
+        # Once per temporary: Add(t0, t0) frees t0's slot once, not twice (a slot on the
+        # free list twice would be handed to two live values).
+        dying = sorted({i for kind, i in operands if kind == "t" and last_use.get(i) == k})
+        for i in dying:
+            free.append(slot_of[i])
+        if k == len(steps) - 1:
+            slot = -1
+        elif free:
+            slot = free.pop()
+        else:
+            slot = temps
+            temps += 1
+        slot_of[k] = slot
+        refs = tuple((True, i) if kind == "i" else (False, slot_of[i]) for kind, i in operands)
+        planned.append(PlannedStep(op, refs, slot))
+    return planned, temps
 
 
 class FusedOps(NamedTuple):

@@ -9,11 +9,12 @@ once per run of many kernels): like TensorFlow, 1/0 is inf and log(-1) is nan.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from kernloom.plugin import (
+    NUMPY_ELEMENTWISE,
     KernelLibrary,
     OpKernelContext,
     add_n_shape,
@@ -25,6 +26,10 @@ from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 
 __all__ = ["register", "relu", "sigmoid"]
+
+relu: Final = NUMPY_ELEMENTWISE["Relu"]
+sigmoid: Final = NUMPY_ELEMENTWISE["Sigmoid"]
+"""The fusable ops' numpy functions, shared with the fused kernels (``kernloom.plugin``)."""
 
 CPU = "CPU"
 _FIRST = (0,)
@@ -108,18 +113,6 @@ def _compare(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
         fn(x, y, out=out)
 
     return compute
-
-
-def sigmoid(x: Array, out: Array) -> Array:
-    # 1 / (1 + exp(-x)) computed in place; exp overflow gives inf and so exactly 0.
-    np.negative(x, out=out)
-    np.exp(out, out=out)
-    out += 1
-    return np.reciprocal(out, out=out)
-
-
-def relu(x: Array, out: Array) -> Array:
-    return np.maximum(x, 0, out=out)
 
 
 def select(ctx: OpKernelContext) -> None:

@@ -18,19 +18,20 @@ import numpy as np
 
 from kernloom.plugin import (
     CONV_FORMS,
+    NUMPY_ELEMENTWISE,
     KernelLibrary,
     OpKernel,
     OpKernelConstruction,
     OpKernelContext,
     broadcast_shape,
     matmul_shape,
-    parse_fused_expression,
     parse_fused_ops,
+    plan_fused_expression,
+    same_layout_output,
 )
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 from kernloom_cpu_numpy.kernels.conv import conv2d
-from kernloom_cpu_numpy.kernels.elementwise import relu, sigmoid
 
 __all__ = ["BLOCK_ELEMENTS", "register"]
 
@@ -38,58 +39,14 @@ BLOCK_ELEMENTS: Final = 16384
 """Elements per block: 64 KiB of float32, within a core's L2 with a few temporaries."""
 
 
-UFUNCS: Final[dict[str, Callable[..., Any]]] = {
-    "Add": np.add,
-    "AddV2": np.add,
-    "Sub": np.subtract,
-    "Mul": np.multiply,
-    "RealDiv": np.true_divide,
-    "Maximum": np.maximum,
-    "Minimum": np.minimum,
-    "Neg": np.negative,
-    "Exp": np.exp,
-    "Log": np.log,
-    "Sqrt": np.sqrt,
-    "Square": np.square,
-    "Tanh": np.tanh,
-    "Sigmoid": sigmoid,
-    "Relu": relu,
-}
-
 Step = tuple[Callable[..., Any], tuple[tuple[bool, int], ...], int]
 """(function, operands as (is_input, index), the temporary it writes; -1: the output)."""
 
 
 class FusedElementwise(OpKernel):
     def __init__(self, ctx: OpKernelConstruction) -> None:
-        steps = parse_fused_expression(str(ctx.attr("expression")), int(ctx.attr("N")))
-        last_use: dict[int, int] = {}
-        for k, (_, operands) in enumerate(steps):
-            for kind, index in operands:
-                if kind == "t":
-                    last_use[index] = k
-        # Register allocation: step k writes into the temporary of an operand that dies
-        # at k, else a free one, else a new one; the last step writes the output.
-        slot_of: dict[int, int] = {}
-        free: list[int] = []
-        self._steps: list[Step] = []
-        self._temps = 0
-        for k, (op, operands) in enumerate(steps):
-            # Once per temporary: Add(t0, t0) frees t0's slot once, not twice (a slot on
-            # the free list twice would be handed to two live values).
-            dying = sorted({i for kind, i in operands if kind == "t" and last_use.get(i) == k})
-            for i in dying:
-                free.append(slot_of[i])
-            if k == len(steps) - 1:
-                slot = -1
-            elif free:
-                slot = free.pop()
-            else:
-                slot = self._temps
-                self._temps += 1
-            slot_of[k] = slot
-            refs = tuple((True, i) if kind == "i" else (False, slot_of[i]) for kind, i in operands)
-            self._steps.append((UFUNCS[op], refs, slot))
+        steps, self._temps = plan_fused_expression(str(ctx.attr("expression")), int(ctx.attr("N")))
+        self._steps: list[Step] = [(NUMPY_ELEMENTWISE[op], refs, slot) for op, refs, slot in steps]
 
     def compute(self, ctx: OpKernelContext) -> None:
         inputs = ctx.input_list("inputs")
@@ -98,7 +55,7 @@ class FusedElementwise(OpKernel):
         # An input of the output's shape that nothing else holds may become the output:
         # its block is read only by the steps of that same block, before the last writes.
         whole = [i for i, x in enumerate(inputs) if x.shape == shape]
-        out = _same_layout_output(ctx, [inputs[i] for i in whole], shape)
+        out = same_layout_output(ctx, [inputs[i] for i in whole], shape)
         if out is None:
             out = ctx.forward_input_or_allocate_output(whole, 0, shape)
         if out.size == 0:
@@ -121,25 +78,6 @@ class FusedElementwise(OpKernel):
         for fn, refs, slot in self._steps:
             args = [inputs[i] if is_input else temps[i] for is_input, i in refs]
             fn(*args, out=out if slot < 0 else temps[slot])
-
-
-def _same_layout_output(ctx: OpKernelContext, whole: list[Array], shape: Any) -> Array | None:
-    """An output laid out in memory as the full-shape inputs are, where they all share one
-    layout other than C order (an NCHW image in NHWC memory, as the torch plugin's
-    convolutions give): written in that order, the ufuncs stream through every operand,
-    and the next convolution gets its layout back without a transpose. None otherwise."""
-    if not whole or whole[0].ndim < 2 or whole[0].flags.c_contiguous:
-        return None
-    strides = whole[0].strides
-    if min(strides) <= 0 or any(x.strides != strides for x in whole):
-        return None
-    order = sorted(range(len(shape)), key=lambda axis: -strides[axis])
-    buffer = ctx.allocate_temp(tuple(shape[axis] for axis in order), ctx.signature.output_dtypes[0])
-    out: Array = buffer.transpose(np.argsort(order))
-    if not out.flags.c_contiguous and out.strides != strides:
-        return None  # a layout with gaps (a sliced view): C order it is
-    ctx.set_output(0, out)
-    return out
 
 
 def bias_and_activation(

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -451,13 +452,24 @@ def fused_batch_norm(ctx: OpKernelContext) -> None:
         y = F.batch_norm(moved, mean, variance, scale, offset, False, 0.0, epsilon)
         y = y.movedim(1, channel_axis)
     dtype = d.torch_dtype(ctx.signature.output_dtypes[0])
-    if y.dtype == dtype and y.is_contiguous():
+    # A channels-last result (an NCHW graph's convolution output in, as oneDNN writes it)
+    # is kept as it is: copying it to C order cost 0.27 ms on [1, 128, 56, 56], ten times
+    # the normalization, and the next convolution wants channels-last again.
+    if y.dtype == dtype and (
+        y.is_contiguous() or y.is_contiguous(memory_format=torch.channels_last)
+    ):
         result(ctx, 0, y)
     else:
         output(ctx, 0, x.shape).copy_(y)
-    for index, value in enumerate((*running, mean, variance), start=1):
-        output(ctx, index, (depth,)).copy_(value)
-    output(ctx, 5, ()).zero_()
+    statistics = (*running, mean, variance)
+    if ctx.device.backend == "torch":
+        for index, value in enumerate(statistics, start=1):
+            output(ctx, index, (depth,)).copy_(value)
+        output(ctx, 5, ()).zero_()
+    else:  # host arrays: numpy's copies cost a fraction of a torch call each
+        for index, value in enumerate(statistics, start=1):
+            np.copyto(ctx.allocate_output(index, (depth,)), value.numpy(), "unsafe")
+        ctx.allocate_output(5, ()).fill(0)
 
 
 def lrn(ctx: OpKernelContext) -> None:

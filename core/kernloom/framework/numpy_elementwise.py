@@ -1,0 +1,53 @@
+"""The numpy function of each op an elementwise fusion may contain
+(``op_library.fused_ops.ELEMENTWISE_ARITY``), each taking ``out=``: one table for every
+kernel that evaluates a ``_FusedElementwise`` expression over numpy arrays (the numpy CPU
+plugin's kernel; the torch plugin's for inputs too small for torch's per-call cost).
+
+Semantics are TensorFlow's for floats: ``Relu`` keeps NaN (``maximum`` propagates it) and
+``Sigmoid`` is ``1 / (1 + exp(-x))``, whose ``exp`` overflow gives ``inf`` and so exactly 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+import numpy as np
+
+__all__ = ["NUMPY_ELEMENTWISE", "relu", "sigmoid"]
+
+Array = np.ndarray[Any, Any]
+
+
+def sigmoid(x: Array, out: Array) -> Array:
+    # 1 / (1 + exp(-x)) computed in place; exp overflow gives inf and so exactly 0.
+    np.negative(x, out=out)
+    np.exp(out, out=out)
+    out += 1
+    return np.reciprocal(out, out=out)
+
+
+def relu(x: Array, out: Array) -> Array:
+    return np.maximum(x, 0, out=out)
+
+
+NUMPY_ELEMENTWISE: Final[Mapping[str, Callable[..., Any]]] = MappingProxyType(
+    {
+        "Add": np.add,
+        "AddV2": np.add,
+        "Sub": np.subtract,
+        "Mul": np.multiply,
+        "RealDiv": np.true_divide,
+        "Maximum": np.maximum,
+        "Minimum": np.minimum,
+        "Neg": np.negative,
+        "Exp": np.exp,
+        "Log": np.log,
+        "Sqrt": np.sqrt,
+        "Square": np.square,
+        "Tanh": np.tanh,
+        "Sigmoid": sigmoid,
+        "Relu": relu,
+    }
+)

@@ -1,0 +1,39 @@
+"""An output laid out in memory as a kernel's inputs are: for elementwise kernels over
+host (numpy) arrays whose inputs are not in C order.
+
+An NCHW image in NHWC memory (as the torch plugin's oneDNN convolutions give) read by an
+elementwise kernel writing C order would stream through its inputs with a stride, and the
+next convolution would have to transpose it back; written in the inputs' order, neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kernloom.framework.op_kernel import OpKernelContext
+
+__all__ = ["same_layout_output"]
+
+Array = np.ndarray[Any, Any]
+
+
+def same_layout_output(ctx: OpKernelContext, whole: Sequence[Array], shape: Any) -> Array | None:
+    """An output laid out in memory as the full-shape inputs are, where they all share one
+    layout other than C order (an NCHW image in NHWC memory, as the torch plugin's
+    convolutions give): written in that order, the ufuncs stream through every operand,
+    and the next convolution gets its layout back without a transpose. None otherwise."""
+    if not whole or whole[0].ndim < 2 or whole[0].flags.c_contiguous:
+        return None
+    strides = whole[0].strides
+    if min(strides) <= 0 or any(x.strides != strides for x in whole):
+        return None
+    order = sorted(range(len(shape)), key=lambda axis: -strides[axis])
+    buffer = ctx.allocate_temp(tuple(shape[axis] for axis in order), ctx.signature.output_dtypes[0])
+    out: Array = buffer.transpose(np.argsort(order))
+    if not out.flags.c_contiguous and out.strides != strides:
+        return None  # a layout with gaps (a sliced view): C order it is
+    ctx.set_output(0, out)
+    return out

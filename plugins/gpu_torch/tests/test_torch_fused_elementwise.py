@@ -1,0 +1,122 @@
+"""``_FusedElementwise`` on the CPU through the torch plugin (its default there for float32
+and float64): random expressions over inputs of the output's shape and broadcast ones, on
+both of its paths (numpy's functions under ``SMALL_ELEMENTWISE`` elements, torch's above),
+against float64 numpy written out here; the output keeps the inputs' memory order, reuses
+an input nothing else holds, and a chain keeps its intermediates in the output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_torch_labelled_cpu import REGISTRY
+
+import kernloom as kl
+from kernloom.testing import run_kernel
+from kernloom_gpu_torch.kernels.fused import SMALL_ELEMENTWISE
+
+UNARY: dict[str, Callable[[Any], Any]] = {
+    "Neg": lambda a: -a,
+    "Tanh": np.tanh,
+    "Sigmoid": lambda a: 1 / (1 + np.exp(-a)),
+    "Relu": lambda a: np.where(np.isnan(a), np.nan, np.maximum(a, 0)),
+    "Square": np.square,
+}
+"""(No Exp: a chain of them amplifies a one-ulp difference between libraries past any
+tolerance; Exp is in the fixed cases of ``test_kernels``.)"""
+BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "AddV2": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Maximum": np.maximum,
+    "Minimum": np.minimum,
+}
+
+
+@st.composite
+def expressions(draw: st.DrawFn, inputs: int) -> tuple[str, Callable[[list[Any]], Any]]:
+    """A chain of 1-5 steps, each over the running value and maybe an input."""
+    steps: list[str] = []
+    fns: list[Callable[[list[Any], list[Any]], Any]] = []
+    for k in range(draw(st.integers(1, 5))):
+        current = f"t{k - 1}" if k else "i0"
+        pick = draw(st.sampled_from(sorted(UNARY) + sorted(BINARY)))
+        if pick in UNARY:
+            steps.append(f"{pick}({current})")
+            fns.append(lambda xs, ts, f=UNARY[pick], k=k: f(ts[k - 1] if k else xs[0]))
+        else:
+            other = draw(st.integers(0, inputs - 1))
+            steps.append(f"{pick}({current}, i{other})")
+            fns.append(
+                lambda xs, ts, f=BINARY[pick], k=k, o=other: f(ts[k - 1] if k else xs[0], xs[o])
+            )
+
+    def reference(xs: list[Any]) -> Any:
+        """float64 per step, rounded to the inputs' dtype after each (as the kernel's)."""
+        wide = [x.astype(np.float64) for x in xs]
+        ts: list[Any] = []
+        with np.errstate(all="ignore"):
+            for fn in fns:
+                ts.append(fn(wide, ts).astype(xs[0].dtype).astype(np.float64))
+        return ts[-1]
+
+    return "; ".join(steps), reference
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.sampled_from([(7,), (3, 40), (64, 600), (2, 8, 64, 40), (1 << 15,)]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    broadcast=st.booleans(),
+    data=st.data(),
+)
+def test_random_expressions_match_float64_numpy(
+    shape: tuple[int, ...], dtype: Any, broadcast: bool, data: st.DataObject
+) -> None:
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    second = (shape[-1],) if broadcast else shape
+    xs = [rng.uniform(-3, 3, shape).astype(dtype), rng.uniform(-3, 3, second).astype(dtype)]
+    xs[0].flat[rng.integers(0, xs[0].size, 3)] = [np.nan, np.inf, -np.inf]
+    expression, reference = data.draw(expressions(2))
+    run = run_kernel("_FusedElementwise", [xs], {"expression": expression}, registry=REGISTRY)
+    assert type(run.kernel).__name__ == "CpuFusedElementwise"
+    (y,) = run.outputs
+    assert y.shape == shape and y.dtype == dtype
+    want = reference(xs)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("size", [1000, SMALL_ELEMENTWISE * 2])
+def test_an_input_nothing_else_holds_becomes_the_output(size: int) -> None:
+    x = np.random.default_rng(0).standard_normal(size).astype(np.float32)
+    expression = "Tanh(i0); Mul(t0, i0); AddV2(t1, i0); Relu(t2)"
+    run = run_kernel(
+        "_FusedElementwise", [[x]], {"expression": expression}, registry=REGISTRY, forwardable=[0]
+    )
+    assert run.forwarded == [(0, 0)]
+    z = x.astype(np.float64)
+    np.testing.assert_allclose(run.outputs[0], np.maximum(np.tanh(z) * z + z, 0), rtol=1e-5)
+
+
+def test_a_large_chain_peaks_at_one_tensor_beyond_the_feed() -> None:
+    """The torch path keeps a chain's intermediates in the output buffer: the allocator
+    sees the output and nothing more (numpy's kernel: the output and block temporaries)."""
+    g = kl.Graph(REGISTRY)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [1 << 20], name="x")
+        y = kl.ops.sqrt(kl.ops.square(kl.ops.sigmoid(kl.ops.tanh(kl.ops.neg(x)))))
+    xv = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)
+    metadata = kl.RunMetadata()
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1), registry=REGISTRY) as session:
+        out = session.run(y, {x: xv}, kl.RunOptions(trace=True), metadata)
+    np.testing.assert_allclose(out, 1 / (1 + np.exp(-np.tanh(-xv))), rtol=1e-5)
+    assert metadata.step_stats is not None
+    kernels = {n.op: n.kernel for n in metadata.step_stats.nodes}
+    assert kernels["_FusedElementwise"] == "CpuFusedElementwise"
+    peak = max(s.peak_bytes_in_use for s in metadata.memory.values())
+    assert xv.nbytes <= peak < xv.nbytes * 1.1
