@@ -33,15 +33,7 @@ def child(runtime: str, threads: int, batch: int) -> float:
     else:
         import kernloom as kl
 
-        g = kl.Graph()
-        with g.as_default():
-            xp = kl.placeholder(kl.float32, [None, sw.MLP_SIZES[0]], name="x")
-            h = xp
-            for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
-                h = kl.ops.bias_add(kl.ops.mat_mul(h, kl.constant(w)), kl.constant(b))
-                if i < len(weights) - 1:
-                    h = kl.ops.relu(h)
-            y = kl.ops.softmax(h)
+        g, xp, y = sw.kernloom_mlp_graph(weights, biases, batch=None)
         config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
         call = kl.Session(g, config).make_callable(y, [xp])
         run = lambda: call(x)  # noqa: E731

@@ -219,13 +219,16 @@ def numpy_mlp(x: Any, weights: list[Any], biases: list[Any]) -> Any:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def kernloom_mlp_graph(weights: list[Any], biases: list[Any]) -> tuple[Any, Any, Any]:
-    """The MLP as a kernloom graph: (graph, placeholder ``x``, softmax output)."""
+def kernloom_mlp_graph(
+    weights: list[Any], biases: list[Any], batch: int | None = MLP_BATCH
+) -> tuple[Any, Any, Any]:
+    """The MLP as a kernloom graph: (graph, placeholder ``x``, softmax output); ``batch``
+    None leaves the batch dimension unknown."""
     import kernloom as kl
 
     g = kl.Graph()
     with g.as_default():
-        xp = kl.placeholder(kl.float32, [MLP_BATCH, MLP_SIZES[0]], name="x")
+        xp = kl.placeholder(kl.float32, [batch, MLP_SIZES[0]], name="x")
         h = xp
         for i, (w, bias) in enumerate(zip(weights, biases, strict=True)):
             h = kl.ops.bias_add(kl.ops.mat_mul(h, kl.constant(w)), kl.constant(bias))
