@@ -159,3 +159,18 @@ def test_a_plan_reuses_the_slots_of_values_that_died() -> None:
     steps, temps = plan_fused_expression("Neg(i0); Exp(i0); Add(t0, t1); Mul(t2, t0)", 1)
     assert temps == 2  # t0 lives until the last step
     assert [s.slot for s in steps] == [0, 1, 1, -1]
+
+
+@pytest.mark.parametrize("optimizer", [True, False])
+def test_a_bias_that_does_not_fit_gets_the_same_words_fused_or_not(optimizer: bool) -> None:
+    """BiasAdd as built and the ``_FusedMatMul`` the remapper makes of it say the same."""
+    g = kl.Graph()
+    with g.as_default():
+        a = kl.placeholder(kl.float32, [None, None], name="a")
+        bias = kl.placeholder(kl.float32, [None], name="bias")
+        y = kl.ops.bias_add(kl.ops.mat_mul(a, a, name="mm"), bias, name="ba")
+    config = kl.SessionConfig(graph_optimizer=optimizer)
+    with kl.Session(g, config) as sess, pytest.raises(kl.KernloomError) as e:
+        sess.run(y, {a: np.ones((5, 5), np.float32), bias: np.ones(3, np.float32)})
+    assert "node 'ba' (op " + ("_FusedMatMul" if optimizer else "BiasAdd") in str(e.value)
+    assert "bias has shape (3,); it needs (5,)" in str(e.value)

@@ -23,6 +23,7 @@ __all__ = [
     "axes_of",
     "bias_channel",
     "broadcast_shape",
+    "check_bias",
     "check_permutation",
     "concat_shape",
     "fill_dims",
@@ -103,9 +104,18 @@ def bias_channel(
     channel = 1 if data_format == "NCHW" and len(value) > 2 else len(value) - 1
     if value[channel] != bias[0]:
         raise ctx.fail(
-            f"bias has {bias[0]} elements but value dimension {channel} is {value[channel]}"
+            f"bias has shape {tuple(bias)}; it needs ({value[channel]},), one value per entry "
+            f"of value dimension {channel}"
         )
     return channel
+
+
+def check_bias(ctx: Any, bias: Sequence[int], channels: int) -> None:
+    """A fused op's bias: one value per output channel (column). ``ctx`` is anything with
+    ``fail`` (a kernel's context, or a wrapper naming part of a fused node). The same words
+    as ``bias_channel``'s for the same mistake, fused or not."""
+    if tuple(int(d) for d in bias) != (channels,):
+        raise ctx.fail(f"bias has shape {tuple(int(d) for d in bias)}; it needs ({channels},)")
 
 
 def reshape_dims(ctx: OpKernelContext, shape: Sequence[int], target: Any) -> list[int]:

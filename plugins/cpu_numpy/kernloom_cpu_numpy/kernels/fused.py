@@ -24,6 +24,7 @@ from kernloom.plugin import (
     OpKernelConstruction,
     OpKernelContext,
     broadcast_shape,
+    check_bias,
     matmul_shape,
     parse_fused_ops,
     plan_fused_expression,
@@ -116,8 +117,8 @@ class FusedConv2D(OpKernel):
     def compute(self, ctx: OpKernelContext) -> None:
         bias = ctx.input(2)
         f = ctx.input(1)
-        if f.ndim == 4 and bias.shape != (f.shape[3],):
-            raise ctx.fail(f"bias has shape {bias.shape}; it needs ({f.shape[3]},)")
+        if f.ndim == 4:
+            check_bias(ctx, bias.shape, f.shape[3])
         conv2d(ctx)
         out = ctx.outputs()[0]
         residual = residual_input(ctx, out.shape) if self._form.residual else None
@@ -146,8 +147,7 @@ class FusedMatMul(OpKernel):
     def compute(self, ctx: OpKernelContext) -> None:
         a, b, bias = ctx.input(0), ctx.input(1), ctx.input(2)
         shape = matmul_shape(ctx, a.shape, b.shape, self._transpose_a, self._transpose_b)
-        if bias.shape != (shape[1],):
-            raise ctx.fail(f"bias has shape {bias.shape}; it needs ({shape[1]},)")
+        check_bias(ctx, bias.shape, shape[1])
         out = ctx.allocate_output(0, shape)
         np.matmul(a.T if self._transpose_a else a, b.T if self._transpose_b else b, out=out)
         bias_and_activation(out, bias, -1, self._activation, self._alpha)

@@ -16,6 +16,7 @@ from kernloom.plugin import (
     KernelLibrary,
     OpKernelContext,
     broadcast_shape,
+    check_bias,
     matmul_shape,
     parse_fused_expression,
     parse_fused_ops,
@@ -72,8 +73,7 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         a, b, bias = ctx.input(0), ctx.input(1), ctx.input(2)
         ta, tb = bool(ctx.attr("transpose_a")), bool(ctx.attr("transpose_b"))
         shape = matmul_shape(ctx, a.shape, b.shape, ta, tb)
-        if bias.shape != (shape[1],):
-            raise ctx.fail(f"bias has shape {bias.shape}; it needs ({shape[1]},)")
+        check_bias(ctx, bias.shape, shape[1])
         out = ctx.allocate_output(0, shape)
         xp.matmul(a.T if ta else a, b.T if tb else b, out=out)
         activation = parse_fused_ops(ctx.attr("fused_ops"), residual_allowed=False).activation
@@ -82,8 +82,8 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
     def fused_conv2d(ctx: OpKernelContext) -> None:
         form = parse_fused_ops(ctx.attr("fused_ops"))
         bias, f = ctx.input(2), ctx.input(1)
-        if f.ndim == 4 and bias.shape != (f.shape[3],):
-            raise ctx.fail(f"bias has shape {bias.shape}; it needs ({f.shape[3]},)")
+        if f.ndim == 4:
+            check_bias(ctx, bias.shape, f.shape[3])
         conv2d(ctx)
         out = ctx.outputs()[0]
         residual = ctx.input(3) if form.residual else None

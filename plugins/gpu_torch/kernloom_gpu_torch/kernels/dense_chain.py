@@ -22,6 +22,7 @@ from kernloom.plugin import (
     OpKernelConstruction,
     OpKernelContext,
     Registrar,
+    check_bias,
     matmul_shape,
 )
 from kernloom_gpu_torch import dense_chain_op
@@ -76,8 +77,7 @@ class _Layer:
             h = h.numpy()  # zero-copy: the same memory, so numpy's small path can take it
         errors = _LayerErrors(ctx, self.where)
         shape = matmul_shape(errors, h.shape, raw_b.shape, False, transpose_b)  # type: ignore[arg-type]
-        if tuple(raw_bias.shape) != (shape[1],):
-            raise errors.fail(f"bias has shape {tuple(raw_bias.shape)}; it needs ({shape[1]},)")
+        check_bias(errors, raw_bias.shape, shape[1])
         if for_numpy(h, raw_b, shape, threads):
             y = np.matmul(h, raw_b.T if transpose_b else raw_b)
             y += raw_bias

@@ -20,6 +20,7 @@ from kernloom.plugin import (
     OpKernelConstruction,
     OpKernelContext,
     broadcast_shape,
+    check_bias,
     matmul_shape,
     parse_fused_expression,
     parse_fused_ops,
@@ -167,8 +168,7 @@ def fused_matmul(ctx: OpKernelContext) -> None:
     a, b, bias = tensor_input(ctx, 0), tensor_input(ctx, 1), tensor_input(ctx, 2)
     ta, tb = bool(ctx.attr("transpose_a")), bool(ctx.attr("transpose_b"))
     shape = matmul_shape(ctx, a.shape, b.shape, ta, tb)
-    if tuple(bias.shape) != (shape[1],):
-        raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({shape[1]},)")
+    check_bias(ctx, bias.shape, shape[1])
     out = output(ctx, 0, shape)
     torch.addmm(bias, a.T if ta else a, b.T if tb else b, out=out)
     _activate(ctx, out)
@@ -213,8 +213,8 @@ def fused_conv2d(ctx: OpKernelContext) -> None:
     residual and the activation in its output."""
     form = parse_fused_ops(ctx.attr("fused_ops"))
     bias, f = tensor_input(ctx, 2), tensor_input(ctx, 1)
-    if f.ndim == 4 and tuple(bias.shape) != (int(f.shape[3]),):
-        raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({int(f.shape[3])},)")
+    if f.ndim == 4:
+        check_bias(ctx, bias.shape, int(f.shape[3]))
     conv2d(ctx)
     out = tensor(ctx.outputs()[0])
     channel = 1 if ctx.attr("data_format") == "NCHW" else out.ndim - 1

@@ -41,6 +41,7 @@ from kernloom.plugin import (
     OpKernelConstruction,
     OpKernelContext,
     WindowAttrs,
+    check_bias,
     parse_fused_ops,
     window_attrs,
 )
@@ -248,8 +249,7 @@ class OneDnnFusedConv2D(OneDnnConv2D):
 
     def _bias(self, ctx: OpKernelContext, out_depth: int) -> torch.Tensor | None:
         bias = self._bias_input.get(ctx.input(2))
-        if tuple(bias.shape) != (out_depth,):
-            raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({out_depth},)")
+        check_bias(ctx, bias.shape, out_depth)
         return bias
 
 

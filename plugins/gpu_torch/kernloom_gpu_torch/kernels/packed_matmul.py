@@ -29,6 +29,7 @@ from kernloom.plugin import (
     OpKernel,
     OpKernelConstruction,
     OpKernelContext,
+    check_bias,
     matmul_shape,
     parse_fused_ops,
 )
@@ -269,8 +270,7 @@ class PackedMatMul(OpKernel):
         np.matmul(a.T if self._transpose_a else a, b.T if self._transpose_b else b, out=out)
         if self.fused:
             bias = ctx.input(2)
-            if tuple(bias.shape) != (out.shape[1],):
-                raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({out.shape[1]},)")
+            check_bias(ctx, bias.shape, out.shape[1])
             out += bias
         if self._activation == "Relu":
             np.maximum(out, 0, out=out)  # NaN stays NaN
@@ -288,8 +288,7 @@ class PackedFusedMatMul(PackedMatMul):
 
     def _bias(self, ctx: OpKernelContext, columns: int) -> torch.Tensor | None:
         bias = self._bias_input.get(ctx.input(2))
-        if tuple(bias.shape) != (columns,):
-            raise ctx.fail(f"bias has shape {tuple(bias.shape)}; it needs ({columns},)")
+        check_bias(ctx, bias.shape, columns)
         return bias
 
 
