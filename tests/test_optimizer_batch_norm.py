@@ -105,7 +105,76 @@ def test_a_training_norm_or_a_shared_convolution_is_left_alone() -> None:
         kl.ops.neg(shared, name="other_use")
     sg = step_graph(g, ["train_bn:0", "infer_bn:0", "other_use:0"], ["x:0"])
     new, _ = run_pass(BatchNormFolding(), sg)
-    assert new is sg
+    # No filter folded: both convolutions read the original constant. The inference norm
+    # after the shared convolution became the affine it computes; the training one stays.
+    assert [n.inputs[1].node.op for n in new.nodes if n.op == "Conv2D"] == ["Const", "Const"]
+    assert new.node("train_bn").op == "FusedBatchNormV3"
+    assert new.node("infer_bn").op == "AddV2"
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("scale_layer", [False, True])
+def test_a_norm_after_anything_else_becomes_a_per_channel_affine(
+    data_format: str, scale_layer: bool
+) -> None:
+    """DenseNet's norms follow a concat: each becomes ``x * s + b`` (fused with what
+    follows), a Caffe scale layer after it absorbed into the two constants; the values are
+    the unoptimised graph's and numpy's."""
+    channels = 3
+    nchw = data_format == "NCHW"
+    scale, offset, mean, variance = _norm_params(channels)
+    c, d = RNG.standard_normal((2, channels)).astype(np.float32)
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [2, channels, 4, 4] if nchw else [2, 4, 4, channels])
+        joined = kl.ops.concat_v2([x, x], axis=0, name="joined")
+        params = [kl.constant(v) for v in (scale, offset, mean, variance)]
+        y = kl.ops.fused_batch_norm_v3(
+            joined, *params, is_training=False, epsilon=EPS, data_format=data_format, name="bn"
+        )[0]
+        if scale_layer:
+            shape = [1, channels, 1, 1] if nchw else [channels]
+            y = kl.ops.mul(y, kl.constant(c.reshape(shape)), name="scale")
+            y = kl.ops.add_v2(y, kl.constant(d.reshape(shape)), name="shift")
+        out = kl.ops.relu(y, name="out")
+    xv = RNG.standard_normal(x.shape.as_list()).astype(np.float32)
+    (got,), nodes = run_graph(g, [out], {x: xv})
+    (want,), as_built = run_graph(g, [out], {x: xv}, graph_optimizer=False)
+    assert "FusedBatchNormV3" in ops_of(as_built) and "FusedBatchNormV3" not in ops_of(nodes)
+    z = np.concatenate([xv, xv]).astype(np.float64)
+    axis = [1, channels, 1, 1] if nchw else [channels]
+    factor = (scale / np.sqrt(variance.astype(np.float64) + EPS)).reshape(axis)
+    z = z * factor + (offset - mean * factor.ravel()).reshape(axis)
+    if scale_layer:
+        z = z * c.reshape(axis) + d.reshape(axis)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, np.maximum(z, 0), rtol=1e-5, atol=1e-5)
+    fused = next(n for n in nodes if n.name == "out")
+    expected = ["bn", "scale", "shift", "out"] if scale_layer else ["bn", "out"]
+    assert list(fused.attrs["_fused_from"]) == expected
+
+
+def test_a_fetched_norm_keeps_its_value_and_its_scale_layer_stays() -> None:
+    scale, offset, mean, variance = _norm_params(2)
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3, 2], name="x")
+        bn = kl.ops.fused_batch_norm_v3(
+            kl.ops.reshape(x, [3, 1, 1, 2]),
+            *[kl.constant(v) for v in (scale, offset, mean, variance)],
+            is_training=False,
+            epsilon=EPS,
+            name="bn",
+        )[0]
+        scaled = kl.ops.add_v2(kl.ops.mul(bn, kl.constant(np.float32(2))), kl.constant(1.0))
+    xv = RNG.standard_normal((3, 2)).astype(np.float32)
+    got, nodes = run_graph(g, [bn, scaled], {x: xv})
+    want, _ = run_graph(g, [bn, scaled], {x: xv}, graph_optimizer=False)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    ops = {n.name: n.op for n in nodes}
+    assert ops["bn"] in ("AddV2", "_FusedElementwise")  # the affine, under the norm's name
+    assert "FusedBatchNormV3" not in ops.values()
 
 
 @pytest.mark.skipif("Conv2D" not in kl.Graph().ops, reason="no conv ops")

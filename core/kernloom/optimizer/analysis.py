@@ -11,12 +11,14 @@ import numpy as np
 
 from kernloom.framework.node_def import KERNEL_LABEL_ATTR, KERNEL_SCOPE_ATTR
 from kernloom.graph.graph import COLOCATION_ATTR, Graph, Node
+from kernloom.optimizer.graph_pass import FUSED_FROM_ATTR
 
 __all__ = [
     "CONTROL_FLOW_OPS",
     "UNTOUCHABLE_OPS",
     "Consumers",
     "frame_nodes",
+    "fused_from",
     "is_random",
     "may_rewrite",
     "name_list",
@@ -126,3 +128,14 @@ def name_list(names: Iterable[str], limit: int = 8) -> str:
     ordered = sorted(names)
     more = f" and {len(ordered) - limit} more" if len(ordered) > limit else ""
     return ", ".join(ordered[:limit]) + more
+
+
+def fused_from(nodes: Iterable[Node]) -> list[str]:
+    """The user's nodes a group of nodes stands for: each member's own ``_fused_from`` (a
+    node an earlier pass built in place of others) or its name, in order, each once."""
+    names: list[str] = []
+    for node in nodes:
+        for name in node.attrs.get(FUSED_FROM_ATTR) or [node.name]:
+            if str(name) not in names:
+                names.append(str(name))
+    return names

@@ -18,7 +18,7 @@ from kernloom.graph.graph import Graph, Node
 from kernloom.graph.tensor import Tensor
 from kernloom.op_library.fused_ops import ELEMENTWISE_ARITY
 from kernloom.op_library.types import FLOATS
-from kernloom.optimizer.analysis import Consumers, frame_nodes, may_rewrite, name_list
+from kernloom.optimizer.analysis import Consumers, frame_nodes, fused_from, may_rewrite, name_list
 from kernloom.optimizer.graph_pass import FUSED_FROM_ATTR, GraphPass, PassContext
 from kernloom.optimizer.placement_hint import has_kernel, likely_device_type
 from kernloom.optimizer.rewriter import FusedNode, GraphRewriter, replace_groups
@@ -74,7 +74,7 @@ class ElementwiseFusion(GraphPass):
 
 def _fused(rewriter: GraphRewriter, root: Node, group: list[Node]) -> FusedNode:
     leaves, expression = _expression(group)
-    attrs = {"expression": expression, FUSED_FROM_ATTR: [m.name for m in group]}
+    attrs = {"expression": expression, FUSED_FROM_ATTR: fused_from(group)}
     return FUSED_OP, [[rewriter.mapped(t) for t in leaves]], attrs
 
 

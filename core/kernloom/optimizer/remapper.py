@@ -26,7 +26,7 @@ from typing import Any, Final
 from kernloom.graph.graph import Graph, Node
 from kernloom.graph.tensor import Tensor
 from kernloom.op_library.fused_ops import RESIDUAL_FORMS
-from kernloom.optimizer.analysis import Consumers, frame_nodes, may_rewrite, name_list
+from kernloom.optimizer.analysis import Consumers, frame_nodes, fused_from, may_rewrite, name_list
 from kernloom.optimizer.graph_pass import FUSED_FROM_ATTR, GraphPass, PassContext
 from kernloom.optimizer.placement_hint import kernel_for, likely_device_type
 from kernloom.optimizer.rewriter import FusedNode, GraphRewriter, replace_groups
@@ -116,7 +116,7 @@ def _fused_attrs(pattern: _Pattern) -> dict[str, Any]:
     attrs["num_args"] = 2 if pattern.add is not None else 1
     if activation is not None and activation.op == "LeakyRelu":
         attrs["leakyrelu_alpha"] = float(activation.attrs["alpha"])
-    attrs[FUSED_FROM_ATTR] = [n.name for n in pattern.members]
+    attrs[FUSED_FROM_ATTR] = fused_from(pattern.members)
     return attrs
 
 

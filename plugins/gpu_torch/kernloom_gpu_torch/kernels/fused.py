@@ -106,7 +106,7 @@ class CpuFusedElementwise(OpKernel):
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
         steps, self._temps = plan_fused_expression(str(ctx.attr("expression")), int(ctx.attr("N")))
-        self._torch = [(OUT_FUNCTIONS[op], refs, slot) for op, refs, slot in steps]
+        self._torch = _multiply_adds([(OUT_FUNCTIONS[op], refs, slot) for op, refs, slot in steps])
         self._numpy = [(NUMPY_ELEMENTWISE[op], refs, slot) for op, refs, slot in steps]
 
     def compute(self, ctx: OpKernelContext) -> None:
@@ -155,6 +155,44 @@ class CpuFusedElementwise(OpKernel):
             if slot >= 0:
                 slot_shapes[slot] = mine
         return True
+
+
+def _multiply_add(
+    z: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None
+) -> torch.Tensor:
+    return torch.addcmul(z, x, y, out=out)
+
+
+def _multiply_adds(steps: list[Any]) -> list[Any]:
+    """``Mul`` then an ``Add`` of its value as one ``addcmul`` (one pass over the tensor
+    instead of two: a batch norm's ``x * s + b`` before a ReLU), where nothing later reads
+    the product. The sum may differ from two separate roundings by an ulp."""
+    adds = (OUT_FUNCTIONS["Add"], OUT_FUNCTIONS["AddV2"])
+    merged: list[Any] = []
+    k = 0
+    while k < len(steps):
+        fn, refs, slot = steps[k]
+        if fn is OUT_FUNCTIONS["Mul"] and k + 1 < len(steps) and slot >= 0:
+            add_fn, add_refs, add_slot = steps[k + 1]
+            product = (False, slot)
+            if add_fn in adds and add_refs.count(product) == 1 and _dies(steps, k + 1, slot):
+                (other,) = [r for r in add_refs if r != product]
+                merged.append((_multiply_add, (other, *refs), add_slot))
+                k += 2
+                continue
+        merged.append(steps[k])
+        k += 1
+    return merged
+
+
+def _dies(steps: list[Any], k: int, slot: int) -> bool:
+    """Whether no step after ``k`` reads ``slot`` before one writes it."""
+    for _, refs, written in steps[k + 1 :]:
+        if (False, slot) in refs:
+            return False
+        if written == slot:
+            return True
+    return True
 
 
 def _evaluate(steps: list[Any], inputs: list[Any], out: Any, temps: list[Any]) -> None:
