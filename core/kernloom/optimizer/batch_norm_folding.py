@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernloom.dtypes import DType, int32
+from kernloom.dtypes import int32
 from kernloom.graph.graph import Graph, Node
 from kernloom.graph.tensor import Tensor
 from kernloom.optimizer.analysis import Consumers, frame_nodes, may_rewrite, name_list
@@ -38,65 +38,66 @@ class BatchNormFolding(GraphPass):
     name = "batch_norm_folding"
 
     def run(self, graph: Graph, ctx: PassContext) -> Graph:
-        consumers = Consumers(graph)
-        frames = frame_nodes(graph)
-        norms = {
-            n.name: n.inputs[0].node for n in graph.nodes if _foldable(n, consumers, frames, ctx)
-        }
-        affines = {
-            n.name: _scale_layer(n, consumers, frames, ctx)
-            for n in graph.nodes
-            if n.name not in norms and _constant_inference_norm(n, consumers, frames, ctx)
-        }
-        if not norms and not affines:
-            return graph
-        if not norms:
-            return _to_affines(graph, affines, ctx)
-        convs = {conv.name: norm for norm, conv in norms.items()}
-        rewriter = GraphRewriter(graph)
-        for node in graph.nodes:
-            if node.name in convs:
-                continue  # rebuilt with its folded filter when its norm is reached
-            conv = norms.get(node.name)
-            if conv is None:
-                rewriter.copy(node)
-                continue
-            scale, offset, mean, variance = (rewriter.mapped(t) for t in node.inputs[1:5])
-            dtype = node.inputs[0].dtype.numpy_dtype
-            hint = f"{node.name}/folded"
-            epsilon = rewriter.add(
-                "Const",
-                [],
-                {"value": np.asarray(node.attrs["epsilon"], dtype), "dtype": node.inputs[0].dtype},
-                name=f"{hint}/epsilon",
-            )
-            shifted = rewriter.add("AddV2", [variance, epsilon.outputs[0]], name=f"{hint}/var_eps")
-            inv = rewriter.add("Rsqrt", [shifted.outputs[0]], name=f"{hint}/rsqrt")
-            factor = rewriter.add("Mul", [scale, inv.outputs[0]], name=f"{hint}/factor")
-            filter_ = rewriter.add(
-                "Mul", [rewriter.mapped(conv.inputs[1]), factor.outputs[0]], name=f"{hint}/filter"
-            )
-            moved = rewriter.add("Mul", [mean, factor.outputs[0]], name=f"{hint}/mean_factor")
-            bias = rewriter.add("Sub", [offset, moved.outputs[0]], name=f"{hint}/bias")
-            new_conv = rewriter.copy(conv, [rewriter.mapped(conv.inputs[0]), filter_.outputs[0]])
-            biased = rewriter.add(
-                "BiasAdd",
-                [new_conv.outputs[0], bias.outputs[0]],
-                {
-                    "data_format": conv.attrs.get("data_format", "NHWC"),
-                    FUSED_FROM_ATTR: [node.name],
-                },
-                name=node.name,
-                exact_name=True,
-                device=node.requested_device,
-                control_inputs=rewriter.controls(node),
-            )
-            outputs = [biased.outputs[0]] + [biased.outputs[0]] * (len(node.outputs) - 1)
-            rewriter.alias(node, outputs, biased)  # the other outputs have no consumers
-        ctx.note(f"folded {len(norms)} batch norm(s) into convolutions: {name_list(norms)}")
-        folded = rewriter.finish(ctx.preserved)
-        # The norms that follow something else, on the folded graph (nothing left to fold).
-        return self.run(folded, ctx) if affines else folded
+        # Into the convolutions first; what is left follows something else.
+        return _to_affines(_into_convolutions(graph, ctx), ctx)
+
+
+def _into_convolutions(graph: Graph, ctx: PassContext) -> Graph:
+    consumers = Consumers(graph)
+    frames = frame_nodes(graph)
+    norms = {n.name: n.inputs[0].node for n in graph.nodes if _foldable(n, consumers, frames, ctx)}
+    if not norms:
+        return graph
+    convs = {conv.name: norm for norm, conv in norms.items()}
+    rewriter = GraphRewriter(graph)
+    for node in graph.nodes:
+        if node.name in convs:
+            continue  # rebuilt with its folded filter when its norm is reached
+        conv = norms.get(node.name)
+        if conv is None:
+            rewriter.copy(node)
+            continue
+        hint = f"{node.name}/folded"
+        factor, bias = _factor_and_shift(rewriter, node, hint)
+        filter_ = rewriter.add(
+            "Mul", [rewriter.mapped(conv.inputs[1]), factor], name=f"{hint}/filter"
+        )
+        new_conv = rewriter.copy(conv, [rewriter.mapped(conv.inputs[0]), filter_.outputs[0]])
+        biased = rewriter.add(
+            "BiasAdd",
+            [new_conv.outputs[0], bias],
+            {
+                "data_format": conv.attrs.get("data_format", "NHWC"),
+                FUSED_FROM_ATTR: [node.name],
+            },
+            name=node.name,
+            exact_name=True,
+            device=node.requested_device,
+            control_inputs=rewriter.controls(node),
+        )
+        outputs = [biased.outputs[0]] + [biased.outputs[0]] * (len(node.outputs) - 1)
+        rewriter.alias(node, outputs, biased)  # the other outputs have no consumers
+    ctx.note(f"folded {len(norms)} batch norm(s) into convolutions: {name_list(norms)}")
+    return rewriter.finish(ctx.preserved)
+
+
+def _factor_and_shift(rewriter: GraphRewriter, norm: Node, hint: str) -> tuple[Tensor, Tensor]:
+    """``s = scale / sqrt(variance + epsilon)`` and ``offset - mean * s`` for ``norm``, one
+    value per channel, as nodes constant folding evaluates."""
+    scale, offset, mean, variance = (rewriter.mapped(t) for t in norm.inputs[1:5])
+    dtype = norm.inputs[0].dtype
+    epsilon = rewriter.add(
+        "Const",
+        [],
+        {"value": np.asarray(norm.attrs["epsilon"], dtype.numpy_dtype), "dtype": dtype},
+        name=f"{hint}/epsilon",
+    )
+    shifted = rewriter.add("AddV2", [variance, epsilon.outputs[0]], name=f"{hint}/var_eps")
+    inv = rewriter.add("Rsqrt", [shifted.outputs[0]], name=f"{hint}/rsqrt")
+    factor = rewriter.add("Mul", [scale, inv.outputs[0]], name=f"{hint}/factor")
+    moved = rewriter.add("Mul", [mean, factor.outputs[0]], name=f"{hint}/mean_factor")
+    shift = rewriter.add("Sub", [offset, moved.outputs[0]], name=f"{hint}/bias")
+    return factor.outputs[0], shift.outputs[0]
 
 
 def _constant_inference_norm(
@@ -176,11 +177,19 @@ def _constant_operand(node: Node, running: Tensor) -> Tensor | None:
     return other if other.node.op == "Const" and other is not running else None
 
 
-def _to_affines(
-    graph: Graph, affines: dict[str, tuple[Node, Node] | None], ctx: PassContext
-) -> Graph:
-    """Each batch norm of ``affines`` as ``Mul`` + ``AddV2`` of per-channel constants (its
-    scale layer absorbed where one follows), under the name of the last node replaced."""
+def _to_affines(graph: Graph, ctx: PassContext) -> Graph:
+    """Each norm left (after something else than a convolution) as ``Mul`` + ``AddV2`` of
+    per-channel constants, its scale layer absorbed where one follows, under the name of the
+    last node replaced."""
+    consumers = Consumers(graph)
+    frames = frame_nodes(graph)
+    affines = {
+        n.name: _scale_layer(n, consumers, frames, ctx)
+        for n in graph.nodes
+        if _constant_inference_norm(n, consumers, frames, ctx)
+    }
+    if not affines:
+        return graph
     absorbed = {n.name for pair in affines.values() if pair is not None for n in pair}
     ends = {pair[1].name: name for name, pair in affines.items() if pair is not None}
     rewriter = GraphRewriter(graph)
@@ -204,30 +213,20 @@ def _affine(
     rewriter: GraphRewriter, norm: Node, pair: tuple[Node, Node] | None, last: Node
 ) -> None:
     """``x * s + b`` for ``norm`` (and its scale layer ``pair``), named as ``last``."""
-    scale, offset, mean, variance = (rewriter.mapped(t) for t in norm.inputs[1:5])
-    dtype = norm.inputs[0].dtype
     hint = f"{norm.name}/affine"
-
-    def const(value: object, name: str, of: DType = dtype) -> Tensor:
-        array = np.asarray(value, of.numpy_dtype)
-        node = rewriter.add("Const", [], {"value": array, "dtype": of}, name=f"{hint}/{name}")
-        return node.outputs[0]
+    factor, shift = _factor_and_shift(rewriter, norm, hint)
 
     def op(name: str, a: Tensor, b: Tensor) -> Tensor:
         return rewriter.add(name, [a, b], name=f"{hint}/{name.lower()}").outputs[0]
 
-    inv = rewriter.add(
-        "Rsqrt",
-        [op("AddV2", variance, const(norm.attrs["epsilon"], "epsilon"))],
-        name=f"{hint}/rsqrt",
-    ).outputs[0]
-    factor = op("Mul", scale, inv)
-    shift = op("Sub", offset, op("Mul", mean, factor))
     if norm.attrs.get("data_format", "NHWC") in ("NCHW", "NCDHW"):  # the channel axis is 1
         rank = 4 if norm.attrs.get("data_format") == "NCHW" else 5
-        shape = const([-1] + [1] * (rank - 2), "channel_shape", int32)
-        factor = rewriter.add("Reshape", [factor, shape], name=f"{hint}/factor").outputs[0]
-        shift = rewriter.add("Reshape", [shift, shape], name=f"{hint}/shift").outputs[0]
+        dims = np.asarray([-1] + [1] * (rank - 2), np.int32)
+        shape = rewriter.add(
+            "Const", [], {"value": dims, "dtype": int32}, name=f"{hint}/channel_shape"
+        ).outputs[0]
+        factor = rewriter.add("Reshape", [factor, shape], name=f"{hint}/channel_factor").outputs[0]
+        shift = rewriter.add("Reshape", [shift, shape], name=f"{hint}/channel_shift").outputs[0]
     if pair is not None:
         mul, add = pair
         c = rewriter.mapped(_constant_operand(mul, norm.outputs[0]))  # type: ignore[arg-type]
