@@ -64,7 +64,7 @@ KERNLOOM_API_VERSION: Final = "1.3"
 # may_rewrite, likely_device_type, kernel_for, replace_groups; a rewriter's node may be a
 # plugin's OpDef; OpKernel.intra_op_parallel (KernelLibrary.kernel(intra_op_parallel=))
 # and Device.intra_op_threads; for kernels over host arrays, NUMPY_ELEMENTWISE,
-# plan_fused_expression and same_layout_output; check_bias (one wording, fused or not).
+# plan_fused_expression and elementwise_output; check_bias (one wording, fused or not).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

@@ -93,7 +93,7 @@ from kernloom.framework.op_kernel import (
     OpKernelContext,
 )
 from kernloom.framework.origin import Origin
-from kernloom.framework.output_layout import same_layout_output
+from kernloom.framework.output_layout import elementwise_output
 from kernloom.framework.probed_factory import Probe, ProbedDeviceFactory
 from kernloom.framework.shape_inference import (
     InferenceContext,
@@ -204,6 +204,7 @@ __all__ = [
     "default_registry",
     "depth_to_space_shape",
     "device_count_for",
+    "elementwise_output",
     "fill_dims",
     "frame_nodes",
     "full_device_name",
@@ -228,7 +229,6 @@ __all__ = [
     "replace_groups",
     "reshape_dims",
     "resize_output_shape",
-    "same_layout_output",
     "select_condition_shape",
     "space_to_depth_shape",
     "tf_cast",

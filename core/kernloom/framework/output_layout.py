@@ -15,7 +15,7 @@ import numpy as np
 
 from kernloom.framework.op_kernel import OpKernelContext
 
-__all__ = ["same_layout_output"]
+__all__ = ["elementwise_output", "same_layout_output"]
 
 Array = np.ndarray[Any, Any]
 
@@ -37,3 +37,12 @@ def same_layout_output(ctx: OpKernelContext, whole: Sequence[Array], shape: Any)
         return None  # a layout with gaps (a sliced view): C order it is
     ctx.set_output(0, out)
     return out
+
+
+def elementwise_output(ctx: OpKernelContext, inputs: Sequence[Array], shape: Any) -> Array:
+    """The output of an elementwise kernel over host arrays: laid out as its inputs of the
+    output's shape are (``same_layout_output``), else the buffer of one of them that
+    nothing else holds, else a new C-order buffer."""
+    whole = [i for i, x in enumerate(inputs) if tuple(x.shape) == tuple(shape)]
+    out = same_layout_output(ctx, [inputs[i] for i in whole], shape)
+    return out if out is not None else ctx.forward_input_or_allocate_output(whole, 0, shape)

@@ -25,10 +25,10 @@ from kernloom.plugin import (
     OpKernelContext,
     broadcast_shape,
     check_bias,
+    elementwise_output,
     matmul_shape,
     parse_fused_ops,
     plan_fused_expression,
-    same_layout_output,
 )
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
@@ -55,10 +55,7 @@ class FusedElementwise(OpKernel):
         shape = shapes[0] if all(s == shapes[0] for s in shapes) else broadcast_shape(ctx, *shapes)
         # An input of the output's shape that nothing else holds may become the output:
         # its block is read only by the steps of that same block, before the last writes.
-        whole = [i for i, x in enumerate(inputs) if x.shape == shape]
-        out = same_layout_output(ctx, [inputs[i] for i in whole], shape)
-        if out is None:
-            out = ctx.forward_input_or_allocate_output(whole, 0, shape)
+        out = elementwise_output(ctx, inputs, shape)
         if out.size == 0:
             return
         if out.ndim == 0 or out.size <= BLOCK_ELEMENTS or shape[0] == 1:

@@ -21,11 +21,11 @@ from kernloom.plugin import (
     OpKernelContext,
     broadcast_shape,
     check_bias,
+    elementwise_output,
     matmul_shape,
     parse_fused_expression,
     parse_fused_ops,
     plan_fused_expression,
-    same_layout_output,
 )
 from kernloom_gpu_torch import dtypes as d
 from kernloom_gpu_torch.kernels._util import (
@@ -62,8 +62,9 @@ FUNCTIONS: Final[dict[str, Callable[..., torch.Tensor]]] = {
     "Square": torch.square,
     "Tanh": torch.tanh,
     "Sigmoid": torch.sigmoid,
-    "Relu": lambda x: torch.clamp(x, min=0),  # NaN stays NaN
+    "Relu": lambda x, *, out=None: torch.clamp(x, min=0, out=out),  # NaN stays NaN
 }
+"""Each fusable op as a torch function; every one takes ``out=`` (None: a new tensor)."""
 
 
 def fused_elementwise(ctx: OpKernelContext) -> None:
@@ -75,13 +76,6 @@ def fused_elementwise(ctx: OpKernelContext) -> None:
         args = [inputs[i] if kind == "i" else values[i] for kind, i in operands]
         values.append(FUNCTIONS[op](*args))
     output(ctx, 0, shape).copy_(values[-1].expand(shape))
-
-
-OUT_FUNCTIONS: Final[dict[str, Callable[..., torch.Tensor]]] = {
-    **{op: fn for op, fn in FUNCTIONS.items() if op != "Relu"},
-    "Relu": lambda x, *, out: torch.clamp(x, min=0, out=out),  # NaN stays NaN
-}
-"""``FUNCTIONS`` with an ``out=`` argument each (None: a new tensor)."""
 
 
 SMALL_ELEMENTWISE: Final = 32768
@@ -106,18 +100,13 @@ class CpuFusedElementwise(OpKernel):
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
         steps, self._temps = plan_fused_expression(str(ctx.attr("expression")), int(ctx.attr("N")))
-        self._torch = _multiply_adds([(OUT_FUNCTIONS[op], refs, slot) for op, refs, slot in steps])
+        self._torch = _multiply_adds([(FUNCTIONS[op], refs, slot) for op, refs, slot in steps])
         self._numpy = [(NUMPY_ELEMENTWISE[op], refs, slot) for op, refs, slot in steps]
 
     def compute(self, ctx: OpKernelContext) -> None:
         raw = ctx.input_list("inputs")
         shape = tuple(broadcast_shape(ctx, *[tuple(x.shape) for x in raw]))
-        # The output as numpy's kernel makes it: laid out as the inputs of its shape are
-        # (counted), else an input nothing else holds, else a new C-order buffer.
-        whole = [i for i, x in enumerate(raw) if tuple(x.shape) == shape]
-        out = same_layout_output(ctx, [raw[i] for i in whole], shape)
-        if out is None:
-            out = ctx.forward_input_or_allocate_output(whole, 0, shape)
+        out = elementwise_output(ctx, raw, shape)  # as numpy's kernel makes it
         if out.size == 0:
             return
         if out.size < SMALL_ELEMENTWISE:
@@ -167,12 +156,12 @@ def _multiply_adds(steps: list[Any]) -> list[Any]:
     """``Mul`` then an ``Add`` of its value as one ``addcmul`` (one pass over the tensor
     instead of two: a batch norm's ``x * s + b`` before a ReLU), where nothing later reads
     the product. The sum may differ from two separate roundings by an ulp."""
-    adds = (OUT_FUNCTIONS["Add"], OUT_FUNCTIONS["AddV2"])
+    adds = (FUNCTIONS["Add"], FUNCTIONS["AddV2"])
     merged: list[Any] = []
     k = 0
     while k < len(steps):
         fn, refs, slot = steps[k]
-        if fn is OUT_FUNCTIONS["Mul"] and k + 1 < len(steps) and slot >= 0:
+        if fn is FUNCTIONS["Mul"] and k + 1 < len(steps) and slot >= 0:
             add_fn, add_refs, add_slot = steps[k + 1]
             product = (False, slot)
             if add_fn in adds and add_refs.count(product) == 1 and _dies(steps, k + 1, slot):
