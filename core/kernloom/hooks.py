@@ -61,10 +61,11 @@ KERNLOOM_API_VERSION: Final = "1.3"
 # 1.2: whole-list attr constraints (``fused_ops`` forms: BIAS_FORMS, CONV_FORMS,
 # RESIDUAL_FORMS, FusedOps, parse_fused_ops), on_inter_op_worker, GraphRewriter.
 # 1.3: what the built-in fusions decide with, for a plugin's own: Consumers, frame_nodes,
-# may_rewrite, likely_device_type, kernel_for, replace_groups; a rewriter's node may be a
-# plugin's OpDef; OpKernel.intra_op_parallel (KernelLibrary.kernel(intra_op_parallel=))
-# and Device.intra_op_threads; for kernels over host arrays, NUMPY_ELEMENTWISE,
-# plan_fused_expression and elementwise_output; check_bias (one wording, fused or not).
+# may_rewrite, likely_device_type, kernel_for, replace_groups, fused_from; a rewriter's node
+# may be a plugin's OpDef; OpKernel.intra_op_parallel (KernelLibrary.kernel(
+# intra_op_parallel=)) and Device.intra_op_threads; for kernels over host arrays,
+# NUMPY_ELEMENTWISE, plan_fused_expression and elementwise_output; check_bias (one
+# wording, fused or not).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

@@ -125,7 +125,7 @@ from kernloom.op_library.image_ops import (
     space_to_depth_shape,
 )
 from kernloom.op_library.linalg_ops import EinsumEquation, EinsumPlan, batch_matmul_shape
-from kernloom.optimizer.analysis import Consumers, frame_nodes, may_rewrite
+from kernloom.optimizer.analysis import Consumers, frame_nodes, fused_from, may_rewrite
 from kernloom.optimizer.graph_pass import FUSED_FROM_ATTR, GraphPass, PassContext
 from kernloom.optimizer.placement_hint import kernel_for, likely_device_type
 from kernloom.optimizer.rewriter import GraphRewriter, replace_groups
@@ -208,6 +208,7 @@ __all__ = [
     "fill_dims",
     "frame_nodes",
     "full_device_name",
+    "fused_from",
     "hookimpl",
     "indexing_checks",
     "kernel_for",

@@ -27,6 +27,7 @@ from kernloom.plugin import (
     PassContext,
     as_dtype,
     frame_nodes,
+    fused_from,
     kernel_for,
     likely_device_type,
     may_rewrite,
@@ -140,11 +141,6 @@ def _may_be_inner(node: Any, consumers: Consumers, frames: set[str], ctx: PassCo
     )
 
 
-def _fused_from(node: Any) -> list[str]:
-    """The user's nodes ``node`` stands for: what it was fused from, or itself."""
-    return [str(n) for n in node.attrs.get(FUSED_FROM_ATTR) or [node.name]]
-
-
 def _activation(node: Any) -> str:
     fused_ops: Sequence[str] = node.attrs.get("fused_ops", ())
     return str(fused_ops[1]) if len(fused_ops) > 1 else ""
@@ -160,7 +156,7 @@ def _attrs(chain: _Chain) -> dict[str, Any]:
         "leakyrelu_alphas": [float(n.attrs.get("leakyrelu_alpha", 0.2)) for n in layers],
         "head": chain.head.op if chain.head is not None else "",
         "layers": [n.name for n in layers],
-        FUSED_FROM_ATTR: [name for m in chain.members for name in _fused_from(m)],
+        FUSED_FROM_ATTR: fused_from(chain.members),
     }
 
 
