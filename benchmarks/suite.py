@@ -79,6 +79,21 @@ MLP_RUNTIMES = ("numpy", "onnxruntime", "tf", "torch", "kernloom_on")
 PER_NODE = 1e6 / N_ADDS
 
 
+def _chain(*, scalar: bool) -> Workload:
+    kind = "scalar" if scalar else "vector"
+    return Workload(
+        key=f"chain_{kind}",
+        title=f"chain of 1000 `Add(x, c)`, float32[16], `c` a {kind} constant",
+        factory="chain",
+        params={"scalar": scalar},
+        runtimes=CHAIN_RUNTIMES,
+        unit="µs per original node",
+        unit_short="µs",
+        scale=PER_NODE,
+        repeats=20,
+    )
+
+
 def _mlp(threads: int) -> Workload:
     return Workload(
         key=f"mlp_{threads}",
@@ -101,28 +116,8 @@ def _mlp(threads: int) -> Workload:
 
 
 WORKLOADS = (
-    Workload(
-        key="chain_vector",
-        title="chain of 1000 `Add(x, c)`, float32[16], `c` a vector constant",
-        factory="chain",
-        params={"scalar": False},
-        runtimes=CHAIN_RUNTIMES,
-        unit="µs per original node",
-        unit_short="µs",
-        scale=PER_NODE,
-        repeats=20,
-    ),
-    Workload(
-        key="chain_scalar",
-        title="chain of 1000 `Add(x, c)`, float32[16], `c` a scalar constant",
-        factory="chain",
-        params={"scalar": True},
-        runtimes=CHAIN_RUNTIMES,
-        unit="µs per original node",
-        unit_short="µs",
-        scale=PER_NODE,
-        repeats=20,
-    ),
+    _chain(scalar=False),
+    _chain(scalar=True),
     _mlp(1),
     _mlp(2),
     Workload(
