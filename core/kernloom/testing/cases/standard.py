@@ -12,7 +12,7 @@ import kernloom as kl
 from kernloom.op_library import types as t
 from kernloom.testing.cases.case import Array, Case, reduction_cases, sample
 
-__all__ = ["cases"]
+__all__ = ["cases", "reference_softmax"]
 
 SHAPE_PAIRS = [((2, 3), (2, 3)), ((2, 3), (3,)), ((), (2, 3)), ((0, 3), (1, 3)), ((4, 1), (1, 5))]
 UNARY_SHAPES = [(2, 3), (), (0,), (3, 1, 2)]
@@ -326,16 +326,23 @@ def _cast(x: Array, dst: kl.DType) -> Array:
     return x.astype(dst.numpy_dtype)
 
 
-def _softmax(x: Array) -> Any:
+def reference_softmax(x: Array, *, log: bool = False) -> Array:
+    """Softmax (or LogSoftmax) over the last axis in float64, with TensorFlow's special
+    values: a row with NaN or +inf is all NaN, a row of -inf is NaN, -inf logits get 0."""
     wide = x.astype(np.float64)
-    e = np.exp(wide - wide.max(axis=-1, keepdims=True, initial=-np.inf))
-    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+    with np.errstate(all="ignore"):
+        shifted = wide - wide.max(axis=-1, keepdims=True, initial=-np.inf)
+        log_sum = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        out: Array = shifted - log_sum if log else np.exp(shifted - log_sum)
+    return out
+
+
+def _softmax(x: Array) -> Any:
+    return reference_softmax(x).astype(x.dtype)
 
 
 def _log_softmax(x: Array) -> Any:
-    wide = x.astype(np.float64)
-    shifted = wide - wide.max(axis=-1, keepdims=True, initial=-np.inf)
-    return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(x.dtype)
+    return reference_softmax(x, log=True).astype(x.dtype)
 
 
 def _reduction_reference(
