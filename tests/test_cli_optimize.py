@@ -97,7 +97,9 @@ def test_disabling_every_pass_keeps_the_graph(
         (["{graph}", "-o", "{tmp}/nowhere/o.json"], "directory {tmp}/nowhere does not exist"),
         (["{graph}", "-o", "{graph}/o.json"], "{graph} is a file, not a directory"),
         (["{graph}", "-o", "{tmp}/o.json", "--disable", "cse2"], "no graph pass is named 'cse2'"),
-        (["{graph}", "-o", "{tmp}/o.json", "--fetch", "nope:0"], "no node named 'nope'"),
+        (["{graph}", "-o", "{tmp}/o.json", "--fetch", "nope:0"], "--fetch nope:0: the graph has"),
+        # printed as typed: rich would show the emoji code ':x:' as a cross
+        (["{graph}", "-o", "{tmp}/o.json", "--fetch", "y:x:"], "--fetch y:x:: tensor name 'y:x:'"),
     ],
 )
 def test_bad_arguments_are_usage_errors_naming_them(

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernloom.cli_compare import add_compare_parser
+from kernloom.cli_console import plain_console
 from kernloom.cli_flags import cli_message
 from kernloom.cli_onnx import add_convert_parser, cmd_ops_onnx
 from kernloom.cli_optimize import add_optimize_parser
@@ -52,11 +53,7 @@ def origin_json(origin: Origin) -> dict[str, str | None]:
 
 
 def _console(*, stderr: bool = False) -> Console:
-    stream = sys.stderr if stderr else sys.stdout
-    # Outside a terminal (CI logs, pipes) rich would assume 80 columns and wrap every cell.
-    return Console(
-        file=stream, width=None if stream.isatty() else 200, highlight=False, markup=False
-    )
+    return plain_console(stderr=stderr, table_width=True)
 
 
 def _bytes(n: int) -> str:

@@ -11,9 +11,8 @@ import argparse
 import json
 from typing import Any
 
-from rich.console import Console
-
 from kernloom.cli_args import UsageError, int_in_range, settings_from_pairs
+from kernloom.cli_console import plain_console
 from kernloom.cli_flags import (
     COMPARE_FLAGS,
     EXIT_OK,
@@ -46,7 +45,7 @@ def _compare(registry: Registry, args: argparse.Namespace) -> int:
     config = SessionConfig(device_filters=tuple(args.device_filter))
     with Session(graph, config) as session:
         result = session.compare_labels(fetches, feeds, labels=labels, runs=args.runs)
-    console = Console(highlight=False, soft_wrap=True, markup=False)
+    console = plain_console()
     if args.json:
         console.print(json.dumps(result.as_json(), indent=2), markup=False)
     else:

@@ -13,9 +13,8 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from rich.console import Console
-
 from kernloom.cli_args import UsageError
+from kernloom.cli_console import plain_console
 from kernloom.errors import (
     InvalidArgumentError,
     KernelError,
@@ -135,6 +134,6 @@ def run_command(
     except MemoryError:
         message = failed + "out of memory; use smaller feeds or a smaller graph"
         code = EXIT_FAILED
-    errors = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+    errors = plain_console(stderr=True)
     errors.print(f"error: {message}")
     return code

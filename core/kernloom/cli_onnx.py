@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from kernloom.cli_console import plain_console
 from kernloom.cli_flags import cli_message
 from kernloom.errors import InvalidArgumentError
 from kernloom.graph.graph import Graph
@@ -46,8 +46,8 @@ def load_onnx_graph(path: str) -> Graph:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    console = Console(highlight=False, soft_wrap=True, markup=False)
-    errors = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+    console = plain_console()
+    errors = plain_console(stderr=True)
     target = Path(args.output)
     if target.exists() and not args.force:
         errors.print(f"error: {target} exists; pass --force to replace it")
@@ -96,5 +96,5 @@ def cmd_ops_onnx(args: argparse.Namespace) -> int:
     table.add_column("versions")
     for (domain, op), versions in sorted(rows.items()):
         table.add_row(domain or "ai.onnx", op, ", ".join(str(v) for v in versions))
-    Console(highlight=False, markup=False).print(table)
+    plain_console(table_width=True).print(table)
     return EXIT_OK

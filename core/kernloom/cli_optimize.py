@@ -16,8 +16,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
+from kernloom.cli_console import plain_console
 from kernloom.cli_flags import (
     EXIT_OK,
     OPTIMIZE_FLAGS,
@@ -25,7 +24,7 @@ from kernloom.cli_flags import (
 )
 from kernloom.cli_outputs import check_writable
 from kernloom.cli_passes import add_pass_flags, disabled_passes
-from kernloom.errors import InvalidArgumentError
+from kernloom.errors import InvalidArgumentError, KernloomError
 from kernloom.graph.graph import Graph
 from kernloom.optimizer import optimize_step_graph
 from kernloom.registry import Registry
@@ -39,15 +38,24 @@ def _sinks(graph: Graph) -> set[str]:
     return {n.name for n in graph.nodes if n.name not in consumed}
 
 
+def _fetched(graph: Graph, name: str) -> str:
+    """The node of a ``--fetch`` tensor; a name that is not in the graph is an error that
+    names the flag and the nodes it may have meant."""
+    try:
+        return graph.tensor(name).node.name
+    except KernloomError as exc:
+        raise InvalidArgumentError(f"--fetch {name}: {exc}") from None
+
+
 def _optimize(registry: Registry, args: argparse.Namespace) -> int:
-    console = Console(highlight=False, soft_wrap=True, markup=False)
+    console = plain_console()
     source = Path(args.graph)
     if not source.is_file():
         raise InvalidArgumentError(f"{args.graph}: no such file")
     out = check_writable(Path(args.output), "-o", force=args.force)
     disabled = disabled_passes(registry, args)
     graph = Graph.load(source, registry=registry)
-    kept = {graph.tensor(name).node.name for name in args.fetch} if args.fetch else _sinks(graph)
+    kept = {_fetched(graph, name) for name in args.fetch} if args.fetch else _sinks(graph)
     devices = registry.create_devices()
     try:
         optimized, report = optimize_step_graph(

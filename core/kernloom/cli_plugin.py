@@ -21,8 +21,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
+from kernloom.cli_console import plain_console
 from kernloom.cli_flags import cli_message
 from kernloom.errors import InvalidArgumentError
 from kernloom.fileio import atomic_write_text
@@ -123,14 +122,12 @@ def write_plugin(spec: PluginSpec, directory: Path) -> list[Path]:
 
 
 def _new(registry: Registry, args: argparse.Namespace) -> int:
-    console = Console(highlight=False, soft_wrap=True, markup=False)
+    console = plain_console()
     try:
         spec = PluginSpec.make(args.name, args.device_type, kernels_only=args.kernels_only)
         files = write_plugin(spec, Path(args.dir))
     except InvalidArgumentError as exc:
-        Console(stderr=True, highlight=False, soft_wrap=True, markup=False).print(
-            f"error: {cli_message(exc, {})}", markup=False
-        )
+        plain_console(stderr=True).print(f"error: {cli_message(exc, {})}", markup=False)
         return EXIT_USAGE
     root = Path(args.dir) / spec.name
     what = "kernel library" if spec.kernels_only else "device plugin"

@@ -30,6 +30,7 @@ from kernloom.cli_args import (
     positive_seconds,
     settings_from_pairs,
 )
+from kernloom.cli_console import plain_console
 from kernloom.cli_flags import EXIT_OK, cli_message, run_command
 from kernloom.cli_onnx import is_onnx_path, load_onnx_graph
 from kernloom.cli_outputs import OutputPlan, member_of, plan_outputs, write_npy, write_npz
@@ -170,7 +171,7 @@ def _write_results(
 
 def _run(registry: Registry, args: argparse.Namespace) -> int:
     # markup=False everywhere: names, paths and values are the user's, never rich markup.
-    console = Console(highlight=False, soft_wrap=True, markup=False)
+    console = plain_console()
     fetches = list(args.fetch)
     plan = plan_outputs(fetches, args.out, args.trace, force=args.force)
     feed_files = settings_from_pairs(args.feed, "--feed", "x=x.npy", key=_tensor_key)

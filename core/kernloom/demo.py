@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from kernloom.cli_args import Once, int_in_range
+from kernloom.cli_console import plain_console
 from kernloom.cli_flags import CLI_FLAGS, run_command
 from kernloom.cli_outputs import check_writable
 from kernloom.graph.builder import constant, placeholder
@@ -81,7 +81,7 @@ def _best_of(session: Session, fetch: Any, feeds: dict[Any, Array], repeats: int
 
 def _run_demo(registry: Registry, args: argparse.Namespace) -> int:
     # No markup: device names, backends and labels come from plugins and the user.
-    console = Console(highlight=False, soft_wrap=True, markup=False)
+    console = plain_console()
     check_writable(args.trace, "--trace", force=True)
     graph, t, weights = build_mlp(registry)
     images = np.random.default_rng(1).standard_normal((args.batch, 784)).astype(np.float32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, final
 
 from kernloom.dtypes import DType
+from kernloom.graph.tensor_operators import logical, logical_not, slice_tensor, true_divide
 from kernloom.shapes import TensorShape
 
 if TYPE_CHECKING:
@@ -18,8 +19,11 @@ class Tensor:
     """Output ``index`` of ``node``, with the dtype and (partial) shape inferred at build time.
 
     Arithmetic operators build nodes (``a + b`` adds an ``Add``); Python numbers and numpy
-    arrays on the other side become constants of this tensor's dtype. ``==`` keeps its
-    Python meaning (identity), so tensors can be dict keys; use ``kl.ops.equal``.
+    arrays on the other side become constants of this tensor's dtype. They mean what
+    TensorFlow's do: ``//`` is ``FloorDiv``, ``%`` ``FloorMod``, ``/`` on integers divides
+    in floating point (``tensor_operators.true_divide``), ``&``/``|``/``^``/``~`` are
+    logical on bool tensors, ``x[...]`` is one ``StridedSlice``. ``==`` keeps its Python
+    meaning (identity), so tensors can be dict keys; use ``kl.ops.equal``.
     """
 
     __slots__ = ("dtype", "index", "node", "shape")
@@ -79,10 +83,22 @@ class Tensor:
         return self._binary("Mul", other, reverse=True)
 
     def __truediv__(self, other: object) -> Tensor:
-        return self._binary("RealDiv", other)
+        return true_divide(self, other)
 
     def __rtruediv__(self, other: object) -> Tensor:
-        return self._binary("RealDiv", other, reverse=True)
+        return true_divide(self, other, reverse=True)
+
+    def __floordiv__(self, other: object) -> Tensor:
+        return self._binary("FloorDiv", other)
+
+    def __rfloordiv__(self, other: object) -> Tensor:
+        return self._binary("FloorDiv", other, reverse=True)
+
+    def __mod__(self, other: object) -> Tensor:
+        return self._binary("FloorMod", other)
+
+    def __rmod__(self, other: object) -> Tensor:
+        return self._binary("FloorMod", other, reverse=True)
 
     def __pow__(self, other: object) -> Tensor:
         return self._binary("Pow", other)
@@ -102,7 +118,43 @@ class Tensor:
     def __gt__(self, other: object) -> Tensor:
         return self._binary("Greater", other)
 
+    def __le__(self, other: object) -> Tensor:
+        return self._binary("LessEqual", other)
+
+    def __ge__(self, other: object) -> Tensor:
+        return self._binary("GreaterEqual", other)
+
+    def __and__(self, other: object) -> Tensor:
+        return logical(self, "LogicalAnd", other)
+
+    def __rand__(self, other: object) -> Tensor:
+        return logical(self, "LogicalAnd", other, reverse=True)
+
+    def __or__(self, other: object) -> Tensor:
+        return logical(self, "LogicalOr", other)
+
+    def __ror__(self, other: object) -> Tensor:
+        return logical(self, "LogicalOr", other, reverse=True)
+
+    def __xor__(self, other: object) -> Tensor:
+        return logical(self, "LogicalXor", other)
+
+    def __rxor__(self, other: object) -> Tensor:
+        return logical(self, "LogicalXor", other, reverse=True)
+
+    def __invert__(self) -> Tensor:
+        return logical_not(self)
+
+    def __abs__(self) -> Tensor:
+        return self._unary("Abs")
+
+    def __getitem__(self, index: object) -> Tensor:
+        return slice_tensor(self, index)
+
     def __neg__(self) -> Tensor:
-        result = self.node.graph.apply_op("Neg", [self], {})
+        return self._unary("Neg")
+
+    def _unary(self, op: str) -> Tensor:
+        result = self.node.graph.apply_op(op, [self], {})
         assert isinstance(result, Tensor)
         return result
