@@ -8,6 +8,7 @@ GEMM, torch's ordinary one), every activation, with and without a softmax head."
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,7 @@ def _mlp(
     *,
     transpose: bool = False,
     registry: Any = None,
+    columns: int | None = -1,
 ) -> tuple[kl.Graph, kl.Tensor, kl.Tensor, Callable[[Any], Any]]:
     """Dense layers (MatMul + BiasAdd + activation) and a head, as the user writes them;
     with the numpy float64 function they compute."""
@@ -57,7 +59,7 @@ def _mlp(
     biases = [RNG.standard_normal(b).astype(np.float32) for b in sizes[1:]]
     g = kl.Graph(registry) if registry is not None else kl.Graph()
     with g.as_default():
-        x = kl.placeholder(kl.float32, [None, sizes[0]], name="x")
+        x = kl.placeholder(kl.float32, [None, sizes[0] if columns == -1 else columns], name="x")
         h = x
         for i, (w, b, act) in enumerate(zip(weights, biases, activations, strict=True)):
             w_const = kl.constant(np.ascontiguousarray(w.T) if transpose else w, name=f"w{i}")
@@ -276,3 +278,61 @@ def test_a_variable_weight_gives_each_run_its_value() -> None:
         z = np.full((70, 300), 8.0 * weight) @ w2.astype(np.float64) + b2
         e = np.exp(z - z.max(axis=1, keepdims=True))
         np.testing.assert_allclose(value, e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("library", [packed_matmul.MKL, packed_matmul.ONEDNN, packed_matmul.PLAIN])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_chain_run_again_replays_its_calls_and_decides_again_when_a_shape_changes(
+    library: str, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of one session with new values, alternating batch sizes, a NaN and a bad
+    shape: each gives numpy's value (or the layer's error); the checks run only when the
+    input's shape is new (the replayed runs make the library calls alone)."""
+    from kernloom_gpu_torch.kernels import dense_chain
+
+    checked = []
+    real_check = dense_chain.matmul_shape
+    monkeypatch.setattr(
+        dense_chain, "matmul_shape", lambda *a, **k: checked.append(1) or real_check(*a, **k)
+    )
+    monkeypatch.setattr(packed_matmul, "GEMM_LIBRARY", library)
+    g, x, y, reference = _mlp([64, 300, 200, 10], ["Relu", "Relu6", ""], "Softmax", columns=None)
+    config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
+    with kl.Session(g, config, registry=REGISTRY) as session:
+        run = session.make_callable(y, [x])
+        for rows in (128, 128, 128, 9, 9, 128):
+            xv = RNG.standard_normal((rows, 64)).astype(np.float32)
+            xv[0, 0] = np.nan if rows == 9 else xv[0, 0]
+            before = len(checked)
+            np.testing.assert_allclose(run(xv), reference(xv), rtol=2e-4, atol=2e-5)
+            assert np.isnan(run(xv)[0]).all() == (rows == 9)
+            assert len(checked) - before in (0, 3)  # decided again, or replayed
+        # first sight of each shape (128, 9, 128 again after 9) decides; the rest replay
+        assert len(checked) == 3 * 3
+        with pytest.raises(kl.KernelError, match=r"layer 1 of 3 .*inner dimensions differ"):
+            run(np.ones((128, 63), np.float32))
+
+
+def test_steps_of_other_shapes_at_the_same_time_each_get_their_own_values() -> None:
+    """Two threads run one session's chain at once with different batch sizes: a step
+    replays only what was recorded for its own shape."""
+    g, x, y, reference = _mlp([64, 300, 200, 10], ["Relu", "Relu", ""], "Softmax")
+    failures: list[BaseException] = []
+    with kl.Session(g, kl.SessionConfig(intra_op_threads=2), registry=REGISTRY) as session:
+        run = session.make_callable(y, [x])
+
+        def steps(rows: int) -> None:
+            rng = np.random.default_rng(rows)
+            try:
+                for _ in range(30):
+                    xv = rng.standard_normal((rows, 64)).astype(np.float32)
+                    np.testing.assert_allclose(run(xv), reference(xv), rtol=2e-4, atol=2e-5)
+            except BaseException as exc:  # reported below, from the test's thread
+                failures.append(exc)
+
+        workers = [threading.Thread(target=steps, args=(rows,)) for rows in (128, 9, 64)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    assert not failures, failures[0]

@@ -19,6 +19,7 @@ added by the GEMM; the activation runs in place on its result (NaN stays NaN).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -46,7 +47,14 @@ from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY
 from kernloom_gpu_torch.kernels.fused import activate
 from kernloom_gpu_torch.kernels.onednn import ConstantInput, is_constant
 
-__all__ = ["PackedFusedMatMul", "PackedMatMul", "PackedWeight", "for_numpy", "register"]
+__all__ = [
+    "PackedFusedMatMul",
+    "PackedMatMul",
+    "PackedWeight",
+    "Product",
+    "for_numpy",
+    "register",
+]
 
 CPU_LABEL: Final = "torch"
 
@@ -147,6 +155,10 @@ def for_numpy(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
     return threads == 1 and product < SMALL_PRODUCT and int(shape[1]) >= NARROW
 
 
+Product = Callable[[torch.Tensor], torch.Tensor]
+"""One product's library call with everything but the left operand bound."""
+
+
 class _Packed:
     """A constant weight in the GEMM library's packed layout, with the array it came from
     (held, so that its identity stays unique) and, for MKL, the [N, K] weight it reads
@@ -175,8 +187,16 @@ class PackedWeight:
     def product(
         self, a: torch.Tensor, raw_b: Any, bias: torch.Tensor | None, shape: Any
     ) -> torch.Tensor | None:
-        """The product (with the bias) in the library's fast path, or None for ``_plain``:
-        empty products (oneDNN refuses them), and on the MKL path what is not packed."""
+        """The product (with the bias) in the library's fast path, or None for ``_plain``
+        (``call``'s cases)."""
+        call = self.call(raw_b, bias, shape)
+        return None if call is None else call(a)
+
+    def call(self, raw_b: Any, bias: torch.Tensor | None, shape: Any) -> Product | None:
+        """The library's fast path for this weight, bias and shape as a function of the
+        left operand (packing the weight first if it is a new constant), for ``product``
+        and for a caller that keeps it to call again; None for ``_plain``: empty products
+        (oneDNN refuses them), and on the MKL path what is not packed."""
         rows = int(shape[0])
         if 0 in shape or 0 in raw_b.shape:
             return None
@@ -187,11 +207,12 @@ class PackedWeight:
             else:
                 b = tensor(raw_b)
                 weight = b if self.transpose_b else b.T
-            return _linear_pointwise(a, weight, bias, "none", [], "")  # type: ignore[no-any-return]
+            return lambda a: _linear_pointwise(a, weight, bias, "none", [], "")
         if self.library == MKL and rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW:
             packed = self._weights(raw_b, rows)
             if packed is not None:
-                return _mkl_linear(a, packed.packed, packed.original, bias, rows)  # type: ignore[no-any-return]
+                weights = packed.packed, packed.original
+                return lambda a: _mkl_linear(a, *weights, bias, rows)
         return None
 
     def _weights(self, raw_b: Any, rows: int) -> _Packed | None:
