@@ -1,9 +1,10 @@
 """The torch plugin's ``torch_dense_chain`` pass on and off, in one process: two sessions
 of the same MLP (MatMul + BiasAdd + Relu layers and a softmax), one with the pass disabled,
-alternating (every other round in reverse order), ``--rounds`` rounds of best-of-5 each; prints each median and the median of
-the per-round ratio chain / nodes. ``--replay``: instead, one session with the chain, its
-steps replaying the last run's calls (``dense_chain.REPLAY``) or deciding again, and ONNX
-Runtime's session of the same model (where installed) in the same rounds.
+alternating (every other round in reverse order), ``--rounds`` rounds of best-of-5 each;
+prints each median and the median of the per-round ratio chain / nodes. ``--replay``:
+instead, one session with the chain, its steps replaying the last run's calls
+(``dense_chain.REPLAY``) or deciding again, and ONNX Runtime's session of the same model
+(where installed) in the same rounds.
 
     .venv/bin/python benchmarks/bench_dense_chain.py --threads 1 --batch 64 --sizes 128-256-256-10
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_dense_chain.py --threads 2 --replay

@@ -93,7 +93,7 @@ from kernloom.framework.op_kernel import (
     OpKernelContext,
 )
 from kernloom.framework.origin import Origin
-from kernloom.framework.output_layout import elementwise_output
+from kernloom.framework.output_layout import concat_output, elementwise_output, memory_order
 from kernloom.framework.probed_factory import Probe, ProbedDeviceFactory
 from kernloom.framework.shape_inference import (
     InferenceContext,
@@ -200,6 +200,7 @@ __all__ = [
     "broadcast_shapes",
     "check_bias",
     "check_permutation",
+    "concat_output",
     "concat_shape",
     "default_registry",
     "depth_to_space_shape",
@@ -215,6 +216,7 @@ __all__ = [
     "likely_device_type",
     "matmul_shape",
     "may_rewrite",
+    "memory_order",
     "nearest_indices",
     "normalize_axis",
     "on_inter_op_worker",

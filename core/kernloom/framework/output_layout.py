@@ -1,9 +1,12 @@
-"""An output laid out in memory as a kernel's inputs are: for elementwise kernels over
-host (numpy) arrays whose inputs are not in C order.
+"""An output laid out in memory as a kernel's inputs are: for elementwise kernels and
+concatenations over host (numpy) arrays whose inputs are not in C order.
 
 An NCHW image in NHWC memory (as the torch plugin's oneDNN convolutions give) read by an
 elementwise kernel writing C order would stream through its inputs with a stride, and the
 next convolution would have to transpose it back; written in the inputs' order, neither.
+The same holds for a concatenation of such images (Inception's and DenseNet's channel
+concats): in C order each input is transposed on the way in, and each reader of the
+result (a convolution, a pooling) transposes it back.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 
 from kernloom.framework.op_kernel import OpKernelContext
 
-__all__ = ["elementwise_output", "same_layout_output"]
+__all__ = ["concat_output", "elementwise_output", "memory_order", "same_layout_output"]
 
 Array = np.ndarray[Any, Any]
 
@@ -46,3 +49,32 @@ def elementwise_output(ctx: OpKernelContext, inputs: Sequence[Array], shape: Any
     whole = [i for i, x in enumerate(inputs) if tuple(x.shape) == tuple(shape)]
     out = same_layout_output(ctx, [inputs[i] for i in whole], shape)
     return out if out is not None else ctx.forward_input_or_allocate_output(whole, 0, shape)
+
+
+def memory_order(arrays: Sequence[Array]) -> list[int] | None:
+    """The axis order in which every array of ``arrays`` is C-contiguous (``x.transpose(
+    order)`` is a C-order array), when they share one other than C order: e.g. ``[0, 2, 3,
+    1]`` for NCHW images in NHWC memory. None for C order, empty arrays, or no shared order."""
+    if not arrays or arrays[0].ndim < 2 or arrays[0].flags.c_contiguous:
+        return None
+    first = arrays[0]
+    if first.size == 0 or min(first.strides) <= 0:
+        return None
+    order = sorted(range(first.ndim), key=lambda axis: -first.strides[axis])
+    for x in arrays:
+        if x.size == 0 or x.ndim != first.ndim or not x.transpose(order).flags.c_contiguous:
+            return None
+    return order
+
+
+def concat_output(ctx: OpKernelContext, values: Sequence[Array], axis: int, shape: Any) -> bool:
+    """Concatenate ``values`` along ``axis`` into output 0 of ``shape`` laid out in their
+    shared memory order (``memory_order``); False, with nothing done, when they share
+    none (the kernel then writes C order)."""
+    order = memory_order(values)
+    if order is None:
+        return False
+    buffer = ctx.allocate_temp(tuple(shape[a] for a in order), ctx.signature.output_dtypes[0])
+    np.concatenate([v.transpose(order) for v in values], axis=order.index(axis), out=buffer)
+    ctx.set_output(0, buffer.transpose(np.argsort(order)))
+    return True

@@ -10,6 +10,7 @@ from kernloom.plugin import (
     KernelLibrary,
     OpKernelContext,
     check_permutation,
+    concat_output,
     concat_shape,
     fill_dims,
     reshape_dims,
@@ -27,15 +28,34 @@ def reshape(ctx: OpKernelContext) -> None:
 
 
 def transpose(ctx: OpKernelContext) -> None:
+    """A copy in C order, except where the permuted input already is in C order (an NCHW
+    image in NHWC memory permuted to NHWC, as the ONNX importer does around an LRN; a
+    permutation that moves only axes of size 1) or is an NCHW image in NHWC memory (the
+    LRN's NHWC result permuted back): then the view itself, as a ``Reshape``'s output is
+    one (a view is never overwritten in place, and a fetched one is copied)."""
     x = ctx.input(0)
     perm = check_permutation(ctx, x.ndim, ctx.input(1))
-    out = ctx.allocate_output(0, tuple(x.shape[p] for p in perm))
-    np.copyto(out, np.transpose(x, perm))
+    permuted = np.transpose(x, perm)
+    if permuted.flags.c_contiguous or _channels_last(permuted):
+        ctx.set_output(0, permuted)
+        return
+    out = ctx.allocate_output(0, permuted.shape)
+    np.copyto(out, permuted)
+
+
+def _channels_last(x: Any) -> bool:
+    """An NCHW image in NHWC memory: the layout the torch plugin's convolutions and
+    poolings give and take, which every CPU kernel reads (``kernloom.plugin.memory_order``)."""
+    return bool(x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous)
 
 
 def concat(ctx: OpKernelContext) -> None:
+    """Into the inputs' shared memory order where they have one other than C order
+    (``concat_output``), else C order."""
     values = ctx.input_list("values")
     axis, shape = concat_shape(ctx, [v.shape for v in values], ctx.input("axis"))
+    if concat_output(ctx, values, axis, shape):
+        return
     out = ctx.allocate_output(0, shape)
     np.concatenate(values, axis=axis, out=out)
 

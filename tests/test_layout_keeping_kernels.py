@@ -1,0 +1,107 @@
+"""Concat and Transpose on the CPU keep the memory order their inputs share (an NCHW
+image in NHWC memory, as the torch plugin's convolutions give): the values are numpy's
+whatever the layouts (hypothesis over shapes, orders and axes), and the output is in
+the inputs' order when they share one, a view where a transpose needs no copy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kernloom as kl
+from kernloom.testing import run_kernel
+
+
+def _in_order(value: Any, order: list[int]) -> Any:
+    """``value`` (C order) with the same values, stored with its axes in ``order``."""
+    stored = np.ascontiguousarray(value.transpose(order))
+    return stored.transpose(np.argsort(order))
+
+
+def _order_of(value: Any) -> list[int]:
+    return sorted(range(value.ndim), key=lambda axis: -value.strides[axis])
+
+
+def _run(build: Any, feeds: list[Any]) -> Any:
+    g = kl.Graph()
+    with g.as_default():
+        placeholders = [
+            kl.placeholder(kl.float32, list(v.shape), name=f"x{i}") for i, v in enumerate(feeds)
+        ]
+        fetch = build(*placeholders)
+    with kl.Session(g, kl.SessionConfig(graph_optimizer=False)) as session:
+        return session.run(fetch, dict(zip(placeholders, feeds, strict=True)))
+
+
+ORDERS = [[0, 1, 2, 3], [0, 2, 3, 1], [0, 3, 2, 1], [3, 2, 1, 0]]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    dims=st.lists(st.integers(1, 4), min_size=4, max_size=4),
+    widths=st.lists(st.integers(1, 3), min_size=2, max_size=3),
+    axis=st.integers(0, 3),
+    orders=st.lists(st.sampled_from(range(len(ORDERS))), min_size=3, max_size=3),
+    shared=st.booleans(),
+)
+def test_a_concat_gives_numpys_values_in_the_inputs_shared_order(
+    dims: list[int], widths: list[int], axis: int, orders: list[int], shared: bool
+) -> None:
+    rng = np.random.default_rng(len(widths) * 10 + axis)
+    values = []
+    for i, width in enumerate(widths):
+        shape = list(dims)
+        shape[axis] = width
+        order = ORDERS[orders[0] if shared else orders[i]]
+        values.append(_in_order(rng.standard_normal(shape).astype(np.float32), order))
+    want = np.concatenate(values, axis=axis)
+    np.testing.assert_array_equal(_run(lambda *xs: kl.ops.concat_v2(list(xs), axis), values), want)
+    # the kernel's own output (a fetch is always the caller's C-order copy)
+    (out,) = run_kernel("ConcatV2", [values, np.int32(axis)]).outputs
+    np.testing.assert_array_equal(out, want)
+    if min(dims) > 1 and min(widths) > 1:  # (every axis > 1: one order fits each array)
+        if shared:
+            assert _order_of(out) == ORDERS[orders[0]]
+        elif len({orders[i] for i in range(len(widths))}) > 1:
+            assert out.flags.c_contiguous  # no order shared: C order
+
+
+def test_an_nchw_image_in_nhwc_memory_transposes_to_nhwc_without_a_copy() -> None:
+    nhwc = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    image = nhwc.transpose(0, 3, 1, 2)  # NCHW shape, NHWC memory
+    got, back = _run(
+        lambda x: [kl.ops.transpose(x, [0, 2, 3, 1]), kl.ops.transpose(x, [0, 3, 2, 1])],
+        [image],
+    )
+    np.testing.assert_array_equal(got, nhwc)
+    np.testing.assert_array_equal(back, image.transpose(0, 3, 2, 1))
+    (view,) = run_kernel("Transpose", [image, np.array([0, 2, 3, 1], np.int32)]).outputs
+    assert np.shares_memory(view, image) and view.flags.c_contiguous
+    (copy,) = run_kernel("Transpose", [image, np.array([0, 3, 2, 1], np.int32)]).outputs
+    assert not np.shares_memory(copy, image) and copy.flags.c_contiguous
+    # a fetched value is the caller's: writing into it changes neither the feed nor a rerun
+    got[...] = -1
+    assert nhwc.min() == 0
+    again = _run(lambda x: kl.ops.transpose(x, [0, 2, 3, 1]), [image])
+    np.testing.assert_array_equal(again, nhwc)
+
+
+def test_a_transposed_view_feeds_other_kernels_as_its_values() -> None:
+    """The view a transpose returns is read, never written, by what follows: an add that
+    could reuse a buffer in place must not write into the fed image."""
+    nhwc = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
+    image = nhwc.transpose(0, 3, 1, 2)
+    keep = image.copy()
+    total, plus = _run(
+        lambda x: [
+            kl.ops.sum(kl.ops.transpose(x, [0, 2, 3, 1]) + 1.0, [0, 1, 2, 3]),
+            kl.ops.transpose(x, [0, 2, 3, 1]) * 2.0,
+        ],
+        [image],
+    )
+    assert total == float((nhwc + 1).sum())
+    np.testing.assert_array_equal(plus, nhwc * 2)
+    np.testing.assert_array_equal(image, keep)
