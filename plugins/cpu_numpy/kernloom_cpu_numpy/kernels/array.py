@@ -21,6 +21,10 @@ __all__ = ["register"]
 
 CPU = "CPU"
 
+KEEP_LAYOUT: bool = True
+"""Whether Concat and Transpose keep an NHWC-memory image's layout (read on every call:
+``benchmarks/bench_layout.py`` sets it False to measure what keeping it saves)."""
+
 
 def reshape(ctx: OpKernelContext) -> None:
     x = ctx.input(0)
@@ -36,7 +40,7 @@ def transpose(ctx: OpKernelContext) -> None:
     x = ctx.input(0)
     perm = check_permutation(ctx, x.ndim, ctx.input(1))
     permuted = np.transpose(x, perm)
-    if permuted.flags.c_contiguous or _channels_last(permuted):
+    if permuted.flags.c_contiguous or (KEEP_LAYOUT and _channels_last(permuted)):
         ctx.set_output(0, permuted)
         return
     out = ctx.allocate_output(0, permuted.shape)
@@ -54,7 +58,7 @@ def concat(ctx: OpKernelContext) -> None:
     (``concat_output``), else C order."""
     values = ctx.input_list("values")
     axis, shape = concat_shape(ctx, [v.shape for v in values], ctx.input("axis"))
-    if concat_output(ctx, values, axis, shape):
+    if KEEP_LAYOUT and concat_output(ctx, values, axis, shape):
         return
     out = ctx.allocate_output(0, shape)
     np.concatenate(values, axis=axis, out=out)
