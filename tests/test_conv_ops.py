@@ -335,6 +335,7 @@ def test_installing_torch_makes_its_cpu_kernels_the_default_where_measured_faste
         "MaxPool",
         "AvgPool",
         "FusedBatchNormV3",
+        "LRN",
     }
     x = np.random.default_rng(0).standard_normal((1, 5, 5, 2)).astype(np.float32)
     pool = {"ksize": [1, 3, 3, 1], "strides": [1, 2, 2, 1], "padding": "SAME"}

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any, final
 
 from kernloom.framework.device import Device
+from kernloom.framework.inter_op import on_inter_op_worker
 from kernloom.framework.op_kernel import DEAD, OpKernelContext
 from kernloom.graph.graph import Graph
 from kernloom.runtime.compiled_line import CompiledLine, LineProgram
@@ -216,6 +217,7 @@ class ExecutorState:
         ctx = step_context(view, self.args)
         newly: list[Any] = []
         expensive_here = sum(1 for t in ready if items[t if plain else t[0]].is_expensive)
+        on_worker = step.pool is not None and on_inter_op_worker()
         while ready:
             tagged = ready.pop()
             node = tagged if plain else tagged[0]
@@ -259,7 +261,11 @@ class ExecutorState:
                 del outputs
             if newly:
                 for consumer in newly:
-                    if items[consumer if plain else consumer[0]].is_expensive:
+                    consumer_item = items[consumer if plain else consumer[0]]
+                    if on_worker and consumer_item.on_caller_thread:
+                        step.schedule_for_caller(self._task(consumer))
+                        continue
+                    if consumer_item.is_expensive:
                         if expensive_here:
                             step.schedule(self._task(consumer))
                             continue

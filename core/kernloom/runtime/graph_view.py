@@ -63,6 +63,10 @@ class NodeItem:
     is_expensive: bool
     """Worth another inter-op thread: the kernel's ``is_expensive``, unless it uses the
     device's intra-op threads (``OpKernel.intra_op_parallel``) and there are several."""
+    on_caller_thread: bool
+    """Run on the step's own thread (the caller's), not a pool worker: the kernel spreads
+    over the device's intra-op threads, which are the caller's thread team
+    (``Step.schedule_for_caller``)."""
     is_async: bool
     direct: Callable[..., Any] | None
     """The kernel's context-free entry (``OpKernel.direct``) where the executors may call
@@ -148,6 +152,7 @@ class GraphView:
                     control_out=tuple(controls[i]),
                     pending=len(node.inputs) + len(node.control_inputs),
                     is_expensive=bool(kernel.is_expensive) and not shares_cores(kernel),
+                    on_caller_thread=shares_cores(kernel),
                     is_async=is_async,
                     direct=_direct_entry(
                         kernel,

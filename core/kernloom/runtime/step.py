@@ -91,6 +91,7 @@ class Step:
     """
 
     __slots__ = (
+        "_callers",
         "_cancellation",
         "_cond",
         "_done",
@@ -119,6 +120,8 @@ class Step:
         self.error: BaseException | None = None
         self.stopped = False
         self._queue: deque[Task] = deque()
+        self._callers: deque[Task] = deque()
+        """Tasks for the thread waiting on the step (``schedule_for_caller``) alone."""
         # Both made on first use: a step run inline on the caller's thread with no error
         # needs neither, and on a machine whose caches the kernels just flushed they cost
         # tens of microseconds per step (see ``_condition`` and ``cancellation``).
@@ -170,6 +173,16 @@ class Step:
         cond = self._condition()
         with cond:
             cond.notify()
+
+    def schedule_for_caller(self, task: Task) -> None:
+        """Queue ``task`` for the thread waiting on the step (the session's caller), never a
+        pool worker: a kernel that spreads over the device's intra-op threads belongs to the
+        caller's thread team (on a worker it would get one thread, and its team would
+        compete with the caller's for the cores)."""
+        self._callers.append(task)
+        cond = self._condition()
+        with cond:
+            cond.notify_all()
 
     def run_one(self) -> None:
         """Run one queued task, if any is left (a pool ticket)."""
@@ -232,9 +245,10 @@ class Step:
         """
         stop_deadline: float | None = None
         cond = self._condition()
+        callers, queue = self._callers, self._queue
         while True:
             try:
-                task = self._queue.popleft()
+                task = callers.popleft() if callers else queue.popleft()
             except IndexError:
                 task = None
             if task is not None:
@@ -243,7 +257,7 @@ class Step:
             with cond:
                 if self._done:
                     break
-                if self._queue:
+                if queue or callers:
                     continue
                 now = time.monotonic()
                 if self.stopped:
@@ -266,6 +280,7 @@ class Step:
     def close(self) -> None:
         """Drop queued work and the cancellation hook (after ``wait``)."""
         self._queue.clear()
+        self._callers.clear()
         if self._token is not None and self._cancellation is not None:
             self._cancellation.deregister(self._token)
             self._token = None

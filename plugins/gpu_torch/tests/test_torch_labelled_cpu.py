@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_torch_kernels import on_gpu
 from torch_helpers import CPU0
 
@@ -12,6 +14,7 @@ import kernloom as kl
 import kernloom.plugin as klp
 from kernloom.testing import run_op
 from kernloom.testing.cases import Case, assert_matches, cases
+from kernloom.testing.cases.nn import lrn_reference
 from kernloom_cpu_numpy import plugin as cpu_plugin
 from kernloom_gpu_torch import plugin as torch_plugin
 from kernloom_gpu_torch.kernels import CPU_LABEL, CPU_LABELLED_OPS
@@ -78,3 +81,29 @@ def test_torch_view_of_a_cpu_value_shares_its_memory() -> None:
     assert seen.data_ptr() == fed.ctypes.data
     assert torch.equal(seen, torch.arange(6, dtype=torch.float32).reshape(2, 3))
     assert not protected.flags.writeable  # the caller's protection is left as it was
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.sampled_from([(1, 5, 5, 64), (2, 3, 4, 7), (1, 2, 2, 1), (3, 1, 1, 30), (0, 2, 2, 3)]),
+    radius=st.sampled_from([0, 1, 2, 5, 8, 9, 40]),
+    beta=st.sampled_from([0.5, 0.75, 1.0, 0.3]),
+    bias=st.sampled_from([1.0, 2.0, 1e-3]),
+    dtype=st.sampled_from([np.float32, np.float16]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_cpu_lrn_over_short_and_wide_windows_matches_float64(
+    shape: tuple[int, ...], radius: int, beta: float, bias: float, dtype: type, seed: int
+) -> None:
+    """The CPU default LRN (the torch kernel): sliding adds up to ``SLIDING_SUM_RADIUS``
+    (a window wider than the channels included), the prefix sum beyond, each exponent
+    TensorFlow special-cases and ``pow`` otherwise, float16 computed in float32."""
+    x = np.random.default_rng(seed).uniform(-3, 3, shape).astype(dtype)
+    attrs = {"depth_radius": radius, "bias": bias, "alpha": 0.4, "beta": beta}
+    values, metadata = run_op(REGISTRY, "LRN", [x], attrs)
+    assert metadata.step_stats is not None
+    assert metadata.step_stats.for_node("op").kernel_class.endswith("conv.lrn")
+    (y,) = values
+    assert y.dtype == dtype and y.shape == shape
+    tolerance = 2e-5 if dtype == np.float32 else 1e-3
+    np.testing.assert_allclose(y, lrn_reference(attrs)(x), rtol=tolerance, atol=tolerance)
