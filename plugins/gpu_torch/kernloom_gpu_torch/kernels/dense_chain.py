@@ -117,8 +117,8 @@ class _Replay:
     """A run of the chain to make again: every layer's library call, for inputs of one
     type, shape and dtype and the same constant weights and biases. A step that matches
     it skips what only decides and checks (shapes, bias sizes, which library, the packed
-    weight's and bias's caches): on issue 20's MLP that Python cost 1.7-2.4 % of a run
-    (``benchmarks/OPTIMIZER.md``, "Replaying the chain")."""
+    weight's and bias's caches): on issue 20's MLP replaying is 1.2-1.3 % faster
+    (``benchmarks/OPTIMIZER.md``, "MLP: replaying the chain")."""
 
     __slots__ = ("constants", "dtype", "kind", "products", "shape")
 
