@@ -1,11 +1,18 @@
-"""What keeping the NHWC memory of NCHW images through Concat and Transpose saves on the
-ONNX models (``kernloom_cpu_numpy.kernels.array.KEEP_LAYOUT``): one kernloom session per
-model, rounds alternating the layout kept and C order (every other round in reverse),
-best of 5 runs each; prints the medians, the median per-round ratio and the rounds the
-kept layout was faster.
+"""One CPU kernel choice on and off on the ONNX models, in one process, rounds alternating
+(every other round in reverse), best of 5 runs each; prints the medians, the median
+per-round ratio and the rounds the choice was faster. ``--change``:
+
+- ``layout`` (the default): Concat and Transpose keep the NHWC memory of NCHW images, or
+  write C order (``kernloom_cpu_numpy.kernels.array.KEEP_LAYOUT``, read on every call:
+  one session);
+- ``multiply-add``: the torch plugin's elementwise kernel runs ``Mul`` then ``Add`` as one
+  ``addcmul``, or as two calls (``kernloom_gpu_torch.kernels.fused.MERGE_MULTIPLY_ADD``,
+  read when a kernel is built: two sessions).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_layout.py \
         --models inception_v1 densenet121 resnet50
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_layout.py --change multiply-add \
+        --models densenet121
 
 Outputs are checked against the first run's in every round.
 """
@@ -22,18 +29,28 @@ from bench_onnx import _load  # the script's own folder
 import kernloom as kl
 import kernloom.onnx as klonnx
 from kernloom_cpu_numpy.kernels import array
+from kernloom_gpu_torch.kernels import fused
 
 
-def compare(name: str, threads: int, rounds: int) -> str:
+def compare(name: str, threads: int, rounds: int, change: str) -> str:
     data, input_name, x = _load(name, 1)
     config = kl.SessionConfig(inter_op_threads=threads, intra_op_threads=threads)
     session = klonnx.InferenceSession(data, config=config)
+    sessions = {True: session, False: session}
     feed = {input_name: x}
+    if change == "multiply-add":
+        fused.MERGE_MULTIPLY_ADD = False
+        try:  # (kernels are built when a session first runs)
+            sessions[False] = klonnx.InferenceSession(data, config=config)
+            sessions[False].run(None, feed)
+        finally:
+            fused.MERGE_MULTIPLY_ADD = True
     (expected,) = session.run(None, feed)
     times: dict[bool, list[float]] = {True: [], False: []}
     for round_ in range(rounds):
         for keep in (True, False) if round_ % 2 == 0 else (False, True):
-            array.KEEP_LAYOUT = keep
+            array.KEEP_LAYOUT = keep or change != "layout"
+            session = sessions[keep]
             (out,) = session.run(None, feed)
             np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
             best = float("inf")
@@ -43,13 +60,12 @@ def compare(name: str, threads: int, rounds: int) -> str:
                 best = min(best, time.perf_counter() - started)
             times[keep].append(best)
     array.KEEP_LAYOUT = True
-    kept, c_order = (statistics.median(times[k]) * 1e3 for k in (True, False))
+    on, off = (statistics.median(times[k]) * 1e3 for k in (True, False))
     ratios = [a / b for a, b in zip(times[True], times[False], strict=True)]
     faster = sum(r < 1 for r in ratios)
     return (
-        f"{name}, batch 1, {threads} thread(s): layout kept {kept:.1f} ms, C order "
-        f"{c_order:.1f} ms; kept / C order {statistics.median(ratios):.3f} "
-        f"(faster {faster}/{rounds})"
+        f"{name}, batch 1, {threads} thread(s), {change}: on {on:.1f} ms, off "
+        f"{off:.1f} ms; on / off {statistics.median(ratios):.3f} (faster {faster}/{rounds})"
     )
 
 
@@ -58,9 +74,10 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["inception_v1", "densenet121"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--change", choices=["layout", "multiply-add"], default="layout")
     args = parser.parse_args()
     for name in args.models:
-        print(compare(name, args.threads, args.rounds))
+        print(compare(name, args.threads, args.rounds, args.change))
 
 
 if __name__ == "__main__":

@@ -85,6 +85,15 @@ numpy's for a 3-step expression over [16] and [4096]) outweighs its threads belo
 from [65536] on torch was faster (0.10 against 0.125 ms)."""
 
 
+MERGE_MULTIPLY_ADD: bool = True
+"""Whether a kernel built now runs ``Mul`` then ``Add`` as one ``addcmul``
+(``_multiply_adds``); ``benchmarks/bench_layout.py --change multiply-add`` builds a
+session with it off to measure it."""
+
+_SHAPE_CACHE: Final = 64
+"""How many shape combinations a kernel remembers (a graph fed many shapes recomputes)."""
+
+
 class CpuFusedElementwise(OpKernel):
     """``_FusedElementwise`` on the numpy CPU device: each step one torch call over the
     whole tensor, on the session's intra-op threads, into a buffer laid out as the first
@@ -100,8 +109,11 @@ class CpuFusedElementwise(OpKernel):
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
         steps, self._temps = plan_fused_expression(str(ctx.attr("expression")), int(ctx.attr("N")))
-        self._torch = _multiply_adds([(FUNCTIONS[op], refs, slot) for op, refs, slot in steps])
+        torch_steps = [(FUNCTIONS[op], refs, slot) for op, refs, slot in steps]
+        self._torch = _multiply_adds(torch_steps) if MERGE_MULTIPLY_ADD else torch_steps
         self._numpy = [(NUMPY_ELEMENTWISE[op], refs, slot) for op, refs, slot in steps]
+        self._full: dict[tuple[Any, ...], bool] = {}
+        """``_first_slot_full`` per (input shapes, output shape): the same few every run."""
 
     def compute(self, ctx: OpKernelContext) -> None:
         raw = ctx.input_list("inputs")
@@ -119,9 +131,13 @@ class CpuFusedElementwise(OpKernel):
         # Intermediates may live in the output buffer too (one tensor less at the peak)
         # where the first slot only ever holds full-shape values and the output is not an
         # input: an elementwise step reads and writes each element in place.
-        in_out = not any(np.may_share_memory(out, x) for x in raw) and self._first_slot_full(
-            [tuple(x.shape) for x in raw], shape
-        )
+        shapes = tuple(tuple(x.shape) for x in raw)
+        full = self._full.get((shapes, shape))
+        if full is None:
+            full = self._first_slot_full(list(shapes), shape)
+            if len(self._full) < _SHAPE_CACHE:
+                self._full[(shapes, shape)] = full
+        in_out = full and not any(np.may_share_memory(out, x) for x in raw)
         values: list[Any] = [None] * self._temps
         for fn, refs, slot in self._torch:
             args = [inputs[i] if is_input else values[i] for is_input, i in refs]
@@ -164,7 +180,8 @@ def _multiply_adds(steps: list[Any]) -> list[Any]:
         if fn is FUNCTIONS["Mul"] and k + 1 < len(steps) and slot >= 0:
             add_fn, add_refs, add_slot = steps[k + 1]
             product = (False, slot)
-            if add_fn in adds and add_refs.count(product) == 1 and _dies(steps, k + 1, slot):
+            dies = add_slot == slot or _dies(steps, k + 1, slot)  # (the sum may overwrite it)
+            if add_fn in adds and add_refs.count(product) == 1 and dies:
                 (other,) = [r for r in add_refs if r != product]
                 merged.append((_multiply_add, (other, *refs), add_slot))
                 k += 2
