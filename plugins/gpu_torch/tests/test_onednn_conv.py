@@ -139,6 +139,23 @@ def test_a_new_batch_size_reorders_again() -> None:
             np.testing.assert_allclose(sess.run(y, {xp: x}), _reference(x, f, **attrs), atol=1e-4)
 
 
+def test_a_new_spatial_size_gets_its_own_padding() -> None:
+    """The geometry (padding, output size) is kept per input shape: SAME with stride 2
+    pads symmetrically on a 7x7 input and only after on a 6x6 one, run alternately."""
+    f = _floats(3, 3, 4, 5)
+    attrs = {"strides": [1, 1, 2, 2], "padding": "SAME", "data_format": "NCHW"}
+    g = kl.Graph()
+    with g.as_default():
+        xp = kl.placeholder(kl.float32, [None, 4, None, None])
+        y = kl.ops.conv2d(xp, kl.constant(f), **attrs)
+    with _session(g) as sess:
+        for n, h, w in ((1, 6, 6), (2, 7, 7), (1, 6, 6), (1, 7, 5), (2, 7, 7)):
+            x = _floats(n, 4, h, w)
+            got = sess.run(y, {xp: x})
+            assert got.shape == (n, 5, (h + 1) // 2, (w + 1) // 2)
+            np.testing.assert_allclose(got, _reference(x, f, **attrs), atol=1e-4)
+
+
 def _resnet_block(fmt: str) -> tuple[kl.Graph, Any, Any, Any]:
     """conv+bias+relu, conv+bias, add the input, relu: the optimizer makes two
     ``_FusedConv2D``, the second adding the fed input as its residual (a fed NCHW array is

@@ -135,6 +135,8 @@ class OneDnnConv2D(OpKernel):
         super().__init__(ctx)
         self._attrs = window_attrs(ctx)
         self._packed: _PackedFilter | None = None
+        self._geometry: tuple[tuple[Any, ...], _Geometry] | None = None
+        """The last input and filter shapes and their geometry (a model runs one shape)."""
         self._bias_input = ConstantInput()
         form = parse_fused_ops(ctx.attr("fused_ops")) if self.fused else None
         self._activation = form.activation if form is not None else ""
@@ -157,7 +159,13 @@ class OneDnnConv2D(OpKernel):
             self._fallback(ctx)  # its error names the depths
             return
         bias = self._bias(ctx, out_depth)
-        geometry = _Geometry(ctx, attrs, x)
+        shapes = (tuple(x.shape), raw_f.shape)
+        known = self._geometry
+        if known is not None and known[0] == shapes:
+            geometry = known[1]
+        else:
+            geometry = _Geometry(ctx, attrs, x)
+            self._geometry = (shapes, geometry)
         nchw = x.permute(0, 3, 1, 2) if attrs.channels_last else x
         if geometry.pre_pad is not None:
             nchw = pad_input(nchw.contiguous(memory_format=torch.channels_last), geometry.pre_pad)
