@@ -96,8 +96,9 @@ def slice_tensor(x: Tensor, index: object) -> Tensor:
     """``x[index]`` as one ``StridedSlice`` (TensorFlow's ``Tensor.__getitem__``): an
     integer takes one entry and drops the axis (``shrink_axis_mask``), a slice keeps it
     (an omitted start or stop sets ``begin_mask``/``end_mask``), ``...`` stands for the
-    axes not named, ``None`` inserts an axis of 1. Out-of-range integers and zero steps
-    fail when the node runs, naming it, as in TensorFlow."""
+    axes not named, ``None`` inserts an axis of 1. An out-of-range integer or a zero step
+    is an error naming the node: as it is built where the shape is known, else when it
+    runs."""
     spec = index if isinstance(index, tuple) else (index,)
     begin: list[object] = []
     end: list[object] = []
