@@ -1,4 +1,4 @@
-"""The ONNX parts of the ``kernloom`` command: ``kernloom convert model.onnx graph.json``,
+"""The ONNX parts of the ``kernloom`` command: ``kernloom convert model.onnx -o graph.json``,
 ``kernloom ops --onnx``, and the loader ``kernloom run model.onnx`` uses.
 
 onnx is an optional dependency (``kernloom[onnx]``): it is imported only when one of these
@@ -14,8 +14,10 @@ from typing import Any
 
 from rich.table import Table
 
+from kernloom.cli_args import UsageError
 from kernloom.cli_console import plain_console
-from kernloom.cli_flags import cli_message
+from kernloom.cli_flags import run_command
+from kernloom.cli_outputs import check_writable
 from kernloom.errors import InvalidArgumentError
 from kernloom.graph.graph import Graph
 
@@ -46,33 +48,59 @@ def load_onnx_graph(path: str) -> Graph:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    console = plain_console()
-    errors = plain_console(stderr=True)
-    target = Path(args.output)
-    if target.exists() and not args.force:
-        errors.print(f"error: {target} exists; pass --force to replace it")
-        return EXIT_USAGE
-    try:
-        imported = _frontend().import_model(args.model)
-    except InvalidArgumentError as exc:
-        errors.print(f"error: {cli_message(exc, {})}")
-        return EXIT_USAGE
+    """Import, check where to write before anything is written, write, say what it made.
+    Errors go through ``run_command``: one line and an exit code, as every command's."""
+    flag, target = _output(args)
+    check_writable(target, flag, force=args.force, example="graph.json")
+    model = Path(args.model)
+    if not model.is_file():
+        raise UsageError(f"{args.model}: no such file")
+    imported = _frontend().import_model(args.model)
     imported.graph.save(target)
     inputs = ", ".join(t.node.name for t in imported.inputs.values())
     outputs = ", ".join(t.node.name for t in imported.outputs.values())
-    console.print(
+    plain_console().print(
         f"{args.model}: {len(imported.graph.nodes)} nodes written to {target} "
         f"(feed: {inputs or '-'}; fetch: {outputs or '-'})"
     )
     return EXIT_OK
 
 
+def _output(args: argparse.Namespace) -> tuple[str, Path]:
+    """The graph file, given as the second argument or as ``-o`` (as ``kernloom optimize``
+    takes it), and how to name it in an error."""
+    if args.output and args.output_flag:
+        raise UsageError(
+            f"give the graph file once: as GRAPH.json ({args.output}) or as -o "
+            f"({args.output_flag}), not both"
+        )
+    if args.output_flag:
+        return "-o", Path(args.output_flag)
+    if args.output:
+        return "GRAPH.json", Path(args.output)
+    raise UsageError("where to write the graph: kernloom convert MODEL.onnx -o GRAPH.json")
+
+
 def add_convert_parser(sub: Any) -> None:
-    convert = sub.add_parser("convert", help="convert an ONNX model to a graph file (JSON)")
+    convert = sub.add_parser(
+        "convert",
+        help="convert an ONNX model to a graph file (JSON)",
+        description="Import an ONNX model and write it as a graph file (Graph.save()'s "
+        "JSON), to run with kernloom run or optimize with kernloom optimize.",
+    )
     convert.add_argument("model", metavar="MODEL.onnx", help="the ONNX model")
-    convert.add_argument("output", metavar="GRAPH.json", help="where to write the graph")
+    convert.add_argument(
+        "output", metavar="GRAPH.json", nargs="?", help="where to write the graph (or -o)"
+    )
+    convert.add_argument(
+        "-o", "--output", dest="output_flag", metavar="GRAPH.json", help="where to write the graph"
+    )
     convert.add_argument("--force", action="store_true", help="replace an existing file")
-    convert.set_defaults(handler=lambda registry, args: _convert(args))
+    convert.set_defaults(
+        handler=lambda registry, args: run_command(
+            lambda: _convert(args), failed="converting failed: "
+        )
+    )
 
 
 def cmd_ops_onnx(args: argparse.Namespace) -> int:

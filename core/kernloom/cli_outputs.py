@@ -67,12 +67,13 @@ _EXAMPLE_NAMES: Final = {"--trace": "trace.json", "-o": "optimized.json"}
 """The file name a "give a file name" error suggests per flag (``y.npy`` otherwise)."""
 
 
-def check_writable(path: Path, flag: str, *, force: bool) -> Path:
+def check_writable(path: Path, flag: str, *, force: bool, example: str | None = None) -> Path:
     """The path to write for ``flag``, refused now rather than after the run (or the
-    optimization: ``kernloom optimize -o`` follows the same rules)."""
+    optimization: ``kernloom optimize -o`` follows the same rules). ``example``: the file
+    name a directory's error suggests (else the flag's usual one)."""
     if path.is_dir():
-        example = path / _EXAMPLE_NAMES.get(flag, "y.npy")
-        raise UsageError(f"{flag} {path}: is a directory; give a file name, e.g. {example}")
+        example_path = path / (example or _EXAMPLE_NAMES.get(flag, "y.npy"))
+        raise UsageError(f"{flag} {path}: is a directory; give a file name, e.g. {example_path}")
     parent = path.parent
     problem = parent_problem(path)
     if problem is not None:

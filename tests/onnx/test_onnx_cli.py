@@ -90,3 +90,41 @@ def test_ops_onnx_lists_the_converted_ops(capsys: pytest.CaptureFixture[str]) ->
     listing = {row["op"]: row["since_versions"] for row in json.loads(capsys.readouterr().out)}
     assert 13 in listing["Squeeze"] and 11 in listing["Squeeze"]
     assert {"Conv", "Resize", "Attention", "BatchNormalization"} <= set(listing)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{model}", "{tmp}/nowhere/g.json"], "GRAPH.json {tmp}/nowhere/g.json: directory"),
+        (["{model}", "{tmp}"], "GRAPH.json {tmp}: is a directory; give a file name"),
+        (["{model}", "-o", "{tmp}"], "-o {tmp}: is a directory; give a file name"),
+        (["{model}", "{tmp}/a.json", "-o", "{tmp}/b.json"], "give the graph file once"),
+        (["{model}"], "where to write the graph: kernloom convert MODEL.onnx -o GRAPH.json"),
+        (["{tmp}/missing.onnx", "{tmp}/g.json"], "missing.onnx: no such file"),
+    ],
+)
+def test_convert_refuses_bad_arguments_before_writing_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    """One line naming the argument at fault, exit 2, no traceback and no file written
+    (a missing directory once ended in a FileError traceback)."""
+    path = _model_file(tmp_path)
+    before = set(tmp_path.iterdir())
+    argv = [a.format(model=path, tmp=tmp_path) for a in args]
+    assert main(["convert", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message.format(tmp=tmp_path) in err and "Traceback" not in err
+    assert set(tmp_path.iterdir()) == before
+
+
+def test_convert_takes_the_graph_file_as_o_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _model_file(tmp_path)
+    target = tmp_path / "g.json"
+    assert main(["convert", str(path), "-o", str(target)]) == 0
+    assert f"written to {target}" in capsys.readouterr().out
+    assert main(["convert", str(path), "-o", str(target)]) == 2
+    assert "the file exists; pass --force" in capsys.readouterr().err
+    assert main(["convert", str(path), "-o", str(target), "--force"]) == 0
+    assert kl.Graph.load(target).node("prob").op
