@@ -25,21 +25,12 @@ Array = np.ndarray[Any, Any]
 
 def same_layout_output(ctx: OpKernelContext, whole: Sequence[Array], shape: Any) -> Array | None:
     """An output laid out in memory as the full-shape inputs are, where they all share one
-    layout other than C order (an NCHW image in NHWC memory, as the torch plugin's
-    convolutions give): written in that order, the ufuncs stream through every operand,
-    and the next convolution gets its layout back without a transpose. None otherwise."""
-    if not whole or whole[0].ndim < 2 or whole[0].flags.c_contiguous:
-        return None
-    strides = whole[0].strides
-    if min(strides) <= 0 or any(x.strides != strides for x in whole):
-        return None
-    order = sorted(range(len(shape)), key=lambda axis: -strides[axis])
-    buffer = ctx.allocate_temp(tuple(shape[axis] for axis in order), ctx.signature.output_dtypes[0])
-    out: Array = buffer.transpose(np.argsort(order))
-    if not out.flags.c_contiguous and out.strides != strides:
-        return None  # a layout with gaps (a sliced view): C order it is
-    ctx.set_output(0, out)
-    return out
+    layout other than C order (``memory_order``; an NCHW image in NHWC memory, as the torch
+    plugin's convolutions give): written in that order, the ufuncs stream through every
+    operand, and the next convolution gets its layout back without a transpose. None
+    otherwise (C order, a sliced view with gaps, layouts that differ)."""
+    order = memory_order(whole)
+    return None if order is None else _output_in_order(ctx, order, shape)
 
 
 def elementwise_output(ctx: OpKernelContext, inputs: Sequence[Array], shape: Any) -> Array:
@@ -74,7 +65,16 @@ def concat_output(ctx: OpKernelContext, values: Sequence[Array], axis: int, shap
     order = memory_order(values)
     if order is None:
         return False
-    buffer = ctx.allocate_temp(tuple(shape[a] for a in order), ctx.signature.output_dtypes[0])
-    np.concatenate([v.transpose(order) for v in values], axis=order.index(axis), out=buffer)
-    ctx.set_output(0, buffer.transpose(np.argsort(order)))
+    out = _output_in_order(ctx, order, shape)
+    np.concatenate(
+        [v.transpose(order) for v in values], axis=order.index(axis), out=out.transpose(order)
+    )
     return True
+
+
+def _output_in_order(ctx: OpKernelContext, order: list[int], shape: Any) -> Array:
+    """Output 0 of ``shape``, set now, stored with its axes in ``order``."""
+    buffer = ctx.allocate_temp(tuple(shape[a] for a in order), ctx.signature.output_dtypes[0])
+    out: Array = buffer.transpose(np.argsort(order))
+    ctx.set_output(0, out)
+    return out
