@@ -75,22 +75,29 @@ def registry() -> klp.Registry:
     return registry
 
 
-def _two_branches(registry: klp.Registry) -> tuple[kl.Graph, kl.Tensor, np.ndarray]:
-    w = np.random.default_rng(0).standard_normal((64, 64)) / 8
+def _two_branches(
+    registry: klp.Registry, w: np.ndarray, spreads: int, *, slow: bool = False
+) -> tuple[kl.Graph, kl.Tensor, np.ndarray]:
+    """Two branches of ``spreads`` Spread nodes each on the constant ``w``, each branch
+    starting with a Slow node when ``slow``, added; and the value numpy gives."""
     g = kl.Graph(registry)
     with g.as_default():
         x = kl.constant(w, name="w")
         branches = []
         for b in range(2):
-            y = x
-            for i in range(3):
+            y = g.add_node("Slow", [x], name=f"slow{b}").outputs[0] if slow else x
+            for i in range(spreads):
                 y = g.add_node("Spread", [y], name=f"s{b}_{i}").outputs[0]
             branches.append(y)
         out = kl.ops.add(*branches, name="out")
-    y = w
-    for _ in range(3):
+    y = w * 0.5 if slow else w
+    for _ in range(spreads):
         y = np.tanh(y @ y)
     return g, out, 2 * y
+
+
+def _spread_branches(registry: klp.Registry) -> tuple[kl.Graph, kl.Tensor, np.ndarray]:
+    return _two_branches(registry, np.random.default_rng(0).standard_normal((64, 64)) / 8, 3)
 
 
 def _view(registry: klp.Registry, g: kl.Graph, intra: int) -> GraphView:
@@ -108,7 +115,7 @@ def test_the_numpy_device_reports_its_intra_op_threads(registry: klp.Registry) -
 def test_such_kernels_count_as_inexpensive_only_with_several_intra_op_threads(
     registry: klp.Registry,
 ) -> None:
-    g, _, _ = _two_branches(registry)
+    g, _, _ = _spread_branches(registry)
     for intra, expensive, sequential in ((1, True, False), (2, False, True)):
         view = _view(registry, g, intra)
         spread = [item for item in view.items if item.node.op == "Spread"]
@@ -123,7 +130,7 @@ def test_the_branches_run_on_the_caller_s_thread_only_with_several_intra_op_thre
 ) -> None:
     """With two intra-op threads every Spread node runs on the calling thread, the general
     executor (traced) included; with one, the inter-op pool takes a branch."""
-    g, out, expected = _two_branches(registry)
+    g, out, expected = _spread_branches(registry)
     config = kl.SessionConfig(inter_op_threads=2, intra_op_threads=intra, graph_optimizer=False)
     seen: set[bool] = set()
     with kl.Session(g, config) as session:
@@ -143,19 +150,7 @@ def test_what_a_worker_makes_ready_goes_back_to_the_caller_s_thread(
     would get one torch thread, and their team would fight the caller's for the cores:
     Inception v1 at inter_op_threads=2, 19.6-28.4 ms before, 15.2 after)."""
     w = np.random.default_rng(1).standard_normal((32, 32)) / 6
-    g = kl.Graph(registry)
-    with g.as_default():
-        x = kl.constant(w, name="w")
-        branches = []
-        for b in range(2):
-            y = g.add_node("Slow", [x], name=f"slow{b}").outputs[0]
-            for i in range(2):
-                y = g.add_node("Spread", [y], name=f"s{b}_{i}").outputs[0]
-            branches.append(y)
-        out = kl.ops.add(*branches, name="out")
-    y = w * 0.5
-    for _ in range(2):
-        y = np.tanh(y @ y)
+    g, out, expected = _two_branches(registry, w, 2, slow=True)
     config = kl.SessionConfig(inter_op_threads=2, intra_op_threads=2, graph_optimizer=False)
     caller = threading.current_thread().name
     slow_on_worker = False
@@ -164,7 +159,7 @@ def test_what_a_worker_makes_ready_goes_back_to_the_caller_s_thread(
             for _ in range(20):
                 _threads.clear()
                 _slow_threads.clear()
-                np.testing.assert_allclose(session.run(out, options=options), 2 * y)
+                np.testing.assert_allclose(session.run(out, options=options), expected)
                 assert _threads == [caller] * 4
                 slow_on_worker |= any(name != caller for name in _slow_threads)
     assert slow_on_worker  # (the case in question happened)
