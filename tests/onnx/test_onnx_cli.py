@@ -100,7 +100,7 @@ def test_ops_onnx_lists_the_converted_ops(capsys: pytest.CaptureFixture[str]) ->
         (["{model}", "-o", "{tmp}"], "-o {tmp}: is a directory; give a file name"),
         (["{model}", "{tmp}/a.json", "-o", "{tmp}/b.json"], "give the graph file once"),
         (["{model}"], "where to write the graph: kernloom convert MODEL.onnx -o GRAPH.json"),
-        (["{tmp}/missing.onnx", "{tmp}/g.json"], "missing.onnx: no such file"),
+        (["{tmp}/missing.onnx", "{tmp}/g.json"], "missing.onnx' does not exist or is not a file"),
     ],
 )
 def test_convert_refuses_bad_arguments_before_writing_anything(
