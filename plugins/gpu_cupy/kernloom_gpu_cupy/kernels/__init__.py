@@ -183,7 +183,9 @@ class _Kernels:
                     else (info.min if lowest else info.max)
                 )
             else:
-                fn(x, axis=axes, keepdims=True, out=out)
+                # Not fn(..., out=out): CuPy 14's Min hands ``out`` and ``dtype`` to its CUB
+                # reduction swapped (``_ndarray_min``), a TypeError on every real GPU.
+                out[...] = fn(x, axis=axes, keepdims=True)
 
         return compute
 
