@@ -266,3 +266,54 @@ def test_an_output_that_is_no_array_of_the_declared_dtype_blames_the_kernel(
         assert "with dtype float64, but the op declares float32" in message
     else:
         assert f"as a {type(BAD_OUTPUTS[kind]).__name__}" in message
+
+
+# -- a host-memory output read in device memory (TensorFlow's memory-type pass) ------------
+
+
+def accel_registry_with_shape_arithmetic() -> klp.Registry:
+    """FAKE_ACCEL with a ``Shape`` whose output is in host memory (as on a real GPU) and an
+    int32 ``Add`` that reads both inputs in accelerator memory and refuses anything else."""
+
+    def shape(ctx: klp.OpKernelContext) -> None:
+        ctx.allocate_output(0, (len(ctx.input(0).shape),))[...] = ctx.input(0).shape
+
+    def add(ctx: klp.OpKernelContext) -> None:
+        a, b = ctx.input(0), ctx.input(1)
+        for i, value in enumerate((a, b)):
+            if not isinstance(value, AccelArray):
+                raise ctx.fail(f"input {i} is a {type(value).__name__}, not accelerator memory")
+        ctx.allocate_output(0, a.shape).data[...] = a.data + b.data
+
+    class Plugin:
+        @klp.hookimpl
+        def kernloom_register(self, registry: klp.Registrar) -> None:
+            lib = klp.KernelLibrary()
+            int32 = {"T": (kl.int32,)}
+            lib.kernel("Shape", device="FAKE_ACCEL", backend="fake", host_memory=["output"])(shape)
+            lib.kernel("Add", device="FAKE_ACCEL", backend="fake", type_constraints=int32)(add)
+            registry.register_kernels(lib)
+
+    registry = make_registry(accel=True)
+    registry.register_plugin(Plugin(), name="accel_shapes")
+    return registry
+
+
+@pytest.mark.parametrize("trace", [False, True], ids=["straight-line", "general"])
+def test_a_host_memory_output_is_copied_to_the_device_for_a_kernel_that_reads_it_there(
+    trace: bool,
+) -> None:
+    """A shape computed on the accelerator stays in host memory; an Add on the same device
+    reads it in device memory: the runtime copies it there (directly, and through an
+    Identity that hands the host value on), as a Neg of an ONNX model's computed slice
+    bounds needs on a real GPU."""
+    g = kl.Graph(accel_registry_with_shape_arithmetic())
+    with g.as_default(), kl.device("FAKE_ACCEL"):
+        x = kl.placeholder(kl.float32, [2, 3, 5], name="x")
+        s = kl.ops.shape(x, name="s")
+        y = kl.ops.add(kl.ops.identity(s, name="i"), s, name="y")
+    md = kl.RunMetadata()
+    with kl.Session(g) as sess:
+        got = sess.run(y, {x: np.zeros((2, 3, 5), np.float32)}, kl.RunOptions(trace=trace), md)
+    np.testing.assert_array_equal(got, [4, 6, 10])
+    assert md.placement is not None and md.placement["y"] == ACCEL

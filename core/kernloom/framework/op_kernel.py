@@ -383,7 +383,12 @@ class OpKernelContext:
             self.forwardable |= 1 << index
 
     def prepare(
-        self, kernel: OpKernel, inputs: list[Any], outputs: list[Any], forward: bool = False
+        self,
+        kernel: OpKernel,
+        inputs: list[Any],
+        outputs: list[Any],
+        forward: bool = False,
+        device_inputs: frozenset[int] = frozenset(),
     ) -> None:
         """Point the context at another node of the same step: the one place an executor
         sets a context up (TensorFlow's ``PrepareInputs`` into ``OpKernelContext::Params``).
@@ -395,16 +400,25 @@ class OpKernelContext:
         applied here and nowhere else (the straight-line schedule's direct entries apply
         the same count to their two local names). The previous node's lists are replaced
         first, so that the context itself never counts as a holder.
+
+        ``device_inputs``: inputs that arrive in host memory although the kernel reads them
+        in the device's (``NodeItem.device_inputs``); they are copied to the device here.
         """
         host_inputs = kernel.signature.host_memory_inputs
-        if host_inputs and not self.device.memory_is_host:
-            # A host-memory input produced on this device (a shape Const placed with its
-            # consumer) is moved to the host here, as TensorFlow's memory-type pass would.
+        if (host_inputs or device_inputs) and not self.device.memory_is_host:
+            # Values in the wrong memory for this kernel are moved here, as TensorFlow's
+            # memory-type pass would: a host-memory input produced on this device (a
+            # shape Const placed with its consumer) to the host, a host-memory output (a
+            # Shape's) to the device for a kernel that reads it there.
             device = self.device
             for i in host_inputs:
                 value = inputs[i]
                 if value is not DEAD and not device.is_host_value(value):
                     inputs[i] = device.copy_to_host(value)
+            for i in device_inputs:
+                value = inputs[i]
+                if value is not DEAD and device.is_host_value(value):
+                    inputs[i] = device.copy_from_host(np.asarray(value))
         self._inputs = inputs
         self._outputs = outputs
         mask = reuse_mask(inputs) if forward else 0

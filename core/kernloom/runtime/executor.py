@@ -314,7 +314,9 @@ class ExecutorState:
         self, tagged: Any, item: NodeItem, ctx: OpKernelContext, inputs: list[Any]
     ) -> None:
         propagator = self.propagator
-        ctx.prepare(item.kernel, inputs, item.unset_outputs.copy(), propagator.forward)
+        ctx.prepare(
+            item.kernel, inputs, item.unset_outputs.copy(), propagator.forward, item.device_inputs
+        )
         del inputs
 
         def finished(outputs: list[Any] | None, error: BaseException | None) -> None:

@@ -76,6 +76,11 @@ class NodeItem:
     direct_dtype: Any
     """The output's numpy dtype, which a direct entry's result is checked against (an
     identity test first; ``OpKernelContext.outputs`` explains a mismatch)."""
+    device_inputs: frozenset[int]
+    """Inputs fed in host memory (a ``Shape``'s output, or one passed on by ``Identity``)
+    that the kernel reads in the device's memory: ``OpKernelContext.prepare`` copies them
+    to the device first, as TensorFlow's memory-type pass inserts a copy on such an edge.
+    Empty on a device whose memory is the host's."""
 
     @property
     def name(self) -> str:
@@ -124,9 +129,12 @@ class GraphView:
             one its thread team belongs to), never beside another on the inter-op pool."""
             return shared_threads and bool(kernel.intra_op_parallel)
 
+        node_kernels = [kernels(node) for node in nodes]
+        host_fed = {} if device.memory_is_host else _host_fed_inputs(nodes, index, node_kernels)
         items: list[NodeItem] = []
         for i, node in enumerate(nodes):
-            kernel = kernels(node)
+            kernel = node_kernels[i]
+            device_inputs = host_fed.get(i, frozenset())
             is_async = isinstance(kernel, AsyncOpKernel)
             run: Callable[[OpKernelContext], None]
             if compute_overridden:
@@ -159,9 +167,11 @@ class GraphView:
                         node,
                         compute_overridden
                         or is_async
-                        or bool(kernel.signature.host_memory_inputs and not device.memory_is_host),
+                        or bool(kernel.signature.host_memory_inputs and not device.memory_is_host)
+                        or bool(device_inputs),
                     ),
                     direct_dtype=(kernel.signature.output_numpy_dtypes or (None,))[0],
+                    device_inputs=device_inputs,
                 )
             )
         self.graph = graph
@@ -188,6 +198,41 @@ class GraphView:
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+def _host_fed_inputs(
+    nodes: list[Node], index: dict[str, int], node_kernels: list[OpKernel]
+) -> dict[int, frozenset[int]]:
+    """Per node, the inputs that arrive in host memory but that its kernel reads in
+    device memory: fed by a host-memory output, directly or through pass-through nodes
+    (``Identity``, ``Enter``...), which hand their input on as it is."""
+    host_outputs = {
+        (i, o)
+        for i, kernel in enumerate(node_kernels)
+        for o in kernel.signature.host_memory_outputs
+    }
+    changed = bool(host_outputs)
+    while changed:  # a pass-through fed from the host gives a host value (loops: fixpoint)
+        changed = False
+        for i, node in enumerate(nodes):
+            if node_kernels[i].direct is not pass_through:
+                continue
+            for j, tensor in enumerate(node.inputs):
+                fed = (index[tensor.node.name], tensor.index) in host_outputs
+                if fed and (i, j) not in host_outputs and j < len(node.outputs):
+                    host_outputs.add((i, j))
+                    changed = True
+    fed_inputs: dict[int, frozenset[int]] = {}
+    for i, node in enumerate(nodes):
+        wanted = node_kernels[i].signature.host_memory_inputs
+        found = frozenset(
+            j
+            for j, tensor in enumerate(node.inputs)
+            if j not in wanted and (index[tensor.node.name], tensor.index) in host_outputs
+        )
+        if found and node_kernels[i].direct is not pass_through:
+            fed_inputs[i] = found
+    return fed_inputs
 
 
 def _direct_entry(kernel: OpKernel, node: Node, excluded: bool) -> Callable[..., Any] | None:

@@ -120,7 +120,7 @@ def run_compute(
     outputs (``forward`` as for ``run_sync``: ``OpKernelContext.prepare`` applies the
     rule). The context is released afterwards: a reused context must not keep the node's
     values alive, or count as a holder that stops their buffers being forwarded."""
-    ctx.prepare(item.kernel, inputs, item.unset_outputs.copy(), forward)
+    ctx.prepare(item.kernel, inputs, item.unset_outputs.copy(), forward, item.device_inputs)
     try:
         item.run(ctx)
         return ctx.outputs()
