@@ -140,16 +140,29 @@ def test_empty_products_and_a_bad_bias() -> None:
         )
 
 
-def test_equal_columns_stay_equal_for_one_row() -> None:
-    """A matrix-vector product (one row) does not take MKL's packed path, whose column
-    blocks sum in different orders: equal columns must give equal results (onnx's light
-    ResNet-50 feeds its classifier 3e17 everywhere)."""
+def test_equal_columns_stay_equal_for_one_row(
+    library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A matrix-vector product (one row) takes oneDNN on the MKL path: MKL's products,
+    packed or not, and numpy's OpenBLAS sum column blocks in different orders on Intel's
+    AVX-512 CPUs, and equal columns must give equal results (onnx's light ResNet-50 feeds
+    its classifier 3e17 everywhere). A torch with neither library (``PLAIN``) runs
+    ``addmm`` and promises nothing here."""
+    if library == packed_matmul.PLAIN:
+        pytest.skip("no packed library: torch's own GEMM decides the summation order")
+    if not packed_matmul.HAS_ONEDNN and library == packed_matmul.MKL:
+        pytest.skip("this torch has no oneDNN to take a one-row product from MKL")
     x = np.full((1, 2048), 3.2070878e17, np.float32)
     w = np.full((1000, 2048), 0.02, np.float32)
     w.setflags(write=False)  # as a constant arrives
     run = run_kernel("MatMul", [x, w], {"transpose_b": True}, registry=REGISTRY)
     assert type(run.kernel).__name__ == "PackedMatMul"
     assert np.unique(run.outputs[0]).size == 1
+    # On one thread such a product is not numpy's either (it would be on the oneDNN path).
+    monkeypatch.setattr(packed_matmul, "TINY_PRODUCT", 1 << 16)
+    monkeypatch.setattr(packed_matmul, "SMALL_PRODUCT", 1 << 22)
+    for_numpy = packed_matmul.for_numpy(x, w.T, (1, 1000), threads=1)
+    assert for_numpy == (library == packed_matmul.ONEDNN)
 
 
 def test_a_fed_bias_is_never_served_from_the_cache() -> None:
@@ -197,7 +210,8 @@ def test_small_products_take_numpy_s_gemm(
         (256, 1024, 10, 2, "packed", "packed"),
         (256, 10, 1024, 1, "addmm", "packed"),  # narrow output: MKL's plain GEMM
         (256, 10, 1024, 2, "addmm", "packed"),
-        (4, 1000, 2048, 1, "addmm", "packed"),  # under MIN_PACKED_ROWS rows
+        # under MIN_PACKED_ROWS rows: oneDNN on the MKL path too (equal columns stay equal)
+        (4, 1000, 2048, 1, "packed" if packed_matmul.HAS_ONEDNN else "addmm", "packed"),
         (256, 1024, 1024, 1, "packed", "packed"),
     ],
 )

@@ -92,15 +92,21 @@ _mkl_linear: Final[Any] = _torch_op("mkl", "_mkl_linear")
 _mkl_reorder_linear_weight: Final[Any] = _torch_op("mkl", "_mkl_reorder_linear_weight")
 
 
+HAS_ONEDNN: Final = (
+    _linear_pointwise is not None
+    and _reorder_linear_weight is not None
+    and bool(torch.backends.mkldnn.is_available())  # type: ignore[no-untyped-call]
+)
+
+
 def _gemm_library() -> str:
     """MKL on Intel's CPUs where torch was built with it, oneDNN everywhere else (MKL's
     kernels for other vendors' CPUs ran at half speed; module docstring); ``PLAIN`` where
     this torch has neither packed path."""
     has_mkl = _mkl_linear is not None and _mkl_reorder_linear_weight is not None
-    has_onednn = _linear_pointwise is not None and _reorder_linear_weight is not None
     if has_mkl and _cpu_vendor() == "GenuineIntel":
         return MKL
-    if has_onednn and torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
+    if HAS_ONEDNN:
         return ONEDNN
     return MKL if has_mkl else PLAIN
 
@@ -114,10 +120,12 @@ PRIORITY: Final = CPU_PRIORITY + 1
 
 
 MIN_PACKED_ROWS: Final = 8
-"""On the MKL path, fewer rows than this run MKL's plain GEMM: packing buys nothing for a
-matrix-vector product, and MKL's packed path for one row sums columns in different orders (equal
-columns of a huge-valued product came out unequal, which turned the uniform softmax of
-onnx's light ResNet-50 into a one-hot one)."""
+"""On the MKL path, fewer rows than this run oneDNN (MKL's plain GEMM where torch lacks
+oneDNN): a matrix-vector product in MKL, packed or not, or in numpy's OpenBLAS sums columns
+in different orders on Intel's AVX-512 CPUs (equal columns of a huge-valued product came out
+unequal, which turned the uniform softmax of onnx's light ResNet-50 into a one-hot one, at 1
+thread and at 16 on a Sapphire Rapids Xeon); oneDNN's column blocks sum alike there and on
+AMD's CPUs."""
 
 
 SMALL_PRODUCT: Final = 1 << 22
@@ -152,7 +160,17 @@ def for_numpy(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
     product = a.size * int(shape[1])
     if product < TINY_PRODUCT:
         return True
+    if _one_row_library(GEMM_LIBRARY, int(shape[0])) != GEMM_LIBRARY:
+        return False
     return threads == 1 and product < SMALL_PRODUCT and int(shape[1]) >= NARROW
+
+
+def _one_row_library(library: str, rows: int) -> str:
+    """The library a product of ``rows`` rows runs in: oneDNN for a few rows on the MKL
+    path (``MIN_PACKED_ROWS``), ``library`` otherwise."""
+    if library == MKL and rows < MIN_PACKED_ROWS and HAS_ONEDNN:
+        return ONEDNN
+    return library
 
 
 Product = Callable[[torch.Tensor], torch.Tensor]
@@ -164,10 +182,13 @@ class _Packed:
     (held, so that its identity stays unique) and, for MKL, the [N, K] weight it reads
     beside it (for a row count other than the packed one); oneDNN needs only its own."""
 
-    __slots__ = ("original", "packed", "source")
+    __slots__ = ("library", "original", "packed", "source")
 
-    def __init__(self, source: Any, original: torch.Tensor | None, packed: torch.Tensor) -> None:
+    def __init__(
+        self, source: Any, library: str, original: torch.Tensor | None, packed: torch.Tensor
+    ) -> None:
         self.source = source
+        self.library = library
         self.original = original
         self.packed = packed
 
@@ -200,35 +221,36 @@ class PackedWeight:
         rows = int(shape[0])
         if 0 in shape or 0 in raw_b.shape:
             return None
-        if self.library == ONEDNN:
-            packed = self._weights(raw_b, rows)
+        library = _one_row_library(self.library, rows)
+        if library == ONEDNN:
+            packed = self._weights(raw_b, rows, library)
             if packed is not None:
                 weight = packed.packed
             else:
                 b = tensor(raw_b)
                 weight = b if self.transpose_b else b.T
             return lambda a: _linear_pointwise(a, weight, bias, "none", [], "")
-        if self.library == MKL and rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW:
-            packed = self._weights(raw_b, rows)
+        if library == MKL and rows >= MIN_PACKED_ROWS and int(shape[1]) >= NARROW:
+            packed = self._weights(raw_b, rows, library)
             if packed is not None:
                 weights = packed.packed, packed.original
                 return lambda a: _mkl_linear(a, *weights, bias, rows)
         return None
 
-    def _weights(self, raw_b: Any, rows: int) -> _Packed | None:
-        """The packed constant weight (from the cache, or packed now), or None when ``b``
-        may change between runs."""
+    def _weights(self, raw_b: Any, rows: int, library: str) -> _Packed | None:
+        """The constant weight packed for ``library`` (from the cache, or packed now), or
+        None when ``b`` may change between runs."""
         packed = self._packed
-        if packed is not None and packed.source is raw_b:
+        if packed is not None and packed.source is raw_b and packed.library == library:
             return packed
         if not is_constant(raw_b) or raw_b.ndim != 2 or 0 in raw_b.shape:
             return None
         b = tensor(raw_b)
         original = (b if self.transpose_b else b.T).contiguous()  # [N, K]
-        if self.library == ONEDNN:
-            packed = _Packed(raw_b, None, _reorder_linear_weight(original, rows))
+        if library == ONEDNN:
+            packed = _Packed(raw_b, library, None, _reorder_linear_weight(original, rows))
         else:
-            packed = _Packed(raw_b, original, _mkl_reorder_linear_weight(original, rows))
+            packed = _Packed(raw_b, library, original, _mkl_reorder_linear_weight(original, rows))
         self._packed = packed
         return packed
 
