@@ -11,11 +11,11 @@ PLUGINS := plugins/cpu_numpy
 # local CPU build first, so that the plugin's `torch>=2.3` never downloads a CUDA one.
 GPU_PLUGINS := plugins/gpu_torch plugins/gpu_cupy
 TORCH := torch==2.13.0
-LINT_PATHS := core plugins tests benchmarks examples
+LINT_PATHS := core plugins tests benchmarks examples conftest.py
 MYPY_PATHS := core/kernloom plugins/cpu_numpy/kernloom_cpu_numpy \
 	plugins/gpu_torch/kernloom_gpu_torch plugins/gpu_cupy/kernloom_gpu_cupy
 
-.PHONY: demo test test-all test-tf lint typecheck pytest pytest-all kit bench bench-suite clean
+.PHONY: demo test test-all test-gpu test-tf lint typecheck pytest pytest-all kit bench bench-suite clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ pytest-all: $(VENV)/.test-installed
 	$(BIN)/python -m pytest
 
 test: lint typecheck pytest
+
+# On a machine with an NVIDIA GPU: the GPU plugins' tests on the real GPU, the whole kit
+# included (`make test` hides real GPUs, so that every machine tests the same devices).
+test-gpu: $(VENV)/.test-installed
+	KERNLOOM_TEST_GPU=1 KERNLOOM_FULL_KIT=1 $(BIN)/python -m pytest plugins/gpu_torch/tests \
+		plugins/gpu_cupy/tests tests/test_gpu_plugins.py
 
 # The whole conformance kit (every case of the table) on our three devices; `make test` runs
 # a representative subset of it.

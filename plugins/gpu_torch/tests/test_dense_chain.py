@@ -57,7 +57,7 @@ def _mlp(
         for a, b in itertools.pairwise(sizes)
     ]
     biases = [RNG.standard_normal(b).astype(np.float32) for b in sizes[1:]]
-    g = kl.Graph(registry) if registry is not None else kl.Graph()
+    g = kl.Graph(registry if registry is not None else REGISTRY)
     with g.as_default():
         x = kl.placeholder(kl.float32, [None, sizes[0] if columns == -1 else columns], name="x")
         h = x

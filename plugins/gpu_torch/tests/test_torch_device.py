@@ -41,7 +41,9 @@ def test_cpu_only_torch_creates_no_device_and_says_why() -> None:
     assert reason is not None
     if torch.version.cuda is None:
         assert f"torch {torch.__version__} is a CPU-only build" in reason
-    assert "install a CUDA build of PyTorch" in reason
+        assert "install a CUDA build of PyTorch" in reason
+    else:  # a CUDA build on a machine whose GPUs are hidden (the root conftest.py)
+        assert "finds no usable GPU" in reason and "CUDA_VISIBLE_DEVICES" in reason
 
 
 def test_cuda_build_without_a_visible_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import types
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -20,11 +23,36 @@ from kernloom_gpu_torch import plugin as torch_plugin
 from kernloom_gpu_torch.kernels import CPU_LABEL, CPU_LABELLED_OPS
 
 
+class _WithoutGPUs:
+    """A registrar that passes everything on but GPU device factories."""
+
+    def __init__(self, registrar: klp.Registrar) -> None:
+        self._registrar = registrar
+
+    def register_device_factory(self, device_type: str, *args: Any, **kwargs: Any) -> None:
+        if device_type != "GPU":
+            self._registrar.register_device_factory(device_type, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._registrar, name)
+
+
 def real_plugins() -> klp.Registry:
-    """The installed plugins' own modules; on this machine torch's factory finds no GPU."""
+    """The installed plugins' own modules, torch's without its GPU factory: these tests are
+    about the torch kernels on the CPU, on a machine with a GPU as on one without."""
+
+    @klp.hookimpl
+    def kernloom_register(registry: klp.Registrar) -> None:
+        torch_plugin.kernloom_register(_WithoutGPUs(registry))
+
     registry = klp.Registry()
     registry.register_plugin(cpu_plugin, name="cpu_numpy")
-    registry.register_plugin(torch_plugin, name="gpu_torch")
+    registry.register_plugin(
+        types.SimpleNamespace(
+            kernloom_register=kernloom_register, KERNLOOM_API=torch_plugin.KERNLOOM_API
+        ),
+        name="gpu_torch",
+    )
     return registry
 
 
