@@ -18,6 +18,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = [
     "tests/test_cli_run.py",
@@ -166,3 +168,11 @@ def test_importing_kernloom_loads_no_plugin() -> None:
         "assert r._default is None, 'the default registry was built at import'\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
+
+
+def test_the_suite_hides_real_gpus_unless_asked() -> None:
+    """The root conftest.py empties CUDA_VISIBLE_DEVICES for every run but ``make
+    test-gpu``'s (KERNLOOM_TEST_GPU=1), before torch or CuPy can initialise CUDA."""
+    if os.environ.get("KERNLOOM_TEST_GPU") == "1":
+        pytest.skip("make test-gpu: the real GPUs are the point")
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == ""
