@@ -13,7 +13,7 @@ GPU_PLUGINS := plugins/gpu_torch plugins/gpu_cupy
 TORCH := torch==2.13.0
 LINT_PATHS := core plugins tests benchmarks examples conftest.py
 MYPY_PATHS := core/kernloom plugins/cpu_numpy/kernloom_cpu_numpy \
-	plugins/gpu_torch/kernloom_gpu_torch plugins/gpu_cupy/kernloom_gpu_cupy
+	plugins/gpu_torch/kernloom_gpu_torch plugins/gpu_cupy/kernloom_gpu_cupy benchmarks
 
 .PHONY: demo test test-all test-gpu test-tf lint typecheck pytest pytest-all kit bench bench-suite clean
 

@@ -136,7 +136,7 @@ def _setup(
     if layer.op == "Conv2D":
         w = rng.standard_normal((k, k, c, layer.c_out)).astype(np.float32) * 0.1
         wt = torch.from_numpy(w).permute(3, 2, 0, 1).contiguous()
-        attrs = {"strides": strides, "padding": layer.padding}
+        attrs: dict[str, Any] = {"strides": strides, "padding": layer.padding}
         return [x, w], attrs, lambda: F.conv2d(xt, wt, stride=s, padding=pad)
     if layer.op == "DepthwiseConv2dNative":
         w = rng.standard_normal((k, k, c, 1)).astype(np.float32)

@@ -13,6 +13,7 @@ import platform
 import timeit
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,15 @@ def bench_allocation() -> dict[str, float]:
     (device,) = NumpyCPUDeviceFactory().create_devices(klp.DeviceOptions())
     out: dict[str, float] = {}
     for label, shape in (("small_64B", (16,)), ("large_4MiB", (1 << 20,))):
-        plain = best(lambda s=shape: np.empty(s, np.float32), number=2000)
-        tracked = best(lambda s=shape: device.allocate(s, kl.float32), number=2000)
+
+        def empty(s: tuple[int, ...] = shape) -> np.ndarray[Any, np.dtype[np.float32]]:
+            return np.empty(s, np.float32)
+
+        def allocate(s: tuple[int, ...] = shape) -> Any:
+            return device.allocate(s, kl.float32)
+
+        plain = best(empty, number=2000)
+        tracked = best(allocate, number=2000)
         out[f"alloc_{label}_plain_us"] = plain * 1e6
         out[f"alloc_{label}_tracked_us"] = tracked * 1e6
         out[f"alloc_{label}_tracked_over_plain"] = tracked / plain

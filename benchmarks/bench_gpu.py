@@ -40,7 +40,7 @@ def median_s(fn: Callable[[], Any], runs: int = RUNS, warmup: int = 5) -> float:
 
 
 def cupy_direct(weights: list[Any], x: np.ndarray[Any, Any]) -> Callable[[], Any]:
-    import cupy as cp
+    import cupy as cp  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
     ws = [cp.asarray(w) for w in weights]
 

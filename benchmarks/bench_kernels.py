@@ -19,6 +19,7 @@ import kernloom as kl
 import kernloom.plugin as klp
 from kernloom.framework.kernel_registry import run_compute
 from kernloom.framework.node_def import NodeDef
+from kernloom_cpu_numpy import NumpyCPUDevice
 
 REGISTRY = klp.default_registry()
 CPU = REGISTRY.create_devices().lookup("CPU:0")
@@ -59,7 +60,11 @@ def bench_labels() -> dict[str, float]:
     out["matmul_512_f32_default_ms"] = base * 1e3
     for label in ("einsum", "blocked"):
         k = kernel_for("MatMul", [a, b], label=label)
-        t = best(lambda k=k: run_once(k, [a, b]), 20)
+
+        def call(k: klp.OpKernel = k) -> list[Any]:
+            return run_once(k, [a, b])
+
+        t = best(call, 20)
         out[f"matmul_512_f32_{label}_ms"] = t * 1e3
         out[f"matmul_512_f32_{label}_over_default"] = t / base
     logits = rng.standard_normal((4096, 1000)).astype(np.float32)
@@ -93,7 +98,11 @@ def bench_forwarding() -> dict[str, float]:
         gc.collect()
         CPU.reset_peak_memory()
         before = CPU.memory_stats().bytes_in_use
-        t = best(lambda f=forward: chain(f), 5)
+
+        def call(f: bool = forward) -> None:
+            chain(f)
+
+        t = best(call, 5)
         key = "forwarded" if forward else "allocated"
         out[f"chain8_16MiB_{key}_ms"] = t * 1e3
         out[f"chain8_16MiB_{key}_peak_MiB"] = (
@@ -119,10 +128,11 @@ def bench_dispatch() -> dict[str, float]:
 
 def main() -> None:
     results = {**bench_labels(), **bench_forwarding(), **bench_dispatch()}
+    assert isinstance(CPU, NumpyCPUDevice)  # the numpy plugin's CPU device
     print(
         f"python {platform.python_version()}, numpy {np.__version__}, "
         f"{CPU.intra_op_pool.num_threads} intra-op threads"
-    )  # type: ignore[attr-defined]
+    )
     for key, value in results.items():
         print(f"  {key:45s} {value:10.3f}")
 

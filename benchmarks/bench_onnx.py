@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime
+import onnxruntime  # type: ignore[import-untyped]
 from onnx import numpy_helper
 
 import kernloom as kl
@@ -318,9 +318,18 @@ def main(argv: list[str] | None = None) -> int:
                 np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
                 ours_s = ort_s = ours_cpu = ort_cpu = float("inf")
                 for _ in range(args.repeats):  # interleaved, best of each
-                    wall, cpu = timed(lambda s=ours, f=feed: s.run(None, f))
+
+                    def run_ours(
+                        s: klonnx.InferenceSession = ours, f: dict[str, Any] = feed
+                    ) -> list[np.ndarray[Any, Any]]:
+                        return s.run(None, f)
+
+                    def run_ort(s: Any = ort, f: dict[str, Any] = feed) -> Any:
+                        return s.run(None, f)
+
+                    wall, cpu = timed(run_ours)
                     ours_s, ours_cpu = min(ours_s, wall), min(ours_cpu, cpu)
-                    wall, cpu = timed(lambda s=ort, f=feed: s.run(None, f))
+                    wall, cpu = timed(run_ort)
                     ort_s, ort_cpu = min(ort_s, wall), min(ort_cpu, cpu)
                 print(
                     f"| {name} | {batch} | {threads} | {ours_s * 1e3:.1f} | "

@@ -67,7 +67,11 @@ def chain(scalar: bool) -> dict[str, float]:
             run = sess.make_callable(y, [x])
             results[f"compile_{label}"] = time.perf_counter() - started
             np.testing.assert_allclose(run(xv), xv + sum(constants), rtol=1e-4)
-            results[label] = best_of(lambda run=run: run(xv), 200 if on else 30) / N
+
+            def call(run: Callable[..., Any] = run) -> Any:
+                return run(xv)
+
+            results[label] = best_of(call, 200 if on else 30) / N
 
     def loop() -> None:
         v = xv
@@ -163,7 +167,11 @@ def elementwise() -> dict[str, float]:
             config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=1, graph_optimizer=on)
             with kl.Session(g, config) as sess:
                 run = sess.make_callable(y, [x])
-                results[f"{label}_{size}"] = best_of(lambda run=run, xv=xv: run(xv), 15)
+
+                def call(run: Callable[..., Any] = run, xv: np.ndarray[Any, Any] = xv) -> Any:
+                    return run(xv)
+
+                results[f"{label}_{size}"] = best_of(call, 15)
     return results
 
 
@@ -205,7 +213,7 @@ def gemm(threads: int) -> dict[str, float]:
 
 def _ort_gemm(w: Any, b: Any, rows: int, threads: int) -> Any:
     try:
-        import onnxruntime
+        import onnxruntime  # type: ignore[import-untyped]
         from onnx import TensorProto, helper, numpy_helper
     except ImportError:
         return None

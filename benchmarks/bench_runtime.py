@@ -110,22 +110,23 @@ def child(kind: str, threads: int) -> dict[str, float]:
             # Interleave the two in short rounds, alternating which goes first, so that
             # drift and bursts on a shared machine hit both alike; judge by the median of
             # the rounds' ratios and show the middle half of them.
-            ours, numpy_s = [], []
+            ours_rounds: list[float] = []
+            numpy_rounds: list[float] = []
 
             def run() -> Any:
                 return sess.run(probs, {x: xv})
 
             for round_ in range(ROUNDS):
                 if round_ % 2:
-                    numpy_s.append(best_of(direct, BEST_OF, 1))
-                    ours.append(best_of(run, BEST_OF, 1))
+                    numpy_rounds.append(best_of(direct, BEST_OF, 1))
+                    ours_rounds.append(best_of(run, BEST_OF, 1))
                 else:
-                    ours.append(best_of(run, BEST_OF, 1))
-                    numpy_s.append(best_of(direct, BEST_OF, 1))
-        ratios = sorted(a / b for a, b in zip(ours, numpy_s, strict=True))
+                    ours_rounds.append(best_of(run, BEST_OF, 1))
+                    numpy_rounds.append(best_of(direct, BEST_OF, 1))
+        ratios = sorted(a / b for a, b in zip(ours_rounds, numpy_rounds, strict=True))
         return {
-            "ms": min(ours) * 1e3,
-            "numpy_ms": min(numpy_s) * 1e3,
+            "ms": min(ours_rounds) * 1e3,
+            "numpy_ms": min(numpy_rounds) * 1e3,
             "ratio": ratios[len(ratios) // 2],
             "ratio_q1": ratios[len(ratios) // 4],
             "ratio_q3": ratios[3 * len(ratios) // 4],

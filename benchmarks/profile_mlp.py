@@ -27,7 +27,7 @@ from bench_optimizer import BLAS_VARS  # the script's own folder
 RUNS = 200
 
 
-def profile(threads: int, chain: bool) -> dict[str, float]:
+def profile(threads: int, chain: bool) -> dict[str, float | str]:
     from suite_workloads import kernloom_mlp_graph, mlp_weights
 
     import kernloom as kl
@@ -57,9 +57,10 @@ def profile(threads: int, chain: bool) -> dict[str, float]:
     gemm = "_linear_pointwise" if onednn else "_mkl_linear"
     setattr(packed_matmul, gemm, timed("gemm", getattr(packed_matmul, gemm)))
     # The chain's kernel and the separate nodes' kernels call these through their modules.
-    dense_chain.apply_activation = timed("activation", dense_chain.apply_activation)
+    # (dense_chain imports these two without re-exporting them.)
+    dense_chain.apply_activation = timed("activation", dense_chain.apply_activation)  # type: ignore[attr-defined]
     fused.apply_activation = timed("activation", fused.apply_activation)
-    dense_chain.along_last_axis = timed("softmax", dense_chain.along_last_axis)
+    dense_chain.along_last_axis = timed("softmax", dense_chain.along_last_axis)  # type: ignore[attr-defined]
     math.along_last_axis = timed("softmax", math.along_last_axis)
     for _ in range(20):
         run(xv)
@@ -74,8 +75,7 @@ def profile(threads: int, chain: bool) -> dict[str, float]:
             rows[k].append(v)
     result = {k: statistics.median(v) for k, v in rows.items()}
     result["rest"] = result["total"] - sum(result[k] for k in spent)
-    result["library"] = packed_matmul.GEMM_LIBRARY
-    return result
+    return {**result, "library": packed_matmul.GEMM_LIBRARY}
 
 
 def main(argv: list[str]) -> None:

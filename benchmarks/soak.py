@@ -65,7 +65,8 @@ def build() -> tuple[kl.Graph, dict[str, Any]]:
 def reference(xv: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
     h = np.maximum(xv @ w1, 0) @ w2
     e = np.exp(h - h.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+    probs: np.ndarray = e / e.sum(axis=1, keepdims=True)
+    return probs
 
 
 def inter_op_threads() -> int:

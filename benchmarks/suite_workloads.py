@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 N_ADDS = 1000
-MLP_SIZES = (784, 1024, 1024, 10)
+MLP_SIZES: tuple[int, ...] = (784, 1024, 1024, 10)
 MLP_BATCH = 256
 TF_QUIET = "3"
 """TF_CPP_MIN_LOG_LEVEL for the TensorFlow child: its C++ log lines are not results."""
@@ -381,7 +381,7 @@ def _closed_at_exit(session: Any) -> Any:
 
 
 def _onnxruntime_session(model: Any, *, threads: int) -> Any:
-    import onnxruntime
+    import onnxruntime  # type: ignore[import-untyped]
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
@@ -405,7 +405,7 @@ def _onnxruntime_info() -> dict[str, Any]:
 
 def _tensorflow() -> Any:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", TF_QUIET)
-    import tensorflow as tf
+    import tensorflow as tf  # type: ignore[import-untyped]
 
     tf.compat.v1.disable_eager_execution()
     return tf
