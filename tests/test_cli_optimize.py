@@ -171,7 +171,8 @@ def test_an_unknown_pass_lists_the_passes_in_the_flag_s_words(
     plugins = "".join(f", {p.graph_pass.name}" for p in klp.default_registry().graph_passes)
     assert err.replace("\n", " ").strip() == (
         "error: no graph pass is named 'remaper'; passes: pruning, batch_norm_folding, "
-        f"constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion{plugins}. "
+        "constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion, "
+        f"pin_to_host{plugins}. "
         "Did you mean 'remapper'? (asked for by --disable remaper)"
     )
     # The same words from kernloom run, which has the same flag.

@@ -313,13 +313,15 @@ def test_run_turns_the_optimizer_or_one_pass_off(
         (
             ["--disable", "constant_fold"],
             "no graph pass is named 'constant_fold'; passes: pruning, batch_norm_folding, "
-            "constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion. "
+            "constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion, "
+            "pin_to_host. "
             "Did you mean 'constant_folding'? (asked for by --disable constant_fold)",
         ),
         (
             ["--no-optimizer", "--disable", "fusion"],
             "no graph pass is named 'fusion'; passes: pruning, batch_norm_folding, "
-            "constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion. "
+            "constant_folding, arithmetic, cse, dead_branch, remapper, elementwise_fusion, "
+            "pin_to_host. "
             "(asked for by --disable fusion)",
         ),
     ],

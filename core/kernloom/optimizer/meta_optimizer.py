@@ -9,8 +9,10 @@ The order (``DEFAULT_PASSES``), and why:
    ``constant_folding``, ``arithmetic`` (its combined constants are folded next round),
    ``cse``, ``dead_branch`` (predicates become constants by folding);
 2. ``remapper``: MatMul/Conv2D + BiasAdd [+ activation] fusions, once;
-3. ``elementwise_fusion``, once, last of the built-ins: it consumes what the remapper left;
-4. the plugins' passes for the device types the graph's nodes would run on, in
+3. ``elementwise_fusion``, once: it consumes what the remapper left;
+4. ``pin_to_host``, once, last of the built-ins: small integer computations (run-time
+   shapes) go to the CPU, where the accelerator's host-memory arguments read them;
+5. the plugins' passes for the device types the graph's nodes would run on, in
    registration order.
 
 ``disabled`` names passes to skip (``SessionConfig.disabled_passes``); an unknown name is
@@ -34,6 +36,7 @@ from kernloom.optimizer.cse import CommonSubexpressionElimination
 from kernloom.optimizer.dead_branch import DeadBranchRemoval
 from kernloom.optimizer.elementwise_fusion import ElementwiseFusion
 from kernloom.optimizer.graph_pass import FUSED_FROM_ATTR, GraphPass, PassContext
+from kernloom.optimizer.pin_to_host import PinToHost
 from kernloom.optimizer.placement_hint import likely_device_type
 from kernloom.optimizer.pruning import Pruning
 from kernloom.optimizer.remapper import Remapper
@@ -57,7 +60,7 @@ SIMPLIFYING: Final[tuple[GraphPass, ...]] = (
     CommonSubexpressionElimination(),
     DeadBranchRemoval(),
 )
-FUSING: Final[tuple[GraphPass, ...]] = (Remapper(), ElementwiseFusion())
+FUSING: Final[tuple[GraphPass, ...]] = (Remapper(), ElementwiseFusion(), PinToHost())
 DEFAULT_PASSES: Final = (*SIMPLIFYING, *FUSING)
 BUILTIN_PASS_NAMES: Final = tuple(p.name for p in DEFAULT_PASSES)
 

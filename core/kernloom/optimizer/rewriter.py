@@ -69,9 +69,11 @@ class GraphRewriter:
         attrs: Mapping[str, Any] | None = None,
         *,
         control_inputs: Sequence[Node] | None = None,
+        device: str | None = None,
     ) -> Node:
         """Copy ``node`` under its own name: with its inputs mapped, or ``inputs`` (new
-        tensors, one per flat input) instead; ``attrs`` replaces its attrs."""
+        tensors, one per flat input) instead; ``attrs`` replaces its attrs, ``device`` its
+        requested device."""
         if inputs is None:
             found: list[Tensor | None] = []
             for index, t in enumerate(node.inputs):
@@ -85,7 +87,7 @@ class GraphRewriter:
             node.group_inputs(inputs),
             dict(node.attrs if attrs is None else attrs),
             name=node.name,
-            device=node.requested_device,
+            device=node.requested_device if device is None else device,
             control_inputs=self.controls(node) if control_inputs is None else control_inputs,
             exact_name=True,
         )

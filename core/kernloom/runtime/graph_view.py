@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Final, final
 
 from kernloom.framework.device import Device
 from kernloom.framework.device_independent_kernels import ConstKernel, pass_through
@@ -200,37 +200,54 @@ class GraphView:
         return len(self.items)
 
 
+_HANDS_ON: Final = frozenset({"Identity", "IdentityN", "Enter", "Exit", "NextIteration"})
+"""Ops whose output ``j`` is their input ``j``, in whatever memory it arrived."""
+_ANY_MEMORY: Final = _HANDS_ON | {"Switch", "Merge", "LoopCond", "_Send", "_Retval"}
+"""Ops that hand a value on, or read it wherever it is (``_Send`` says which memory it
+sends from; a predicate is read through ``host_bool``): nothing is copied for them."""
+
+
 def _host_fed_inputs(
     nodes: list[Node], index: dict[str, int], node_kernels: list[OpKernel]
 ) -> dict[int, frozenset[int]]:
     """Per node, the inputs that arrive in host memory but that its kernel reads in
-    device memory: fed by a host-memory output, directly or through pass-through nodes
-    (``Identity``, ``Enter``...), which hand their input on as it is."""
-    host_outputs = {
+    device memory: fed by a host-memory output, directly or through ops that hand values
+    on (``_HANDS_ON``, ``Switch``, ``Merge``)."""
+    host = {
         (i, o)
         for i, kernel in enumerate(node_kernels)
         for o in kernel.signature.host_memory_outputs
     }
-    changed = bool(host_outputs)
-    while changed:  # a pass-through fed from the host gives a host value (loops: fixpoint)
+    changed = bool(host)
+    while changed:  # what hands a host value on gives a host value (loops: a fixpoint)
         changed = False
         for i, node in enumerate(nodes):
-            if node_kernels[i].direct is not pass_through:
+            if node.op not in _ANY_MEMORY:
                 continue
-            for j, tensor in enumerate(node.inputs):
-                fed = (index[tensor.node.name], tensor.index) in host_outputs
-                if fed and (i, j) not in host_outputs and j < len(node.outputs):
-                    host_outputs.add((i, j))
+            fed = [(index[t.node.name], t.index) in host for t in node.inputs]
+            if node.op in _HANDS_ON:
+                outputs = [j for j, f in enumerate(fed) if f and j < len(node.outputs)]
+            elif node.op == "Switch":
+                outputs = [0, 1] if fed and fed[0] else []
+            elif node.op == "Merge":
+                outputs = [0] if any(fed) else []
+            else:
+                outputs = []
+            for o in outputs:
+                if (i, o) not in host:
+                    host.add((i, o))
                     changed = True
     fed_inputs: dict[int, frozenset[int]] = {}
     for i, node in enumerate(nodes):
+        if node.op in _ANY_MEMORY:
+            continue
         wanted = node_kernels[i].signature.host_memory_inputs
         found = frozenset(
             j
             for j, tensor in enumerate(node.inputs)
-            if j not in wanted and (index[tensor.node.name], tensor.index) in host_outputs
+            if j not in wanted and (index[tensor.node.name], tensor.index) in host
         )
-        if found and node_kernels[i].direct is not pass_through:
+        if found:
             fed_inputs[i] = found
     return fed_inputs
 
