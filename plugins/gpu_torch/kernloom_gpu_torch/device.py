@@ -100,8 +100,12 @@ class TorchDevice(klp.Device):
                 f"{dtype.name} tensors; place the node that needs it on the CPU "
                 f"(kl.device('CPU')) or cast it first"
             )
-        out: torch.Tensor = self.allocate(host.shape, dtype)
         with self._stream_scope():
+            # Allocated on the device's stream, which then reads it: a block of the
+            # default stream's pool, freed while a kernel on ours still read it, could be
+            # handed to the next allocation on the default stream (torch's caching
+            # allocator orders a block's reuse by the stream it was allocated on).
+            out: torch.Tensor = self.allocate(host.shape, dtype)
             out.copy_(host_tensor(host))
         return out
 

@@ -3,7 +3,9 @@ and placement, copies, variables and loops through a session with the torch GPU.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -141,6 +143,34 @@ def test_read_only_feeds_copy_without_a_warning(device: Any) -> None:
 def test_a_dtype_torch_cannot_compute_with_is_refused_by_name(device: Any) -> None:
     with pytest.raises(kl.InvalidArgumentError, match=r"cannot copy a uint32 array to .*GPU:0"):
         device.copy_from_host(np.ones(3, np.uint32))
+
+
+def test_a_feed_is_allocated_on_the_stream_that_reads_it(
+    device: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's caching allocator orders a block's reuse by the stream it was allocated on:
+    a feed copied in on the device's stream must be allocated there too."""
+    inside = []
+    scope = device._stream_scope
+
+    @contextlib.contextmanager
+    def stream_scope() -> Iterator[None]:
+        inside.append(True)
+        with scope():
+            yield
+        inside.pop()
+
+    allocate = device._allocate
+    seen: list[bool] = []
+
+    def recording_allocate(shape: Any, dtype: Any) -> Any:
+        seen.append(bool(inside))
+        return allocate(shape, dtype)
+
+    monkeypatch.setattr(device, "_stream_scope", stream_scope)
+    monkeypatch.setattr(device, "_allocate", recording_allocate)
+    device.copy_from_host(np.ones(3, np.float32))
+    assert seen == [True]
 
 
 def test_allocations_are_counted_until_freed(device: Any) -> None:
