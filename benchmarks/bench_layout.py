@@ -3,8 +3,11 @@
 per-round ratio and the rounds the choice was faster. ``--change``:
 
 - ``layout`` (the default): Concat and Transpose keep the NHWC memory of NCHW images, or
-  write C order (``kernloom_cpu_numpy.kernels.array.KEEP_LAYOUT``, read on every call:
-  one session);
+  write C order (``KEEP_LAYOUT`` of ``kernloom_cpu_numpy.kernels.array`` and of the torch
+  plugin's ``cpu_concat``, read on every call: one session);
+- ``torch-concat``: large float concatenations on the CPU in ``torch.cat`` on the intra-op
+  threads, or numpy's (``kernloom_gpu_torch.kernels.array.SMALL_CONCAT``, read on every
+  call: one session);
 - ``multiply-add``: the torch plugin's elementwise kernel runs ``Mul`` then ``Add`` as one
   ``addcmul``, or as two calls (``kernloom_gpu_torch.kernels.fused.MERGE_MULTIPLY_ADD``,
   read when a kernel is built: two sessions).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -29,7 +33,10 @@ from bench_onnx import _load  # the script's own folder
 import kernloom as kl
 import kernloom.onnx as klonnx
 from kernloom_cpu_numpy.kernels import array
+from kernloom_gpu_torch.kernels import array as torch_array
 from kernloom_gpu_torch.kernels import fused
+
+TORCH_CONCAT = torch_array.SMALL_CONCAT
 
 
 def compare(name: str, threads: int, rounds: int, change: str) -> str:
@@ -49,7 +56,10 @@ def compare(name: str, threads: int, rounds: int, change: str) -> str:
     times: dict[bool, list[float]] = {True: [], False: []}
     for round_ in range(rounds):
         for keep in (True, False) if round_ % 2 == 0 else (False, True):
-            array.KEEP_LAYOUT = keep or change != "layout"
+            array.KEEP_LAYOUT = torch_array.KEEP_LAYOUT = keep or change != "layout"
+            torch_array.SMALL_CONCAT = (
+                TORCH_CONCAT if keep or change != "torch-concat" else sys.maxsize
+            )
             session = sessions[keep]
             (out,) = session.run(None, feed)
             np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
@@ -59,7 +69,8 @@ def compare(name: str, threads: int, rounds: int, change: str) -> str:
                 session.run(None, feed)
                 best = min(best, time.perf_counter() - started)
             times[keep].append(best)
-    array.KEEP_LAYOUT = True
+    array.KEEP_LAYOUT = torch_array.KEEP_LAYOUT = True
+    torch_array.SMALL_CONCAT = TORCH_CONCAT
     on, off = (statistics.median(times[k]) * 1e3 for k in (True, False))
     ratios = [a / b for a, b in zip(times[True], times[False], strict=True)]
     faster = sum(r < 1 for r in ratios)
@@ -74,7 +85,9 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["inception_v1", "densenet121"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--change", choices=["layout", "multiply-add"], default="layout")
+    parser.add_argument(
+        "--change", choices=["layout", "torch-concat", "multiply-add"], default="layout"
+    )
     args = parser.parse_args()
     for name in args.models:
         print(compare(name, args.threads, args.rounds, args.change))

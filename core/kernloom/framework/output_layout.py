@@ -11,14 +11,20 @@ result (a convolution, a pooling) transposes it back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from kernloom.framework.op_kernel import OpKernelContext
 
-__all__ = ["concat_output", "elementwise_output", "memory_order", "same_layout_output"]
+__all__ = [
+    "Concatenate",
+    "concat_output",
+    "elementwise_output",
+    "memory_order",
+    "same_layout_output",
+]
 
 Array = np.ndarray[Any, Any]
 
@@ -58,17 +64,30 @@ def memory_order(arrays: Sequence[Array]) -> list[int] | None:
     return order
 
 
-def concat_output(ctx: OpKernelContext, values: Sequence[Array], axis: int, shape: Any) -> bool:
+Concatenate = Callable[[list[Array], int, Array], object]
+"""``(values, axis, out)``: joins C-contiguous ``values`` along ``axis`` into ``out``."""
+
+
+def concat_output(
+    ctx: OpKernelContext,
+    values: Sequence[Array],
+    axis: int,
+    shape: Any,
+    concatenate: Concatenate | None = None,
+) -> bool:
     """Concatenate ``values`` along ``axis`` into output 0 of ``shape`` laid out in their
     shared memory order (``memory_order``); False, with nothing done, when they share
-    none (the kernel then writes C order)."""
+    none (the kernel then writes C order). ``concatenate`` does the copying (numpy's by
+    default; a kernel passes its library's, as the torch plugin passes ``torch.cat``)."""
     order = memory_order(values)
     if order is None:
         return False
     out = _output_in_order(ctx, order, shape)
-    np.concatenate(
-        [v.transpose(order) for v in values], axis=order.index(axis), out=out.transpose(order)
-    )
+    joined, axis_in_order = [v.transpose(order) for v in values], order.index(axis)
+    if concatenate is None:
+        np.concatenate(joined, axis=axis_in_order, out=out.transpose(order))
+    else:
+        concatenate(joined, axis_in_order, out.transpose(order))
     return True
 
 

@@ -132,13 +132,16 @@ def build_library() -> KernelLibrary:
         packed_matmul,
     ):
         family.register(lib)
+    floats = {"T": tuple(f for f in t.FLOATS if f.name in _SOFTMAX_TYPES)}
     for op, kernel in CPU_PREFERRED.items():
-        cpu_kernel(
-            lib,
-            op,
-            kernel,
-            priority=conv.CPU_PRIORITY,
-            type_constraints={"T": tuple(f for f in t.FLOATS if f.name in _SOFTMAX_TYPES)},
-        )
+        cpu_kernel(lib, op, kernel, priority=conv.CPU_PRIORITY, type_constraints=floats)
+    cpu_kernel(
+        lib,
+        "ConcatV2",
+        array.cpu_concat,
+        priority=conv.CPU_PRIORITY,
+        type_constraints=floats,
+        host_memory=["axis"],
+    )
     register_variable_kernels(lib, GPU, backend=BACKEND, types=d.ALL)
     return lib

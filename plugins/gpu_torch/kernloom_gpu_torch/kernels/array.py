@@ -1,6 +1,10 @@
-"""Array kernels with torch: reshaping, rearranging, filling, Shape."""
+"""Array kernels with torch: reshaping, rearranging, filling, Shape; and the CPU's
+default ``ConcatV2`` for large float tensors (``cpu_concat``)."""
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -8,6 +12,7 @@ import torch
 from kernloom.plugin import (
     OpKernelContext,
     check_permutation,
+    concat_output,
     concat_shape,
     fill_dims,
     reshape_dims,
@@ -16,11 +21,34 @@ from kernloom_gpu_torch.kernels._util import (
     host_input,
     output,
     result,
+    tensor,
     tensor_input,
     tensor_inputs,
+    use_session_threads,
 )
 
-__all__ = ["concat", "fill", "ones_like", "reshape", "shape", "transpose", "zeros_like"]
+__all__ = [
+    "KEEP_LAYOUT",
+    "SMALL_CONCAT",
+    "concat",
+    "cpu_concat",
+    "fill",
+    "ones_like",
+    "reshape",
+    "shape",
+    "transpose",
+    "zeros_like",
+]
+
+SMALL_CONCAT: int = 1 << 17
+"""Outputs of fewer elements than this are joined by numpy: a torch call costs more than
+the copy (NHWC concatenations at two threads: numpy 7.8 µs and torch 10.3 for 100 K
+elements, 20.8 and 18.7 for 200 K). Read on every call: ``benchmarks/bench_layout.py
+--change torch-concat`` raises it to measure what torch saves."""
+
+KEEP_LAYOUT: bool = True
+"""Whether ``cpu_concat`` keeps its inputs' shared layout, as the numpy CPU kernels'
+``KEEP_LAYOUT`` (read on every call: ``benchmarks/bench_layout.py`` turns both off)."""
 
 
 def reshape(ctx: OpKernelContext) -> None:
@@ -38,6 +66,27 @@ def concat(ctx: OpKernelContext) -> None:
     values = tensor_inputs(ctx, "values")
     axis, shape = concat_shape(ctx, [v.shape for v in values], host_input(ctx, len(values)))
     torch.cat(values, dim=axis, out=output(ctx, 0, shape))
+
+
+def cpu_concat(ctx: OpKernelContext) -> None:
+    """``ConcatV2`` on the numpy CPU device: ``torch.cat`` on the session's intra-op
+    threads, into the inputs' shared memory order (``concat_output``) or C order. NCHW
+    images in NHWC memory joined along channels copy a short run per pixel, which numpy
+    does on one thread: [1, 224, 56, 56] and [1, 32, 56, 56] took 76 µs in numpy and 39 in
+    torch at two threads (DenseNet-121 makes 58 such concatenations a run)."""
+    values = ctx.input_list("values")
+    axis, shape = concat_shape(ctx, [v.shape for v in values], ctx.input("axis"))
+    if math.prod(shape) < SMALL_CONCAT:
+        if not (KEEP_LAYOUT and concat_output(ctx, values, axis, shape)):
+            np.concatenate(values, axis=axis, out=ctx.allocate_output(0, shape))
+        return
+    use_session_threads(ctx)
+    if not (KEEP_LAYOUT and concat_output(ctx, values, axis, shape, _torch_cat)):
+        _torch_cat(values, axis, ctx.allocate_output(0, shape))
+
+
+def _torch_cat(values: list[Any], axis: int, out: Any) -> None:
+    torch.cat([tensor(v) for v in values], dim=axis, out=tensor(out))
 
 
 def fill(ctx: OpKernelContext) -> None:

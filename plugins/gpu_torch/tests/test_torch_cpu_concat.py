@@ -1,0 +1,85 @@
+"""The CPU's ``ConcatV2`` for large float tensors (``torch.cat`` on the intra-op threads):
+numpy's values whatever the layouts (hypothesis over shapes, memory orders and axes), in
+the inputs' shared memory order when they have one; small outputs and other dtypes stay
+numpy's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_torch_labelled_cpu import REGISTRY
+
+from kernloom.testing import run_kernel
+from kernloom_gpu_torch.kernels import array
+
+ORDERS = [[0, 1, 2, 3], [0, 2, 3, 1], [0, 3, 2, 1], [3, 2, 1, 0]]
+
+
+def _in_order(value: Any, order: list[int]) -> Any:
+    """``value`` (C order) with the same values, stored with its axes in ``order``."""
+    return np.ascontiguousarray(value.transpose(order)).transpose(np.argsort(order))
+
+
+def _order_of(value: Any) -> list[int]:
+    return sorted(range(value.ndim), key=lambda axis: -value.strides[axis])
+
+
+@pytest.fixture
+def every_concat_in_torch() -> Iterator[None]:
+    small = array.SMALL_CONCAT
+    array.SMALL_CONCAT = 0
+    try:
+        yield
+    finally:
+        array.SMALL_CONCAT = small
+
+
+@pytest.mark.usefixtures("every_concat_in_torch")
+@settings(max_examples=60, deadline=None)
+@given(
+    dims=st.lists(st.integers(1, 4), min_size=4, max_size=4),
+    widths=st.lists(st.integers(1, 3), min_size=2, max_size=4),
+    axis=st.integers(-4, 3),
+    orders=st.lists(st.sampled_from(range(len(ORDERS))), min_size=4, max_size=4),
+    shared=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_torch_cat_gives_numpys_values_in_the_inputs_shared_order(
+    dims: list[int], widths: list[int], axis: int, orders: list[int], shared: bool, dtype: Any
+) -> None:
+    rng = np.random.default_rng(len(widths) * 10 + axis)
+    values = []
+    for i, width in enumerate(widths):
+        shape = list(dims)
+        shape[axis] = width
+        order = ORDERS[orders[0] if shared else orders[i]]
+        values.append(_in_order(rng.standard_normal(shape).astype(dtype), order))
+    run = run_kernel("ConcatV2", [values, np.int32(axis)], registry=REGISTRY)
+    assert type(run.kernel).__name__ == "cpu_concat"
+    (out,) = run.outputs
+    np.testing.assert_array_equal(out, np.concatenate(values, axis=axis))
+    assert out.dtype == dtype
+    if min(dims) > 1 and min(widths) > 1 and shared:  # (one order fits each array)
+        assert _order_of(out) == ORDERS[orders[0]]
+
+
+def test_an_nhwc_channel_concat_above_the_threshold_takes_torch_and_keeps_nhwc() -> None:
+    rng = np.random.default_rng(0)
+    a = _in_order(rng.standard_normal((1, 224, 24, 24)).astype(np.float32), [0, 2, 3, 1])
+    b = _in_order(rng.standard_normal((1, 32, 24, 24)).astype(np.float32), [0, 2, 3, 1])
+    assert array.SMALL_CONCAT <= 256 * 24 * 24
+    (out,) = run_kernel("ConcatV2", [[a, b], np.int32(1)], registry=REGISTRY).outputs
+    np.testing.assert_array_equal(out, np.concatenate([a, b], axis=1))
+    assert _order_of(out) == [0, 2, 3, 1]
+
+
+def test_other_dtypes_are_numpys() -> None:
+    values = [np.arange(6, dtype=np.int32).reshape(2, 3), np.ones((2, 1), np.int32)]
+    run = run_kernel("ConcatV2", [values, np.int32(1)], registry=REGISTRY)
+    assert type(run.kernel).__name__ == "concat"  # the numpy CPU plugin's
+    np.testing.assert_array_equal(run.outputs[0], np.concatenate(values, axis=1))
