@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import types
 from typing import Any
 
@@ -130,8 +131,40 @@ def test_the_cpu_lrn_over_short_and_wide_windows_matches_float64(
     attrs = {"depth_radius": radius, "bias": bias, "alpha": 0.4, "beta": beta}
     values, metadata = run_op(REGISTRY, "LRN", [x], attrs)
     assert metadata.step_stats is not None
-    assert metadata.step_stats.for_node("op").kernel_class.endswith("conv.lrn")
+    assert metadata.step_stats.for_node("op").kernel_class.endswith("conv.LocalResponseNorm")
     (y,) = values
     assert y.dtype == dtype and y.shape == shape
     tolerance = 2e-5 if dtype == np.float32 else 1e-3
     np.testing.assert_allclose(y, lrn_reference(attrs)(x), rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("beta", [0.75, 0.5])
+def test_an_lrn_run_again_and_from_threads_reuses_its_buffers_correctly(beta: float) -> None:
+    """The kernel keeps its window buffers per input shape: runs that alternate shapes,
+    and runs of one session from several threads at once (each takes its own set), give
+    the reference's values every time."""
+    attrs = {"depth_radius": 2, "bias": 1.0, "alpha": 0.4, "beta": beta}
+    g = kl.Graph(REGISTRY)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None, 6, 5, 16], name="x")
+        y = kl.ops.lrn(x, **attrs)
+    rng = np.random.default_rng(5)
+    feeds = [rng.uniform(-3, 3, (n, 6, 5, 16)).astype(np.float32) for n in (1, 3, 1, 2, 3)]
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=4)) as session:
+        for feed in feeds:
+            np.testing.assert_allclose(
+                session.run(y, {x: feed}), lrn_reference(attrs)(feed), rtol=2e-5, atol=2e-5
+            )
+        results: dict[int, Any] = {}
+
+        def run(i: int) -> None:
+            for _ in range(20):
+                results[i] = session.run(y, {x: feeds[i]})
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(feeds))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    for i, feed in enumerate(feeds):
+        np.testing.assert_allclose(results[i], lrn_reference(attrs)(feed), rtol=2e-5, atol=2e-5)

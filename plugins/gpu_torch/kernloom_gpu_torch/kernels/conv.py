@@ -13,6 +13,7 @@ float16 ones in float32 on the CPU, rounded once at the end.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -22,6 +23,8 @@ import torch.nn.functional as F
 
 from kernloom.plugin import (
     KernelLibrary,
+    OpKernel,
+    OpKernelConstruction,
     OpKernelContext,
     Window2D,
     WindowAttrs,
@@ -46,7 +49,7 @@ __all__ = [
     "register_cpu",
 ]
 
-Kernel = Callable[[OpKernelContext], None]
+Kernel = Callable[[OpKernelContext], None] | type[OpKernel]
 
 
 def _compute(x: torch.Tensor) -> torch.Tensor:
@@ -481,41 +484,107 @@ float64 prefix sum, whose cost does not grow with the radius. Inception v1's two
 ``local_response_norm`` (an average pooling over a 5-D view)."""
 
 
-def lrn(ctx: OpKernelContext) -> None:
+class LocalResponseNorm(OpKernel):
     """TensorFlow's LRN over the last axis: ``x / (bias + alpha * sqr_sum) ** beta``, in
     float32 (float16 input too, as TensorFlow's CPU kernel computes it), each pass over
-    the tensor one multi-threaded torch call."""
-    x = tensor_input(ctx, 0)
-    _input4(ctx, x)
-    radius = int(ctx.attr("depth_radius"))
-    if radius < 0:
-        raise ctx.fail(f"depth_radius must be non-negative, got {radius}")
-    bias, alpha, beta = (float(ctx.attr(a)) for a in ("bias", "alpha", "beta"))
-    out = output(ctx, 0, x.shape)
-    if x.numel() == 0:
-        return
-    xf = x.float()
-    window = _window_sums(xf * xf, radius)  # a new float32 tensor: scaled in place
-    window.mul_(alpha).add_(bias)
-    _negative_power_(window, beta)
-    if out.dtype == torch.float32:
-        torch.mul(xf, window, out=out)
-    else:
-        out.copy_(window.mul_(xf))
+    the tensor one multi-threaded torch call.
+
+    The sliding window's buffers (the zero-padded squares, the sums, a root) are kept per
+    input shape and reused: fresh multi-megabyte temporaries cost a page fault per 4 KiB
+    (glibc hands their memory back), and Inception v1's two LRNs took 1,640 faults a run.
+    Each concurrent run takes its own set (``_take``/``_give``)."""
+
+    intra_op_parallel = True
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._radius = int(ctx.attr("depth_radius"))
+        self._bias, self._alpha, self._beta = (
+            float(ctx.attr(a)) for a in ("bias", "alpha", "beta")
+        )
+        self._spare: list[_Scratch] = []
+        self._lock = threading.Lock()
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        x = tensor_input(ctx, 0)
+        _input4(ctx, x)
+        if self._radius < 0:
+            raise ctx.fail(f"depth_radius must be non-negative, got {self._radius}")
+        out = output(ctx, 0, x.shape)
+        if x.numel() == 0:
+            return
+        xf = x.float()
+        if self._radius > SLIDING_SUM_RADIUS:
+            window = _prefix_window_sums(xf * xf, self._radius)
+            self._finish(xf, window, torch.empty_like(window), out)
+            return
+        scratch = self._take(xf)
+        try:
+            window = scratch.window_sums(xf, self._radius)
+            self._finish(xf, window, scratch.root, out)
+        finally:
+            self._give(scratch)
+
+    def _finish(
+        self, xf: torch.Tensor, window: torch.Tensor, root: torch.Tensor, out: torch.Tensor
+    ) -> None:
+        window.mul_(self._alpha).add_(self._bias)
+        _negative_power_(window, self._beta, root)
+        if out.dtype == torch.float32:
+            torch.mul(xf, window, out=out)
+        else:
+            out.copy_(window.mul_(xf))
+
+    def _take(self, xf: torch.Tensor) -> _Scratch:
+        key = (tuple(xf.shape), xf.device)
+        with self._lock:
+            for i, scratch in enumerate(self._spare):
+                if scratch.key == key:
+                    return self._spare.pop(i)
+        return _Scratch(key, self._radius)
+
+    def _give(self, scratch: _Scratch) -> None:
+        with self._lock:
+            if len(self._spare) < _SPARE_SETS:
+                self._spare.append(scratch)
 
 
-def _window_sums(squares: torch.Tensor, radius: int) -> torch.Tensor:
-    """For each channel (last axis), the sum of ``squares`` over the channels within
-    ``radius`` of it, in a new float32 tensor."""
-    depth = int(squares.shape[-1])
-    if radius == 0:
-        return squares
-    if radius <= SLIDING_SUM_RADIUS:
-        padded = F.pad(squares, (radius, radius))
-        window = torch.add(padded[..., :depth], padded[..., 1 : 1 + depth])
+_SPARE_SETS: Final = 4
+"""Scratch sets an LRN kernel keeps (shapes, or runs at once)."""
+
+
+class _Scratch:
+    """One run's buffers for a sliding window of ``radius`` over inputs of one shape."""
+
+    __slots__ = ("key", "padded", "root", "window")
+
+    def __init__(self, key: tuple[tuple[int, ...], torch.device], radius: int) -> None:
+        shape, device = key
+        self.key = key
+        # The squares go between zero borders that stay zero.
+        f32 = torch.float32
+        self.padded = torch.zeros((*shape[:-1], shape[-1] + 2 * radius), dtype=f32, device=device)
+        self.window = torch.empty(shape, dtype=f32, device=device)
+        self.root = torch.empty(shape, dtype=f32, device=device)
+
+    def window_sums(self, xf: torch.Tensor, radius: int) -> torch.Tensor:
+        """For each channel (last axis), the sum of the squares of ``xf`` over the
+        channels within ``radius`` of it, in ``self.window``."""
+        depth = int(xf.shape[-1])
+        padded = self.padded
+        torch.mul(xf, xf, out=padded[..., radius : radius + depth])
+        if radius == 0:
+            return self.window.copy_(padded)
+        window = torch.add(padded[..., :depth], padded[..., 1 : 1 + depth], out=self.window)
         for j in range(2, 2 * radius + 1):
             window.add_(padded[..., j : j + depth])
         return window
+
+
+def _prefix_window_sums(squares: torch.Tensor, radius: int) -> torch.Tensor:
+    """The window sums beyond ``SLIDING_SUM_RADIUS``: a float64 prefix sum, whose cost does
+    not grow with the radius, in a new float32 tensor."""
+    depth = int(squares.shape[-1])
     prefix = F.pad(torch.cumsum(squares, dim=-1, dtype=torch.float64), (1, 0))
     channels = torch.arange(depth, device=squares.device)
     high = torch.clamp(channels + radius + 1, max=depth)
@@ -523,13 +592,14 @@ def _window_sums(squares: torch.Tensor, radius: int) -> torch.Tensor:
     return (prefix.index_select(-1, high) - prefix.index_select(-1, low)).float()
 
 
-def _negative_power_(base: torch.Tensor, beta: float) -> None:
+def _negative_power_(base: torch.Tensor, beta: float, root: torch.Tensor) -> None:
     """``base ** -beta`` in place, with square roots for the exponents LRN is used with
-    (0.5, its default; 0.75, AlexNet's and GoogLeNet's; 1), as the numpy kernel does."""
+    (0.5, its default; 0.75, AlexNet's and GoogLeNet's; 1), as the numpy kernel does;
+    ``root`` is scratch of ``base``'s shape."""
     if beta == 0.5:
         base.sqrt_()
     elif beta == 0.75:
-        root = torch.sqrt(base)
+        torch.sqrt(base, out=root)
         base.sqrt_().sqrt_().mul_(root)  # base ** 0.25 * base ** 0.5
     elif beta != 1.0:
         base.pow_(-beta)
@@ -562,7 +632,7 @@ KERNELS: Final[tuple[tuple[str, Kernel, dict[str, Any]], ...]] = (
         fused_batch_norm,
         {"type_constraints": {"T": _types("float16", "float32")}},
     ),
-    ("LRN", lrn, {"type_constraints": {"T": t.OP_TYPES}}),
+    ("LRN", LocalResponseNorm, {"type_constraints": {"T": t.OP_TYPES}}),
 )
 
 CPU_LABELLED_OPS: Final = (
