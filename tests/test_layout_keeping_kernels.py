@@ -10,19 +10,10 @@ from typing import Any
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from layout_helpers import ORDERS, concat_inputs, order_of
 
 import kernloom as kl
 from kernloom.testing import run_kernel
-
-
-def _in_order(value: Any, order: list[int]) -> Any:
-    """``value`` (C order) with the same values, stored with its axes in ``order``."""
-    stored = np.ascontiguousarray(value.transpose(order))
-    return stored.transpose(np.argsort(order))
-
-
-def _order_of(value: Any) -> list[int]:
-    return sorted(range(value.ndim), key=lambda axis: -value.strides[axis])
 
 
 def _run(build: Any, feeds: list[Any]) -> Any:
@@ -36,9 +27,6 @@ def _run(build: Any, feeds: list[Any]) -> Any:
         return session.run(fetch, dict(zip(placeholders, feeds, strict=True)))
 
 
-ORDERS = [[0, 1, 2, 3], [0, 2, 3, 1], [0, 3, 2, 1], [3, 2, 1, 0]]
-
-
 @settings(max_examples=80, deadline=None)
 @given(
     dims=st.lists(st.integers(1, 4), min_size=4, max_size=4),
@@ -50,13 +38,7 @@ ORDERS = [[0, 1, 2, 3], [0, 2, 3, 1], [0, 3, 2, 1], [3, 2, 1, 0]]
 def test_a_concat_gives_numpys_values_in_the_inputs_shared_order(
     dims: list[int], widths: list[int], axis: int, orders: list[int], shared: bool
 ) -> None:
-    rng = np.random.default_rng(len(widths) * 10 + axis)
-    values = []
-    for i, width in enumerate(widths):
-        shape = list(dims)
-        shape[axis] = width
-        order = ORDERS[orders[0] if shared else orders[i]]
-        values.append(_in_order(rng.standard_normal(shape).astype(np.float32), order))
+    values = concat_inputs(dims, widths, axis, orders, shared)
     want = np.concatenate(values, axis=axis)
     np.testing.assert_array_equal(_run(lambda *xs: kl.ops.concat_v2(list(xs), axis), values), want)
     # the kernel's own output (a fetch is always the caller's C-order copy)
@@ -64,7 +46,7 @@ def test_a_concat_gives_numpys_values_in_the_inputs_shared_order(
     np.testing.assert_array_equal(out, want)
     if min(dims) > 1 and min(widths) > 1:  # (every axis > 1: one order fits each array)
         if shared:
-            assert _order_of(out) == ORDERS[orders[0]]
+            assert order_of(out) == ORDERS[orders[0]]
         elif len({orders[i] for i in range(len(widths))}) > 1:
             assert out.flags.c_contiguous  # no order shared: C order
 

@@ -12,21 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from layout_helpers import ORDERS, concat_inputs, in_order, order_of
 from test_torch_labelled_cpu import REGISTRY
 
 from kernloom.testing import run_kernel
 from kernloom_gpu_torch.kernels import array
-
-ORDERS = [[0, 1, 2, 3], [0, 2, 3, 1], [0, 3, 2, 1], [3, 2, 1, 0]]
-
-
-def _in_order(value: Any, order: list[int]) -> Any:
-    """``value`` (C order) with the same values, stored with its axes in ``order``."""
-    return np.ascontiguousarray(value.transpose(order)).transpose(np.argsort(order))
-
-
-def _order_of(value: Any) -> list[int]:
-    return sorted(range(value.ndim), key=lambda axis: -value.strides[axis])
 
 
 @pytest.fixture
@@ -52,30 +42,24 @@ def every_concat_in_torch() -> Iterator[None]:
 def test_torch_cat_gives_numpys_values_in_the_inputs_shared_order(
     dims: list[int], widths: list[int], axis: int, orders: list[int], shared: bool, dtype: Any
 ) -> None:
-    rng = np.random.default_rng(len(widths) * 10 + axis)
-    values = []
-    for i, width in enumerate(widths):
-        shape = list(dims)
-        shape[axis] = width
-        order = ORDERS[orders[0] if shared else orders[i]]
-        values.append(_in_order(rng.standard_normal(shape).astype(dtype), order))
+    values = concat_inputs(dims, widths, axis, orders, shared, dtype)
     run = run_kernel("ConcatV2", [values, np.int32(axis)], registry=REGISTRY)
     assert type(run.kernel).__name__ == "cpu_concat"
     (out,) = run.outputs
     np.testing.assert_array_equal(out, np.concatenate(values, axis=axis))
     assert out.dtype == dtype
     if min(dims) > 1 and min(widths) > 1 and shared:  # (one order fits each array)
-        assert _order_of(out) == ORDERS[orders[0]]
+        assert order_of(out) == ORDERS[orders[0]]
 
 
 def test_an_nhwc_channel_concat_above_the_threshold_takes_torch_and_keeps_nhwc() -> None:
     rng = np.random.default_rng(0)
-    a = _in_order(rng.standard_normal((1, 224, 24, 24)).astype(np.float32), [0, 2, 3, 1])
-    b = _in_order(rng.standard_normal((1, 32, 24, 24)).astype(np.float32), [0, 2, 3, 1])
+    a = in_order(rng.standard_normal((1, 224, 24, 24)).astype(np.float32), [0, 2, 3, 1])
+    b = in_order(rng.standard_normal((1, 32, 24, 24)).astype(np.float32), [0, 2, 3, 1])
     assert array.SMALL_CONCAT <= 256 * 24 * 24
     (out,) = run_kernel("ConcatV2", [[a, b], np.int32(1)], registry=REGISTRY).outputs
     np.testing.assert_array_equal(out, np.concatenate([a, b], axis=1))
-    assert _order_of(out) == [0, 2, 3, 1]
+    assert order_of(out) == [0, 2, 3, 1]
 
 
 def test_other_dtypes_are_numpys() -> None:
