@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, final
 
 from kernloom.framework.device import Device
 from kernloom.framework.device_independent_kernels import ConstKernel, pass_through
@@ -30,6 +30,7 @@ from kernloom.framework.op_kernel import (
 from kernloom.graph.graph import Graph, Node
 from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.frame_layout import FrameLayout
+from kernloom.runtime.memory_crossings import host_fed_inputs
 
 __all__ = ["GraphView", "KernelFactory", "NodeItem"]
 
@@ -130,7 +131,7 @@ class GraphView:
             return shared_threads and bool(kernel.intra_op_parallel)
 
         node_kernels = [kernels(node) for node in nodes]
-        host_fed = {} if device.memory_is_host else _host_fed_inputs(nodes, index, node_kernels)
+        host_fed = {} if device.memory_is_host else host_fed_inputs(nodes, index, node_kernels)
         items: list[NodeItem] = []
         for i, node in enumerate(nodes):
             kernel = node_kernels[i]
@@ -198,58 +199,6 @@ class GraphView:
 
     def __len__(self) -> int:
         return len(self.items)
-
-
-_HANDS_ON: Final = frozenset({"Identity", "IdentityN", "Enter", "Exit", "NextIteration"})
-"""Ops whose output ``j`` is their input ``j``, in whatever memory it arrived."""
-_ANY_MEMORY: Final = _HANDS_ON | {"Switch", "Merge", "LoopCond", "_Send", "_Retval"}
-"""Ops that hand a value on, or read it wherever it is (``_Send`` says which memory it
-sends from; a predicate is read through ``host_bool``): nothing is copied for them."""
-
-
-def _host_fed_inputs(
-    nodes: list[Node], index: dict[str, int], node_kernels: list[OpKernel]
-) -> dict[int, frozenset[int]]:
-    """Per node, the inputs that arrive in host memory but that its kernel reads in
-    device memory: fed by a host-memory output, directly or through ops that hand values
-    on (``_HANDS_ON``, ``Switch``, ``Merge``)."""
-    host = {
-        (i, o)
-        for i, kernel in enumerate(node_kernels)
-        for o in kernel.signature.host_memory_outputs
-    }
-    changed = bool(host)
-    while changed:  # what hands a host value on gives a host value (loops: a fixpoint)
-        changed = False
-        for i, node in enumerate(nodes):
-            if node.op not in _ANY_MEMORY:
-                continue
-            fed = [(index[t.node.name], t.index) in host for t in node.inputs]
-            if node.op in _HANDS_ON:
-                outputs = [j for j, f in enumerate(fed) if f and j < len(node.outputs)]
-            elif node.op == "Switch":
-                outputs = [0, 1] if fed and fed[0] else []
-            elif node.op == "Merge":
-                outputs = [0] if any(fed) else []
-            else:
-                outputs = []
-            for o in outputs:
-                if (i, o) not in host:
-                    host.add((i, o))
-                    changed = True
-    fed_inputs: dict[int, frozenset[int]] = {}
-    for i, node in enumerate(nodes):
-        if node.op in _ANY_MEMORY:
-            continue
-        wanted = node_kernels[i].signature.host_memory_inputs
-        found = frozenset(
-            j
-            for j, tensor in enumerate(node.inputs)
-            if j not in wanted and (index[tensor.node.name], tensor.index) in host
-        )
-        if found:
-            fed_inputs[i] = found
-    return fed_inputs
 
 
 def _direct_entry(kernel: OpKernel, node: Node, excluded: bool) -> Callable[..., Any] | None:
