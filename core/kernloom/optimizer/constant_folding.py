@@ -13,7 +13,8 @@ when the branch is not taken. A kernel that fails leaves the node alone: the run
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Final
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from kernloom.dtypes import as_dtype
 from kernloom.errors import KernloomError
 from kernloom.framework.node_def import NodeDef
 from kernloom.graph.graph import Graph, Node
-from kernloom.optimizer.analysis import frame_nodes, may_rewrite, name_list
+from kernloom.optimizer.analysis import Consumers, frame_nodes, may_rewrite, name_list
 from kernloom.optimizer.graph_pass import GraphPass, PassContext
 from kernloom.optimizer.rewriter import GraphRewriter
 
@@ -43,13 +44,36 @@ class ConstantFolding(GraphPass):
             and may_rewrite(n, ctx.preserved, frames)
             and all(t.node.op == "Const" or _maybe_folded(t.node, ctx, frames) for t in n.inputs)
         ]
-        if not candidates:
+        consumers = Consumers(graph)
+        shaped = {
+            n.name: value
+            for n in graph.nodes
+            if (value := _materialized(n, ctx, frames, consumers)) is not None
+        }
+        if not candidates and not shaped:
             return graph
         wanted = {n.name for n in candidates}
         rewriter = GraphRewriter(graph)
         folded: list[str] = []
         too_large: list[str] = []
         for node in graph.nodes:
+            if node.name in shaped:
+                # The input's producer stays a control input: it still runs first (and
+                # fails first), as grappler's shape materialization keeps it.
+                data = rewriter.mapped(node.inputs[0]).node
+                controls = {c.name: c for c in [*rewriter.controls(node), data]}
+                const = rewriter.add(
+                    "Const",
+                    [],
+                    {"value": shaped[node.name], "dtype": node.outputs[0].dtype},
+                    name=node.name,
+                    exact_name=True,
+                    device=node.requested_device,
+                    control_inputs=list(controls.values()),
+                )
+                rewriter.alias(node, [const.outputs[0]])
+                folded.append(node.name)
+                continue
             if node.name not in wanted:
                 rewriter.copy(node)
                 continue
@@ -100,6 +124,43 @@ class ConstantFolding(GraphPass):
         if not folded:
             return graph
         return rewriter.finish(ctx.preserved)
+
+
+_SHAPE_ONLY: Final = frozenset({"Shape", "Size", "Rank", "ZerosLike", "OnesLike"})
+"""Ops whose value follows from their input's shape alone: constants wherever shape
+inference knows that shape (grappler's ``MaterializeShapes`` and constant-valued nodes)."""
+
+
+def _materialized(
+    node: Node, ctx: PassContext, frames: set[str], consumers: Consumers
+) -> np.ndarray[Any, Any] | None:
+    """The value of a ``_SHAPE_ONLY`` node whose input's shape is fully known, or None. A
+    ``ZerosLike``/``OnesLike`` becomes a constant only where that lets what reads it fold
+    too (every reader's other inputs are constants: the padded mask ONNX's AveragePool
+    divides by) and within the constant cap, so a large filled tensor is never kept in
+    the graph for nothing."""
+    if node.op not in _SHAPE_ONLY or not may_rewrite(node, ctx.preserved, frames):
+        return None
+    if node.op in ("ZerosLike", "OnesLike"):
+        readers = consumers.of_node(node)
+        if not readers or any(
+            t.node.op != "Const" and t.node is not node for c, _ in readers for t in c.inputs
+        ):
+            return None
+    shape = node.inputs[0].shape
+    if not shape.is_fully_defined():
+        return None
+    dims = shape.as_tuple()
+    dtype = node.outputs[0].dtype.numpy_dtype
+    if node.op == "Shape":
+        return np.array(dims, dtype)
+    if node.op == "Size":
+        return np.array(math.prod(dims), dtype)
+    if node.op == "Rank":
+        return np.array(len(dims), dtype)
+    if math.prod(dims) * dtype.itemsize > ctx.max_constant_bytes:
+        return None
+    return np.zeros(dims, dtype) if node.op == "ZerosLike" else np.ones(dims, dtype)
 
 
 def _maybe_folded(node: Node, ctx: PassContext, frames: set[str]) -> bool:
