@@ -61,17 +61,7 @@ class ConstantFolding(GraphPass):
                 # The input's producer stays a control input: it still runs first (and
                 # fails first), as grappler's shape materialization keeps it.
                 data = rewriter.mapped(node.inputs[0]).node
-                controls = {c.name: c for c in [*rewriter.controls(node), data]}
-                const = rewriter.add(
-                    "Const",
-                    [],
-                    {"value": shaped[node.name], "dtype": node.outputs[0].dtype},
-                    name=node.name,
-                    exact_name=True,
-                    device=node.requested_device,
-                    control_inputs=list(controls.values()),
-                )
-                rewriter.alias(node, [const.outputs[0]])
+                _to_constants(rewriter, node, [shaped[node.name]], [data])
                 folded.append(node.name)
                 continue
             if node.name not in wanted:
@@ -97,22 +87,9 @@ class ConstantFolding(GraphPass):
                 too_large.append(node.name)
                 rewriter.copy(node)
                 continue
-            controls = {c.name: c for c in rewriter.controls(node)}
-            for t in inputs:
-                controls.update((c.name, c) for c in t.node.control_inputs)
-            consts = [
-                rewriter.add(
-                    "Const",
-                    [],
-                    {"value": _as_value(value, node, i), "dtype": node.outputs[i].dtype},
-                    name=node.name if len(outputs) == 1 else f"{node.name}/folded_{i}",
-                    exact_name=len(outputs) == 1,
-                    device=node.requested_device,
-                    control_inputs=list(controls.values()),
-                )
-                for i, value in enumerate(outputs)
-            ]
-            rewriter.alias(node, [c.outputs[0] for c in consts])
+            _to_constants(
+                rewriter, node, outputs, [c for t in inputs for c in t.node.control_inputs]
+            )
             folded.append(node.name)
         if folded:
             ctx.note(f"folded {len(folded)} node(s) into constants: {name_list(folded)}")
@@ -124,6 +101,27 @@ class ConstantFolding(GraphPass):
         if not folded:
             return graph
         return rewriter.finish(ctx.preserved)
+
+
+def _to_constants(
+    rewriter: GraphRewriter, node: Node, values: list[Any], controls: list[Node]
+) -> None:
+    """Replace ``node`` by ``Const`` nodes of ``values`` (under its own name where it has
+    one output), which keep its control inputs and ``controls``."""
+    waits = {c.name: c for c in [*rewriter.controls(node), *controls]}
+    consts = [
+        rewriter.add(
+            "Const",
+            [],
+            {"value": _as_value(value, node, i), "dtype": node.outputs[i].dtype},
+            name=node.name if len(values) == 1 else f"{node.name}/folded_{i}",
+            exact_name=len(values) == 1,
+            device=node.requested_device,
+            control_inputs=list(waits.values()),
+        )
+        for i, value in enumerate(values)
+    ]
+    rewriter.alias(node, [c.outputs[0] for c in consts])
 
 
 _SHAPE_ONLY: Final = frozenset({"Shape", "Size", "Rank", "ZerosLike", "OnesLike"})
@@ -141,15 +139,15 @@ def _materialized(
     the graph for nothing."""
     if node.op not in _SHAPE_ONLY or not may_rewrite(node, ctx.preserved, frames):
         return None
+    shape = node.inputs[0].shape
+    if not shape.is_fully_defined():
+        return None
     if node.op in ("ZerosLike", "OnesLike"):
         readers = consumers.of_node(node)
         if not readers or any(
             t.node.op != "Const" and t.node is not node for c, _ in readers for t in c.inputs
         ):
             return None
-    shape = node.inputs[0].shape
-    if not shape.is_fully_defined():
-        return None
     dims = shape.as_tuple()
     dtype = node.outputs[0].dtype.numpy_dtype
     if node.op == "Shape":
