@@ -77,12 +77,16 @@ def cpu_concat(ctx: OpKernelContext) -> None:
     values = ctx.input_list("values")
     axis, shape = concat_shape(ctx, [v.shape for v in values], ctx.input("axis"))
     if math.prod(shape) < SMALL_CONCAT:
-        if not (KEEP_LAYOUT and concat_output(ctx, values, axis, shape)):
-            np.concatenate(values, axis=axis, out=ctx.allocate_output(0, shape))
-        return
-    use_session_threads(ctx)
-    if not (KEEP_LAYOUT and concat_output(ctx, values, axis, shape, _torch_cat)):
-        _torch_cat(values, axis, ctx.allocate_output(0, shape))
+        join = _numpy_cat
+    else:
+        use_session_threads(ctx)
+        join = _torch_cat
+    if not (KEEP_LAYOUT and concat_output(ctx, values, axis, shape, join)):
+        join(values, axis, ctx.allocate_output(0, shape))
+
+
+def _numpy_cat(values: list[Any], axis: int, out: Any) -> None:
+    np.concatenate(values, axis=axis, out=out)
 
 
 def _torch_cat(values: list[Any], axis: int, out: Any) -> None:
