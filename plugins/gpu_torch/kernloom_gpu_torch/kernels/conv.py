@@ -564,7 +564,8 @@ class _Scratch:
         # The squares go between zero borders that stay zero.
         f32 = torch.float32
         self.padded = torch.zeros((*shape[:-1], shape[-1] + 2 * radius), dtype=f32, device=device)
-        self.window = torch.empty(shape, dtype=f32, device=device)
+        # (radius 0: no borders, and the squares are the sums)
+        self.window = torch.empty(shape, dtype=f32, device=device) if radius else self.padded
         self.root = torch.empty(shape, dtype=f32, device=device)
 
     def window_sums(self, xf: torch.Tensor, radius: int) -> torch.Tensor:
@@ -574,7 +575,7 @@ class _Scratch:
         padded = self.padded
         torch.mul(xf, xf, out=padded[..., radius : radius + depth])
         if radius == 0:
-            return self.window.copy_(padded)
+            return padded  # rewritten every call
         window = torch.add(padded[..., :depth], padded[..., 1 : 1 + depth], out=self.window)
         for j in range(2, 2 * radius + 1):
             window.add_(padded[..., j : j + depth])
