@@ -47,9 +47,9 @@ def _compare(registry: Registry, args: argparse.Namespace) -> int:
         result = session.compare_labels(fetches, feeds, labels=labels, runs=args.runs)
     console = plain_console()
     if args.json:
-        console.print(json.dumps(result.as_json(), indent=2), markup=False)
+        console.print(json.dumps(result.as_json(), indent=2))
     else:
-        console.print(result.describe(), markup=False)
+        console.print(result.describe())
     return EXIT_OK
 
 

@@ -70,10 +70,9 @@ def _optimize(registry: Registry, args: argparse.Namespace) -> int:
         devices.close()
     optimized.save(out)
     if args.explain:
-        console.print(report.explain(), markup=False)
+        console.print(report.explain())
     console.print(
-        f"{report.nodes_before or len(graph)} -> {len(optimized)} nodes; written to {out}",
-        markup=False,
+        f"{report.nodes_before or len(graph)} -> {len(optimized)} nodes; written to {out}"
     )
     return EXIT_OK
 

@@ -127,17 +127,16 @@ def _new(registry: Registry, args: argparse.Namespace) -> int:
         spec = PluginSpec.make(args.name, args.device_type, kernels_only=args.kernels_only)
         files = write_plugin(spec, Path(args.dir))
     except InvalidArgumentError as exc:
-        plain_console(stderr=True).print(f"error: {cli_message(exc, {})}", markup=False)
+        plain_console(stderr=True).print(f"error: {cli_message(exc, {})}")
         return EXIT_USAGE
     root = Path(args.dir) / spec.name
     what = "kernel library" if spec.kernels_only else "device plugin"
-    console.print(f"wrote the {what} {root} ({len(files)} files):", markup=False)
+    console.print(f"wrote the {what} {root} ({len(files)} files):")
     for path in files:
-        console.print(f"  {path.relative_to(root)}", markup=False)
+        console.print(f"  {path.relative_to(root)}")
     console.print(
         f"next: pip install -e '{root}[test]' && (cd {root} && pytest)"
-        f"   # runs kernloom's conformance kit on {spec.device_type}",
-        markup=False,
+        f"   # runs kernloom's conformance kit on {spec.device_type}"
     )
     return EXIT_OK
 

@@ -170,7 +170,7 @@ def _write_results(
 
 
 def _run(registry: Registry, args: argparse.Namespace) -> int:
-    # markup=False everywhere: names, paths and values are the user's, never rich markup.
+    # (plain_console: names, paths and values are the user's, never rich markup)
     console = plain_console()
     fetches = list(args.fetch)
     plan = plan_outputs(fetches, args.out, args.trace, force=args.force)
