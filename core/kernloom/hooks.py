@@ -55,7 +55,7 @@ PROJECT_NAME: Final = "kernloom"
 ENTRY_POINT_GROUP: Final = "kernloom"
 """The entry-point group plugins declare themselves in."""
 
-KERNLOOM_API_VERSION: Final = "1.5"
+KERNLOOM_API_VERSION: Final = "1.6"
 # 1.1: ``kernloom.plugin`` (the declared plugin surface), the array protocol on Device,
 # ProbedDeviceFactory, graph passes, device-independent kernels for every device type.
 # 1.2: whole-list attr constraints (``fused_ops`` forms: BIAS_FORMS, CONV_FORMS,
@@ -68,6 +68,8 @@ KERNLOOM_API_VERSION: Final = "1.5"
 # wording, fused or not).
 # 1.4: memory_order and concat_output (a concatenation keeps its inputs' shared layout).
 # 1.5: concat_output(concatenate=): the kernel's own join (torch.cat) into that layout.
+# 1.6: transpose_output (a transpose keeps its input's layout; the kernel's own copy),
+# same_layout_output (an output in its inputs' shared layout).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

@@ -93,7 +93,13 @@ from kernloom.framework.op_kernel import (
     OpKernelContext,
 )
 from kernloom.framework.origin import Origin
-from kernloom.framework.output_layout import concat_output, elementwise_output, memory_order
+from kernloom.framework.output_layout import (
+    concat_output,
+    elementwise_output,
+    memory_order,
+    same_layout_output,
+    transpose_output,
+)
 from kernloom.framework.probed_factory import Probe, ProbedDeviceFactory
 from kernloom.framework.shape_inference import (
     InferenceContext,
@@ -232,9 +238,11 @@ __all__ = [
     "replace_groups",
     "reshape_dims",
     "resize_output_shape",
+    "same_layout_output",
     "select_condition_shape",
     "space_to_depth_shape",
     "tf_cast",
+    "transpose_output",
     "types",
     "unchanged_shape",
     "window_attrs",

@@ -24,6 +24,7 @@ __all__ = [
     "elementwise_output",
     "memory_order",
     "same_layout_output",
+    "transpose_output",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -89,6 +90,44 @@ def concat_output(
     else:
         concatenate(joined, axis_in_order, out.transpose(order))
     return True
+
+
+Copy = Callable[[Array, Array], object]
+"""``(out, source)``: copies ``source`` into ``out`` of the same shape."""
+
+
+def transpose_output(
+    ctx: OpKernelContext, x: Array, perm: Sequence[int], keep_layout: bool, copy: Copy | None = None
+) -> None:
+    """Output 0: ``x`` with its axes permuted by ``perm``.
+
+    A view where that is already C order, or (``keep_layout``) an NCHW image in NHWC
+    memory, as a ``Reshape``'s output is a view (a view is never overwritten in place, and
+    a fetched one is copied). Otherwise a copy, by ``copy`` (numpy's by default), laid out
+    (``keep_layout``) with its axes in the input's memory order where that is not C order
+    (``memory_order``), else in C order. Keeping the order is what makes a channel shuffle
+    of an NHWC-memory image (ShuffleNet's Reshape, Transpose, Reshape) cost one copy: its
+    result stays NHWC, so the Reshape after it is a view and the next convolution reads it
+    as it is; in C order the shuffle's result is NCHW, which that convolution converts back."""
+    permuted = x.transpose(perm)
+    if permuted.flags.c_contiguous or (keep_layout and _channels_last(permuted)):
+        ctx.set_output(0, permuted)
+        return
+    order = memory_order([x]) if keep_layout else None
+    if order is None:
+        out = ctx.allocate_output(0, permuted.shape)
+    else:
+        out = _output_in_order(ctx, order, permuted.shape)
+    if copy is None:
+        np.copyto(out, permuted)
+    else:
+        copy(out, permuted)
+
+
+def _channels_last(x: Array) -> bool:
+    """An NCHW image in NHWC memory: the layout the torch plugin's convolutions and
+    poolings give and take, which every CPU kernel reads."""
+    return bool(x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous)
 
 
 def _output_in_order(ctx: OpKernelContext, order: list[int], shape: Any) -> Array:

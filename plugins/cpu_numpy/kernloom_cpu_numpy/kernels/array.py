@@ -14,6 +14,7 @@ from kernloom.plugin import (
     concat_shape,
     fill_dims,
     reshape_dims,
+    transpose_output,
 )
 from kernloom.plugin import types as t
 
@@ -22,8 +23,8 @@ __all__ = ["register"]
 CPU = "CPU"
 
 KEEP_LAYOUT: bool = True
-"""Whether Concat and Transpose keep an NHWC-memory image's layout (read on every call:
-``benchmarks/bench_layout.py`` sets it False to measure what keeping it saves)."""
+"""Whether Concat and Transpose keep their inputs' layout, an NHWC-memory image's (read on
+every call: ``benchmarks/bench_layout.py`` sets it False to measure what keeping it saves)."""
 
 
 def reshape(ctx: OpKernelContext) -> None:
@@ -32,25 +33,11 @@ def reshape(ctx: OpKernelContext) -> None:
 
 
 def transpose(ctx: OpKernelContext) -> None:
-    """A copy in C order, except where the permuted input already is in C order (an NCHW
-    image in NHWC memory permuted to NHWC, as the ONNX importer does around an LRN; a
-    permutation that moves only axes of size 1) or is an NCHW image in NHWC memory (the
-    LRN's NHWC result permuted back): then the view itself, as a ``Reshape``'s output is
-    one (a view is never overwritten in place, and a fetched one is copied)."""
+    """A view where the permuted input is C order or an NCHW image in NHWC memory (as the
+    ONNX importer's transposes around an LRN give), else a copy in the input's memory order
+    (``transpose_output``)."""
     x = ctx.input(0)
-    perm = check_permutation(ctx, x.ndim, ctx.input(1))
-    permuted = np.transpose(x, perm)
-    if permuted.flags.c_contiguous or (KEEP_LAYOUT and _channels_last(permuted)):
-        ctx.set_output(0, permuted)
-        return
-    out = ctx.allocate_output(0, permuted.shape)
-    np.copyto(out, permuted)
-
-
-def _channels_last(x: Any) -> bool:
-    """An NCHW image in NHWC memory: the layout the torch plugin's convolutions and
-    poolings give and take, which every CPU kernel reads (``kernloom.plugin.memory_order``)."""
-    return bool(x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous)
+    transpose_output(ctx, x, check_permutation(ctx, x.ndim, ctx.input(1)), KEEP_LAYOUT)
 
 
 def concat(ctx: OpKernelContext) -> None:

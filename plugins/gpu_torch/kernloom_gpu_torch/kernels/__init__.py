@@ -143,5 +143,13 @@ def build_library() -> KernelLibrary:
         type_constraints=floats,
         host_memory=["axis"],
     )
+    cpu_kernel(
+        lib,
+        "Transpose",
+        array.cpu_transpose,
+        priority=conv.CPU_PRIORITY,
+        type_constraints=floats,
+        host_memory=["perm"],
+    )
     register_variable_kernels(lib, GPU, backend=BACKEND, types=d.ALL)
     return lib

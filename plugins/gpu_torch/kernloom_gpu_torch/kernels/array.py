@@ -1,5 +1,6 @@
 """Array kernels with torch: reshaping, rearranging, filling, Shape; and the CPU's
-default ``ConcatV2`` for large float tensors (``cpu_concat``)."""
+default ``ConcatV2`` and ``Transpose`` for large float tensors (``cpu_concat``,
+``cpu_transpose``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kernloom.plugin import (
     concat_shape,
     fill_dims,
     reshape_dims,
+    transpose_output,
 )
 from kernloom_gpu_torch.kernels._util import (
     host_input,
@@ -32,6 +34,7 @@ __all__ = [
     "SMALL_CONCAT",
     "concat",
     "cpu_concat",
+    "cpu_transpose",
     "fill",
     "ones_like",
     "reshape",
@@ -46,9 +49,16 @@ the copy (NHWC concatenations at two threads: numpy 7.8 µs and torch 10.3 for 1
 elements, 20.8 and 18.7 for 200 K). Read on every call: ``benchmarks/bench_layout.py
 --change torch-concat`` raises it to measure what torch saves."""
 
+SMALL_TRANSPOSE: int = 1 << 14
+"""Transposes of fewer elements than this are copied by numpy, larger ones by torch on the
+intra-op threads (a ShuffleNet channel shuffle at two threads, numpy / torch: 276 / 72 µs
+for [1, 4, 28, 56, 56], 37 / 13 for [1, 4, 68, 14, 14], 17 / 11 for [1, 4, 136, 7, 7]).
+Read on every call, as ``SMALL_CONCAT``."""
+
 KEEP_LAYOUT: bool = True
-"""Whether ``cpu_concat`` keeps its inputs' shared layout, as the numpy CPU kernels'
-``KEEP_LAYOUT`` (read on every call: ``benchmarks/bench_layout.py`` turns both off)."""
+"""Whether ``cpu_concat`` and ``cpu_transpose`` keep their inputs' layout, as the numpy CPU
+kernels' ``KEEP_LAYOUT`` (read on every call: ``benchmarks/bench_layout.py`` turns them
+off)."""
 
 
 def reshape(ctx: OpKernelContext) -> None:
@@ -91,6 +101,24 @@ def _numpy_cat(values: list[Any], axis: int, out: Any) -> None:
 
 def _torch_cat(values: list[Any], axis: int, out: Any) -> None:
     torch.cat([tensor(v) for v in values], dim=axis, out=tensor(out))
+
+
+def cpu_transpose(ctx: OpKernelContext) -> None:
+    """``Transpose`` on the numpy CPU device: the numpy kernel's view or layout
+    (``transpose_output``), the copy by torch on the session's intra-op threads above
+    ``SMALL_TRANSPOSE`` elements (numpy copies on one thread, a short run at a time when the
+    input is an NHWC-memory image)."""
+    x = ctx.input(0)
+    perm = check_permutation(ctx, x.ndim, ctx.input(1))
+    copy = None
+    if x.size >= SMALL_TRANSPOSE:
+        use_session_threads(ctx)
+        copy = _torch_copy
+    transpose_output(ctx, x, perm, KEEP_LAYOUT, copy)
+
+
+def _torch_copy(out: Any, source: Any) -> None:
+    tensor(out).copy_(tensor(source))
 
 
 def fill(ctx: OpKernelContext) -> None:
