@@ -2,7 +2,8 @@
 
 - identities: ``x + 0``, ``0 + x``, ``x - 0``, ``x * 1``, ``1 * x``, ``x / 1`` and
   ``-(-x)`` become ``x``, where the constant does not broadcast ``x`` to a larger shape
-  (``x + 0`` turns ``-0.0`` into ``0.0``; the values compare equal);
+  and has no control inputs (the result waits for those, and is dead with them in a
+  ``kl.cond`` branch) (``x + 0`` turns ``-0.0`` into ``0.0``; the values compare equal);
 - constant push-down: in a chain of ``Add``/``AddV2``/``Sub`` (or of ``Mul``) with a
   constant at each link, the constants are combined first, so ``((x + c1) - c2) + c3``
   becomes ``x + ((c1 - c2) + c3)``, which constant folding then turns into one constant.
@@ -142,6 +143,11 @@ class _Run:
         for keep, drop in sides:
             value = constant_value(inputs[drop])
             if value is None or not _all_equal(value, neutral):
+                continue
+            if inputs[drop].node.control_inputs:
+                # The constant waits for its control inputs and is dead with them (a
+                # constant inside a cond branch): dropping it would make ``node`` live
+                # where the graph as built has it dead, and stop it waiting.
                 continue
             shape = node.outputs[0].shape
             if not shape.is_fully_defined() or inputs[keep].shape != shape:

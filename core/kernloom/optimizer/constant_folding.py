@@ -8,7 +8,9 @@ larger than ``PassContext.max_constant_bytes`` and than their inputs together (s
 ``Fill`` cannot balloon into a huge constant in the graph, while a large filter scaled by
 folded batch-norm statistics still folds). A folded constant keeps the control inputs of
 the node and of its constant inputs, so a constant inside a ``kl.cond`` branch stays dead
-when the branch is not taken. A kernel that fails leaves the node alone: the run reports the error.
+when the branch is not taken; a shape materialized from a ``Switch``'s port waits for an
+``Identity`` of that port (not the Switch, whose control edges are live either way). A
+kernel that fails leaves the node alone: the run reports the error.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kernloom.dtypes import as_dtype
 from kernloom.errors import KernloomError
 from kernloom.framework.node_def import NodeDef
 from kernloom.graph.graph import Graph, Node
+from kernloom.graph.tensor import Tensor
 from kernloom.optimizer.analysis import Consumers, frame_nodes, may_rewrite, name_list
 from kernloom.optimizer.graph_pass import GraphPass, PassContext
 from kernloom.optimizer.rewriter import GraphRewriter
@@ -60,7 +63,7 @@ class ConstantFolding(GraphPass):
             if node.name in shaped:
                 # The input's producer stays a control input: it still runs first (and
                 # fails first), as grappler's shape materialization keeps it.
-                data = rewriter.mapped(node.inputs[0]).node
+                data = _control_anchor(rewriter, rewriter.mapped(node.inputs[0]), node)
                 _to_constants(rewriter, node, [shaped[node.name]], [data])
                 folded.append(node.name)
                 continue
@@ -122,6 +125,23 @@ def _to_constants(
         for i, value in enumerate(values)
     ]
     rewriter.alias(node, [c.outputs[0] for c in consts])
+
+
+def _control_anchor(rewriter: GraphRewriter, source: Tensor, node: Node) -> Node:
+    """The node a constant replacing ``node`` (which reads ``source``) waits for: the
+    producer of ``source``, or, where that is a ``Switch``, an ``Identity`` of the port
+    read (grappler's ``AddControlDependency``). A Switch runs live whichever port its
+    predicate picks, so a control edge from the Switch itself is live on both sides of a
+    ``kl.cond``: the constant would be live, and win the ``Merge``, where ``node`` is dead
+    (the size of a branch's input, returned when the other branch is taken)."""
+    if source.node.op != "Switch":
+        return source.node
+    return rewriter.add(
+        "Identity",
+        [source],
+        name=f"{node.name}/control_{source.index}",
+        device=node.requested_device,
+    )
 
 
 _SHAPE_ONLY: Final = frozenset({"Shape", "Size", "Rank", "ZerosLike", "OnesLike"})
