@@ -16,9 +16,20 @@ s)``: a ``Mul`` and an ``AddV2`` that the elementwise fusion joins to what follo
 pass over the tensor where the batch-norm kernel was one node of its own). A per-channel
 ``Mul`` and ``Add`` of constants right after it (a Caffe model's separate ``Scale`` layer)
 is absorbed into the two constants: ``(x * s + b) * c + d = x * (s * c) + (b * c + d)``.
+
+The same linearity folds a per-channel scale after a convolution (ONNX Runtime's
+``ConvMulFusion`` and ``ConvAddFusion``): ``Conv2D`` [-> ``BiasAdd(b)``] -> ``Mul(c)``
+[-> ``Add(d)``], with constants of one value per output channel, becomes
+``BiasAdd(conv(x, W * c), b * c + d)`` under the last node's name. Inception v2's Caffe2
+export has such a ``Mul`` and ``Add`` after each of its 69 norms: once a norm is folded
+into its convolution, they follow a ``BiasAdd``. A ``c`` holding an infinity or a NaN is
+left alone (the filter's zeros would make NaN where the unfolded product gave 0 or inf).
 """
 
 from __future__ import annotations
+
+import itertools
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,7 +50,8 @@ class BatchNormFolding(GraphPass):
 
     def run(self, graph: Graph, ctx: PassContext) -> Graph:
         # Into the convolutions first; what is left follows something else.
-        return _to_affines(_into_convolutions(graph, ctx), ctx)
+        graph = _scales_into_convolutions(_into_convolutions(graph, ctx), ctx)
+        return _to_affines(graph, ctx)
 
 
 def _into_convolutions(graph: Graph, ctx: PassContext) -> Graph:
@@ -253,3 +265,157 @@ def _affine(
     rewriter.alias(last, outputs, out)
     if last is not norm:
         rewriter.alias(norm, [out.outputs[0]] * len(norm.outputs), out)
+
+
+class _ScaleFold(NamedTuple):
+    """A per-channel scale to fold into ``conv``: the nodes it replaces, in order (the last
+    one's name is kept), and the constants as one value per output channel."""
+
+    conv: Node
+    replaced: tuple[Node, ...]
+    bias: np.ndarray | None
+    scale: np.ndarray
+    shift: np.ndarray | None
+
+
+def _scales_into_convolutions(graph: Graph, ctx: PassContext) -> Graph:
+    """Each ``Conv2D`` [-> ``BiasAdd``] -> ``Mul`` [-> ``Add``] of per-channel constants as
+    one convolution of a scaled filter and one ``BiasAdd``."""
+    consumers = Consumers(graph)
+    frames = frame_nodes(graph)
+    folds: dict[str, _ScaleFold] = {}
+    for node in graph.nodes:
+        fold = _scale_fold(node, consumers, frames, ctx) if node.op == "Mul" else None
+        if fold is not None:
+            folds[fold.replaced[-1].name] = fold
+    if not folds:
+        return graph
+    absorbed = {n.name for fold in folds.values() for n in (fold.conv, *fold.replaced[:-1])}
+    rewriter = GraphRewriter(graph)
+    for node in graph.nodes:
+        fold = folds.get(node.name)
+        if fold is not None:
+            _fold_scale(rewriter, fold)
+        elif node.name not in absorbed:
+            rewriter.copy(node)
+    ctx.note(f"folded {len(folds)} per-channel scale(s) into convolutions: {name_list(folds)}")
+    return rewriter.finish(ctx.preserved)
+
+
+def _scale_fold(
+    mul: Node, consumers: Consumers, frames: set[str], ctx: PassContext
+) -> _ScaleFold | None:
+    """The fold ``mul`` ends or is part of, where every node in it may be replaced (only
+    the last may be fetched: the result takes its name) and reads only the one before."""
+    for running in mul.inputs:
+        previous = running.node
+        if previous.op in ("Conv2D", "BiasAdd"):
+            break
+    else:
+        return None
+    conv = previous if previous.op == "Conv2D" else previous.inputs[0].node
+    if conv.op != "Conv2D" or len(conv.inputs) != 2:
+        return None
+    data_format = conv.attrs.get("data_format", "NHWC")
+    channels = _out_channels(conv)
+    if channels is None:
+        return None
+    chain = [conv] if previous is conv else [conv, previous]
+    bias = None
+    if previous is not conv:
+        if previous.attrs.get("data_format", "NHWC") != data_format:
+            return None
+        added = _constant_operand(previous, conv.outputs[0])
+        if added is None or added is not previous.inputs[1]:
+            return None
+        bias = np.asarray(added.node.attrs.get("value"))  # BiasAdd's: one per channel
+        if bias.shape != (channels,):
+            return None
+    scale = _per_channel(_constant_operand(mul, running), channels, data_format)
+    if scale is None or not np.isfinite(scale).all():
+        return None
+    chain.append(mul)
+    add = _only_reader(mul, consumers)
+    shift = None
+    if add is not None and add.op in ("Add", "AddV2"):
+        shift = _per_channel(_constant_operand(add, mul.outputs[0]), channels, data_format)
+        if shift is not None and _replaceable(add, conv, frames, ctx, last=True):
+            chain.append(add)
+        else:
+            shift = None
+    for node, reader in itertools.pairwise(chain):
+        if _only_reader(node, consumers) is not reader or not _replaceable(node, conv, frames, ctx):
+            return None
+    if not _replaceable(chain[-1], conv, frames, ctx, last=True):
+        return None
+    return _ScaleFold(conv, tuple(chain[1:]), bias, scale, shift)
+
+
+def _replaceable(
+    node: Node, conv: Node, frames: set[str], ctx: PassContext, *, last: bool = False
+) -> bool:
+    preserved = ctx.preserved - {node.name} if last else ctx.preserved
+    return (
+        may_rewrite(node, preserved, frames)
+        and (node is conv or not node.control_inputs)
+        and node.requested_device == conv.requested_device
+        and node.attrs.get("T") is conv.attrs.get("T")
+    )
+
+
+def _out_channels(conv: Node) -> int | None:
+    """The convolution's output channels: its filter's last dimension (HWIO), if known."""
+    dims = conv.inputs[1].shape.dims
+    return dims[-1] if dims and isinstance(dims[-1], int) else None
+
+
+def _per_channel(tensor: Tensor | None, channels: int, data_format: str) -> np.ndarray | None:
+    """A constant's value as one value per channel of a 4-D image, where adding or
+    multiplying by it changes nothing else: a scalar, or a shape of 1 on every axis but the
+    channel axis (counted from the right, as broadcasting aligns it), 1 or ``channels``
+    there. None for anything else, which would broadcast the image to another shape."""
+    if tensor is None:
+        return None
+    value = np.asarray(tensor.node.attrs.get("value"))
+    if value.dtype == object or value.ndim > 4:
+        return None
+    axis = 1 if data_format == "NCHW" else 3
+    dims = (1,) * (4 - value.ndim) + value.shape
+    if any(size != 1 for i, size in enumerate(dims) if i != axis):
+        return None
+    if dims[axis] not in (1, channels):
+        return None
+    return np.broadcast_to(value.reshape(-1), (channels,)).copy()
+
+
+def _fold_scale(rewriter: GraphRewriter, fold: _ScaleFold) -> None:
+    """The convolution of the scaled filter and its ``BiasAdd``, named as the last node."""
+    conv, last = fold.conv, fold.replaced[-1]
+    dtype = conv.outputs[0].dtype
+    hint = f"{last.name}/folded"
+
+    def const(value: np.ndarray, name: str) -> Tensor:
+        attrs = {"value": value.astype(dtype.numpy_dtype), "dtype": dtype}
+        return rewriter.add("Const", [], attrs, name=f"{hint}/{name}").outputs[0]
+
+    scaled = rewriter.add(
+        "Mul", [rewriter.mapped(conv.inputs[1]), const(fold.scale, "scale")], name=f"{hint}/filter"
+    )
+    new_conv = rewriter.copy(conv, [rewriter.mapped(conv.inputs[0]), scaled.outputs[0]])
+    bias = np.zeros_like(fold.scale) if fold.bias is None else fold.bias * fold.scale
+    if fold.shift is not None:
+        bias = bias + fold.shift
+    biased = rewriter.add(
+        "BiasAdd",
+        [new_conv.outputs[0], const(bias, "bias")],
+        {
+            "data_format": conv.attrs.get("data_format", "NHWC"),
+            FUSED_FROM_ATTR: [n.name for n in fold.replaced],
+        },
+        name=last.name,
+        exact_name=True,
+        device=last.requested_device,
+        control_inputs=[c for n in fold.replaced for c in rewriter.controls(n)],
+    )
+    for node in fold.replaced:
+        rewriter.alias(node, [biased.outputs[0]] * len(node.outputs), biased)
