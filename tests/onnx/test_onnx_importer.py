@@ -150,6 +150,36 @@ def test_average_pool_counts_padding_as_told(include: int) -> None:
 
 
 @pytest.mark.parametrize(
+    ("kernel", "strides", "pads", "include", "same"),
+    [
+        ([3, 3], [1, 1], [1, 1, 1, 1], 0, True),  # Inception v2's
+        ([3, 3], [2, 2], [1, 0, 1, 1], 0, True),  # 7 x 8: SAME's odd pad at the end
+        ([2, 2], [1, 1], [0, 0, 1, 1], 0, True),
+        ([3, 3], [2, 2], [1, 1, 1, 1], 0, False),  # ShuffleNet's: not SAME
+        ([3, 3], [1, 1], [1, 1, 1, 1], 1, False),  # the padding counted: not SAME
+    ],
+)
+def test_average_pool_with_tensorflows_same_pads_is_one_same_avg_pool(
+    kernel: list[int], strides: list[int], pads: list[int], include: int, same: bool
+) -> None:
+    """Pads that are TensorFlow's SAME padding, left out of the count, import as one SAME
+    AvgPool (TF's divides by the real elements only), with onnxruntime's values."""
+    attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads}
+    _single("AveragePool", IMAGE, count_include_pad=include, **attrs)
+    proto = model(
+        [helper.make_node("AveragePool", ["x"], ["y"], count_include_pad=include, **attrs)],
+        {"x": (FLOAT, list(IMAGE.shape))},
+        {"y": (FLOAT, None)},  # type: ignore[dict-item]
+    )
+    nodes = ko.import_model(proto).graph.nodes
+    pools = [n.attrs["padding"] for n in nodes if n.op == "AvgPool"]
+    if same:
+        assert pools == ["SAME"] and "Pad" not in {n.op for n in nodes}
+    else:
+        assert "SAME" not in pools
+
+
+@pytest.mark.parametrize(
     "attrs",
     [
         {},

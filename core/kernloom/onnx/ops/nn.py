@@ -4,7 +4,8 @@ ONNX images are NCHW. Conv and MaxPool map to kernloom's Conv2D / MaxPool with
 ``data_format="NCHW"`` (the kernels take it directly), asymmetric ``pads`` to EXPLICIT
 padding. AveragePool has no EXPLICIT padding in TensorFlow, so pads and ``ceil_mode``
 become a Pad and a VALID AvgPool, divided by the count of the elements each window
-covers (an AvgPool of a padded mask) where ``count_include_pad`` says so.
+covers (an AvgPool of a padded mask) where ``count_include_pad`` says so; pads that are
+TensorFlow's SAME padding, not counted, are SAME.
 """
 
 from __future__ import annotations
@@ -206,6 +207,12 @@ def _average_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
     window = {"ksize": [1, 1, *kernel], "strides": [1, 1, *strides], "data_format": "NCHW"}
     if not any(begin) and not any(end):
         return [_unsqueezed(ops.avg_pool(x4, padding="VALID", **window), squeezed)]
+    include = bool(node.attr("count_include_pad", 0))
+    if not include and _same_pads(x4, kernel, strides) == (begin, end):
+        # TensorFlow's SAME pooling leaves the padding out of each window's count: one op
+        # where the general form is a Pad, two AvgPools and a division (Inception v2's
+        # 3x3/1 pools with pads of 1).
+        return [_unsqueezed(ops.avg_pool(x4, padding="SAME", **window), squeezed)]
     # The declared pads (what count_include_pad may count) and the ceil_mode extra (never).
     n_ = 2 if not squeezed else 1
     declared_end = list(end)
@@ -217,7 +224,6 @@ def _average_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
         declared_end = ([0] if squeezed else []) + plain_end
     paddings = ctx.int32s([[0, 0], [0, 0], [begin[0], end[0]], [begin[1], end[1]]])  # type: ignore[list-item]
     summed = ops.avg_pool(ops.pad(x4, paddings), padding="VALID", **window)
-    include = bool(node.attr("count_include_pad", 0))
     if include and declared_end == end:
         return [_unsqueezed(summed, squeezed)]
     ones = ops.ones_like(x4)
@@ -234,6 +240,23 @@ def _average_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
         mask = ops.pad(ones, paddings)
     counted = ops.avg_pool(mask, padding="VALID", **window)
     return [_unsqueezed(ops.real_div(summed, counted), squeezed)]
+
+
+def _same_pads(
+    x4: Tensor, kernel: Sequence[int], strides: Sequence[int]
+) -> tuple[list[int], list[int]] | None:
+    """TensorFlow's SAME padding (before, after) per spatial dimension of ``x4``, where its
+    spatial sizes are known: an output of ``ceil(size / stride)``, the total padding split
+    with the odd one at the end."""
+    dims = x4.shape.as_list()[2:] if x4.shape.rank == 4 else [None, None]
+    begin, end = [], []
+    for size, k, s in zip(dims, kernel, strides, strict=True):
+        if size is None:
+            return None
+        total = max((-(-size // s) - 1) * s + k - size, 0)
+        begin.append(total // 2)
+        end.append(total - total // 2)
+    return begin, end
 
 
 def _global(node: OnnxNode, ctx: ConversionContext, reducer: Any) -> Result:
