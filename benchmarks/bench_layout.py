@@ -8,6 +8,9 @@ per-round ratio and the rounds the choice was faster. ``--change``:
 - ``torch-concat``: large float concatenations on the CPU in ``torch.cat`` on the intra-op
   threads, or numpy's (``kernloom_gpu_torch.kernels.array.SMALL_CONCAT``, read on every
   call: one session);
+- ``torch-transpose``: large float transposes on the CPU copied by torch on the intra-op
+  threads, or by numpy (``kernloom_gpu_torch.kernels.array.SMALL_TRANSPOSE``, read on
+  every call: one session);
 - ``multiply-add``: the torch plugin's elementwise kernel runs ``Mul`` then ``Add`` as one
   ``addcmul``, or as two calls (``kernloom_gpu_torch.kernels.fused.MERGE_MULTIPLY_ADD``,
   read when a kernel is built: two sessions).
@@ -37,6 +40,7 @@ from kernloom_gpu_torch.kernels import array as torch_array
 from kernloom_gpu_torch.kernels import fused
 
 TORCH_CONCAT = torch_array.SMALL_CONCAT
+TORCH_TRANSPOSE = torch_array.SMALL_TRANSPOSE
 
 
 def compare(name: str, threads: int, rounds: int, change: str) -> str:
@@ -60,6 +64,9 @@ def compare(name: str, threads: int, rounds: int, change: str) -> str:
             torch_array.SMALL_CONCAT = (
                 TORCH_CONCAT if keep or change != "torch-concat" else sys.maxsize
             )
+            torch_array.SMALL_TRANSPOSE = (
+                TORCH_TRANSPOSE if keep or change != "torch-transpose" else sys.maxsize
+            )
             session = sessions[keep]
             (out,) = session.run(None, feed)
             np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
@@ -71,6 +78,7 @@ def compare(name: str, threads: int, rounds: int, change: str) -> str:
             times[keep].append(best)
     array.KEEP_LAYOUT = torch_array.KEEP_LAYOUT = True
     torch_array.SMALL_CONCAT = TORCH_CONCAT
+    torch_array.SMALL_TRANSPOSE = TORCH_TRANSPOSE
     on, off = (statistics.median(times[k]) * 1e3 for k in (True, False))
     ratios = [a / b for a, b in zip(times[True], times[False], strict=True)]
     faster = sum(r < 1 for r in ratios)
@@ -86,7 +94,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument(
-        "--change", choices=["layout", "torch-concat", "multiply-add"], default="layout"
+        "--change",
+        choices=["layout", "torch-concat", "torch-transpose", "multiply-add"],
+        default="layout",
     )
     args = parser.parse_args()
     for name in args.models:
