@@ -309,3 +309,48 @@ def test_a_fed_bias_is_never_served_from_the_cache() -> None:
                 sess.run(y, {bp: b}), _reference(x, f, **attrs) + b, atol=1e-5
             )
             b += step  # in place: the same array object, new content
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_kept_plan_is_used_only_for_the_same_input_layout(fused: bool) -> None:
+    """The call worked out for one input (its shape, strides, the constant filter and bias)
+    is made again only for the same: an NCHW input fed in C order, then in NHWC memory,
+    then a new batch, then C order again, each gives the reference's values."""
+    f, b = _floats(3, 3, 4, 5), _floats(5)
+    attrs = {"strides": [1, 1, 1, 1], "padding": "SAME", "data_format": "NCHW"}
+    g = kl.Graph()
+    with g.as_default():
+        xp = kl.placeholder(kl.float32, [None, 4, 6, 6])
+        y = kl.ops.conv2d(xp, kl.constant(f), **attrs)
+        if fused:
+            y = kl.ops.relu(kl.ops.bias_add(y, kl.constant(b), data_format="NCHW"))
+    axis = [1, -1, 1, 1]
+    seen = []
+    with _session(g) as sess:
+        for n, nhwc in ((1, False), (1, True), (1, True), (2, True), (1, False)):
+            x = _floats(n, 4, 6, 6)
+            fed = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) if nhwc else x
+            want = _reference(x, f, **attrs)
+            want = np.maximum(want + b.reshape(axis), 0) if fused else want
+            np.testing.assert_allclose(sess.run(y, {xp: fed}), want, atol=1e-4)
+            seen.append((fed.shape, fed.strides))
+    assert len(set(seen)) == 3  # (a feed reaches the kernel as a view with its strides)
+
+
+def test_a_residual_of_the_wrong_shape_fails_after_a_kept_plan() -> None:
+    x, f, b = _floats(1, 4, 4, 2), _floats(1, 1, 2, 3), _floats(3)
+    attrs = {"strides": [1, 1, 1, 1], "padding": "VALID", "data_format": "NHWC"}
+    g = kl.Graph()
+    with g.as_default():
+        rp = kl.placeholder(kl.float32, [None, None, None, None])
+        fused = {**attrs, "fused_ops": ["BiasAdd", "Add", "Relu"]}
+        y = g.apply_op(
+            "_FusedConv2D", [kl.constant(x), kl.constant(f), [kl.constant(b), rp]], fused
+        )
+    good = _floats(1, 4, 4, 3)
+    want = np.maximum(_reference(x, f, **attrs) + b + good, 0)
+    with _session(g) as sess:
+        np.testing.assert_allclose(sess.run(y, {rp: good}), want, atol=1e-5)
+        with pytest.raises(kl.errors.KernloomError, match=r"residual has shape \(1, 4, 4, 1\)"):
+            sess.run(y, {rp: _floats(1, 4, 4, 1)})
+        np.testing.assert_allclose(sess.run(y, {rp: good}), want, atol=1e-5)
