@@ -11,6 +11,9 @@ per-round ratio and the rounds the choice was faster. ``--change``:
 - ``torch-transpose``: large float transposes on the CPU copied by torch on the intra-op
   threads, or by numpy (``kernloom_gpu_torch.kernels.array.SMALL_TRANSPOSE``, read on
   every call: one session);
+- ``conv-plan``: oneDNN convolutions make their last call again for the same input layout
+  and constant filter, or decide every call anew (``kernloom_gpu_torch.kernels.onednn.
+  KEEP_PLAN``, read on every call: one session);
 - ``multiply-add``: the torch plugin's elementwise kernel runs ``Mul`` then ``Add`` as one
   ``addcmul``, or as two calls (``kernloom_gpu_torch.kernels.fused.MERGE_MULTIPLY_ADD``,
   read when a kernel is built: two sessions).
@@ -37,7 +40,7 @@ import kernloom as kl
 import kernloom.onnx as klonnx
 from kernloom_cpu_numpy.kernels import array
 from kernloom_gpu_torch.kernels import array as torch_array
-from kernloom_gpu_torch.kernels import fused
+from kernloom_gpu_torch.kernels import fused, onednn
 
 TORCH_CONCAT = torch_array.SMALL_CONCAT
 TORCH_TRANSPOSE = torch_array.SMALL_TRANSPOSE
@@ -67,6 +70,7 @@ def compare(name: str, threads: int, rounds: int, change: str) -> str:
             torch_array.SMALL_TRANSPOSE = (
                 TORCH_TRANSPOSE if keep or change != "torch-transpose" else sys.maxsize
             )
+            onednn.KEEP_PLAN = keep or change != "conv-plan"
             session = sessions[keep]
             (out,) = session.run(None, feed)
             np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
@@ -79,6 +83,7 @@ def compare(name: str, threads: int, rounds: int, change: str) -> str:
     array.KEEP_LAYOUT = torch_array.KEEP_LAYOUT = True
     torch_array.SMALL_CONCAT = TORCH_CONCAT
     torch_array.SMALL_TRANSPOSE = TORCH_TRANSPOSE
+    onednn.KEEP_PLAN = True
     on, off = (statistics.median(times[k]) * 1e3 for k in (True, False))
     ratios = [a / b for a, b in zip(times[True], times[False], strict=True)]
     faster = sum(r < 1 for r in ratios)
@@ -95,7 +100,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument(
         "--change",
-        choices=["layout", "torch-concat", "torch-transpose", "multiply-add"],
+        choices=["layout", "torch-concat", "torch-transpose", "conv-plan", "multiply-add"],
         default="layout",
     )
     args = parser.parse_args()

@@ -130,6 +130,12 @@ class _PackedFilter:
         self.packed = packed
 
 
+KEEP_PLAN: bool = True
+"""Whether a convolution makes its last call again without deciding it anew (``_Plan``);
+read on every call, so ``benchmarks/bench_layout.py --change conv-plan`` can measure what
+keeping it saves."""
+
+
 class _Plan:
     """One call worked out: for the next input of the same type, shape, strides and dtype,
     with the same constant filter and bias objects, the call is made again without the
@@ -209,7 +215,7 @@ class OneDnnConv2D(OpKernel):
     def compute(self, ctx: OpKernelContext) -> None:
         raw_x = ctx.input(0)
         plan = self._plan
-        if plan is None or not plan.matches(ctx, raw_x):
+        if plan is None or not (KEEP_PLAN and plan.matches(ctx, raw_x)):
             plan = self._decide(ctx, raw_x)
             if plan is None:
                 return  # the general kernel ran
