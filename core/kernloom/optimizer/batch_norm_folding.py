@@ -339,28 +339,20 @@ def _scale_fold(
     shift = None
     if add is not None and add.op in ("Add", "AddV2"):
         shift = _per_channel(_constant_operand(add, mul.outputs[0]), channels, data_format)
-        if shift is not None and _replaceable(add, conv, frames, ctx, last=True):
+        if shift is not None and _affine_member(add, conv, frames, ctx):
             chain.append(add)
         else:
             shift = None
+    if not may_rewrite(conv, ctx.preserved, frames):
+        return None
     for node, reader in itertools.pairwise(chain):
-        if _only_reader(node, consumers) is not reader or not _replaceable(node, conv, frames, ctx):
+        if _only_reader(node, consumers) is not reader:
             return None
-    if not _replaceable(chain[-1], conv, frames, ctx, last=True):
+        if node is not conv and not _affine_member(node, conv, frames, ctx, keep=False):
+            return None
+    if not _affine_member(chain[-1], conv, frames, ctx):  # (it may be fetched: kept name)
         return None
     return _ScaleFold(conv, tuple(chain[1:]), bias, scale, shift)
-
-
-def _replaceable(
-    node: Node, conv: Node, frames: set[str], ctx: PassContext, *, last: bool = False
-) -> bool:
-    preserved = ctx.preserved - {node.name} if last else ctx.preserved
-    return (
-        may_rewrite(node, preserved, frames)
-        and (node is conv or not node.control_inputs)
-        and node.requested_device == conv.requested_device
-        and node.attrs.get("T") is conv.attrs.get("T")
-    )
 
 
 def _out_channels(conv: Node) -> int | None:

@@ -135,21 +135,11 @@ def build_library() -> KernelLibrary:
     floats = {"T": tuple(f for f in t.FLOATS if f.name in _SOFTMAX_TYPES)}
     for op, kernel in CPU_PREFERRED.items():
         cpu_kernel(lib, op, kernel, priority=conv.CPU_PRIORITY, type_constraints=floats)
-    cpu_kernel(
-        lib,
-        "ConcatV2",
-        array.cpu_concat,
-        priority=conv.CPU_PRIORITY,
-        type_constraints=floats,
-        host_memory=["axis"],
-    )
-    cpu_kernel(
-        lib,
-        "Transpose",
-        array.cpu_transpose,
-        priority=conv.CPU_PRIORITY,
-        type_constraints=floats,
-        host_memory=["perm"],
-    )
+    for op, kernel, host in (
+        ("ConcatV2", array.cpu_concat, "axis"),
+        ("Transpose", array.cpu_transpose, "perm"),
+    ):
+        keywords = {"type_constraints": floats, "host_memory": [host]}
+        cpu_kernel(lib, op, kernel, priority=conv.CPU_PRIORITY, **keywords)
     register_variable_kernels(lib, GPU, backend=BACKEND, types=d.ALL)
     return lib
