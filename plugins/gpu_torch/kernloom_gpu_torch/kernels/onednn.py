@@ -82,21 +82,22 @@ def is_constant(value: Any) -> bool:
 class ConstantInput:
     """One input as a contiguous torch tensor, kept while the same constant array comes
     back (``is_constant``'s rule): a bias that is a constant is converted once (one whose
-    memory is read-only at its source would otherwise be copied on every call)."""
+    memory is read-only at its source would otherwise be copied on every call). The source
+    and its tensor are one tuple, read and replaced in one step: a kernel is shared by
+    concurrent runs."""
 
-    __slots__ = ("_source", "_tensor")
+    __slots__ = ("_kept",)
 
     def __init__(self) -> None:
-        self._source: Any = None
-        self._tensor: torch.Tensor | None = None
+        self._kept: tuple[Any, torch.Tensor] | None = None
 
     def get(self, raw: Any) -> torch.Tensor:
-        cached = self._tensor
-        if cached is not None and self._source is raw:
-            return cached
+        kept = self._kept
+        if kept is not None and kept[0] is raw:
+            return kept[1]
         value = tensor(raw).contiguous()
         if is_constant(raw):
-            self._source, self._tensor = raw, value
+            self._kept = (raw, value)
         return value
 
 
