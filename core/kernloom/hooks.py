@@ -69,7 +69,8 @@ KERNLOOM_API_VERSION: Final = "1.6"
 # 1.4: memory_order and concat_output (a concatenation keeps its inputs' shared layout).
 # 1.5: concat_output(concatenate=): the kernel's own join (torch.cat) into that layout.
 # 1.6: transpose_output (a transpose keeps its input's layout; the kernel's own copy),
-# same_layout_output (an output in its inputs' shared layout).
+# same_layout_output (an output in its inputs' shared layout), tf_reshape_dims (TF's
+# reshape rule without a context, for a kernel's direct entry).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

@@ -80,6 +80,7 @@ from kernloom.framework.kernel_checks import (
     reduction_axes,
     reshape_dims,
     select_condition_shape,
+    tf_reshape_dims,
 )
 from kernloom.framework.kernel_def import KernelDef, KernelDefBuilder
 from kernloom.framework.kernel_registry import KernelLibrary, NoKernelError
@@ -242,6 +243,7 @@ __all__ = [
     "select_condition_shape",
     "space_to_depth_shape",
     "tf_cast",
+    "tf_reshape_dims",
     "transpose_output",
     "types",
     "unchanged_shape",

@@ -8,12 +8,15 @@ import numpy as np
 
 from kernloom.plugin import (
     KernelLibrary,
+    OpKernel,
+    OpKernelConstruction,
     OpKernelContext,
     check_permutation,
     concat_output,
     concat_shape,
     fill_dims,
     reshape_dims,
+    tf_reshape_dims,
     transpose_output,
 )
 from kernloom.plugin import types as t
@@ -27,9 +30,43 @@ KEEP_LAYOUT: bool = True
 every call: ``benchmarks/bench_layout.py`` sets it False to measure what keeping it saves)."""
 
 
-def reshape(ctx: OpKernelContext) -> None:
-    x = ctx.input(0)
-    ctx.set_output(0, x.reshape(reshape_dims(ctx, x.shape, ctx.input(1))))
+class Reshape(OpKernel):
+    """``x.reshape``: a view wherever numpy can make one (always for C order; for an NCHW
+    image in NHWC memory, whenever the split or merged axes stay adjacent in memory).
+
+    The direct entry (no context) reshapes where the target shape is valid and the result
+    is a view, and keeps the complete target worked out for a constant shape array (the
+    same read-only object every run) and an input shape: a ShuffleNet run has 33
+    Reshapes, which took 6.4 µs a node through the context and the checks."""
+
+    is_expensive = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._kept: tuple[Any, tuple[int, ...], list[int]] | None = None
+        self.direct = self._direct
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        x = ctx.input(0)
+        ctx.set_output(0, x.reshape(reshape_dims(ctx, x.shape, ctx.input(1))))
+
+    def _direct(self, reuse: int, x: Any, target: Any) -> Any:
+        kept = self._kept
+        if kept is not None and kept[0] is target and kept[1] == x.shape:
+            dims = kept[2]
+        else:
+            if np.ndim(target) > 1:
+                return NotImplemented  # compute explains
+            found = tf_reshape_dims(x.shape, [int(d) for d in np.asarray(target).reshape(-1)])
+            if isinstance(found, str):
+                return NotImplemented
+            dims = found
+            if isinstance(target, np.ndarray) and not target.flags.writeable:
+                self._kept = (target, x.shape, dims)
+        y = x.reshape(dims)
+        if x.flags.c_contiguous or np.may_share_memory(y, x):
+            return y
+        return NotImplemented  # a copy: compute makes it, as the context's output
 
 
 def transpose(ctx: OpKernelContext) -> None:
@@ -74,7 +111,7 @@ def register(lib: KernelLibrary) -> None:
     def cpu(op: str, **kw: Any) -> Any:
         return lib.kernel(op, device=CPU, backend="numpy", **kw)
 
-    cpu("Reshape", host_memory=["shape"], expensive=False)(reshape)
+    cpu("Reshape", host_memory=["shape"])(Reshape)
     cpu("Transpose", host_memory=["perm"])(transpose)
     cpu("ConcatV2", host_memory=["axis"])(concat)
     cpu("Fill", host_memory=["dims"])(fill)
