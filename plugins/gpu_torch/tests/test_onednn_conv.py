@@ -15,7 +15,7 @@ from test_torch_labelled_cpu import REGISTRY
 import kernloom as kl
 from kernloom.testing import run_kernel
 from kernloom.testing.cases.nn import conv2d_reference
-from kernloom_gpu_torch.kernels.onednn import is_constant
+from kernloom_gpu_torch.kernels._util import is_constant
 
 RNG = np.random.default_rng(7)
 

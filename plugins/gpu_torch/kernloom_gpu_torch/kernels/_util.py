@@ -19,9 +19,11 @@ from kernloom_gpu_torch.device import host_tensor
 from kernloom_gpu_torch.dtypes import torch_dtype
 
 __all__ = [
+    "ConstantInput",
     "cpu_kernel",
     "host_input",
     "intra_op_threads",
+    "is_constant",
     "output",
     "output_dtype",
     "result",
@@ -116,3 +118,35 @@ def cpu_kernel(lib: KernelLibrary, op: str, kernel: Any, **keywords: Any) -> Non
         lib.kernel(op, **cpu)(kernel)
     else:
         lib.kernel(op, intra_op_parallel=True, **cpu)(kernel)
+
+
+def is_constant(value: Any) -> bool:
+    """Whether ``value`` is an array whose content cannot change while the same object is
+    seen again: a read-only numpy array (the CPU device's constants and feeds)."""
+    return isinstance(value, np.ndarray) and not value.flags.writeable
+
+
+class ConstantInput:
+    """One input as a torch tensor (contiguous, unless told to keep its strides), kept while
+    the same constant array comes back (``is_constant``'s rule): a bias that is a constant
+    is converted once (one whose memory is read-only at its source would otherwise be
+    copied on every call), and a fused elementwise kernel's batch-norm scale and shift are
+    wrapped once. The source and its tensor are one tuple, read and replaced in one step: a
+    kernel is shared by concurrent runs."""
+
+    __slots__ = ("_contiguous", "_kept")
+
+    def __init__(self, contiguous: bool = True) -> None:
+        self._contiguous = contiguous
+        self._kept: tuple[Any, torch.Tensor] | None = None
+
+    def get(self, raw: Any) -> torch.Tensor:
+        kept = self._kept
+        if kept is not None and kept[0] is raw:
+            return kept[1]
+        value = tensor(raw)
+        if self._contiguous:
+            value = value.contiguous()
+        if is_constant(raw):
+            self._kept = (raw, value)
+        return value

@@ -28,8 +28,10 @@ from kernloom.plugin import (
 from kernloom_gpu_torch import dense_chain_op
 from kernloom_gpu_torch.dense_chain_pass import DenseChainPass
 from kernloom_gpu_torch.kernels._util import (
+    ConstantInput,
     cpu_kernel,
     intra_op_threads,
+    is_constant,
     output,
     result,
     tensor,
@@ -37,7 +39,6 @@ from kernloom_gpu_torch.kernels._util import (
 )
 from kernloom_gpu_torch.kernels.fused import apply_activation
 from kernloom_gpu_torch.kernels.math import along_last_axis
-from kernloom_gpu_torch.kernels.onednn import ConstantInput, is_constant
 from kernloom_gpu_torch.kernels.packed_matmul import PRIORITY, PackedWeight, Product, for_numpy
 
 __all__ = ["REPLAY", "DenseChain", "register_fusion"]

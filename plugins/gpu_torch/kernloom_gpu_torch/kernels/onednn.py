@@ -47,8 +47,10 @@ from kernloom.plugin import (
 )
 from kernloom.plugin import types as t
 from kernloom_gpu_torch.kernels._util import (
+    ConstantInput,
     cpu_kernel,
     intra_op_threads,
+    is_constant,
     result,
     tensor,
     use_threads,
@@ -56,7 +58,7 @@ from kernloom_gpu_torch.kernels._util import (
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d, filter_weights, pad_input
 from kernloom_gpu_torch.kernels.fused import activate, fused_conv2d
 
-__all__ = ["ConstantInput", "OneDnnConv2D", "OneDnnFusedConv2D", "is_constant", "register"]
+__all__ = ["OneDnnConv2D", "OneDnnFusedConv2D", "register"]
 
 CPU_LABEL: Final = "torch"
 
@@ -71,34 +73,6 @@ _ACTIVATIONS: Final = ("", "Relu", "Relu6", "Elu", "LeakyRelu")
 output). Not oneDNN's ReLU post-op: it makes NaN 0 where TensorFlow's ReLU keeps NaN, and
 checking the input for NaN first costs as much as the in-place pass (a ResNet-50 run
 could not tell the three apart on the shared machine)."""
-
-
-def is_constant(value: Any) -> bool:
-    """Whether ``value`` is an array whose content cannot change while the same object is
-    seen again: a read-only numpy array (the CPU device's constants and feeds)."""
-    return isinstance(value, np.ndarray) and not value.flags.writeable
-
-
-class ConstantInput:
-    """One input as a contiguous torch tensor, kept while the same constant array comes
-    back (``is_constant``'s rule): a bias that is a constant is converted once (one whose
-    memory is read-only at its source would otherwise be copied on every call). The source
-    and its tensor are one tuple, read and replaced in one step: a kernel is shared by
-    concurrent runs."""
-
-    __slots__ = ("_kept",)
-
-    def __init__(self) -> None:
-        self._kept: tuple[Any, torch.Tensor] | None = None
-
-    def get(self, raw: Any) -> torch.Tensor:
-        kept = self._kept
-        if kept is not None and kept[0] is raw:
-            return kept[1]
-        value = tensor(raw).contiguous()
-        if is_constant(raw):
-            self._kept = (raw, value)
-        return value
 
 
 class _Geometry:

@@ -36,8 +36,10 @@ from kernloom.plugin import (
 )
 from kernloom.plugin import types as t
 from kernloom_gpu_torch.kernels._util import (
+    ConstantInput,
     cpu_kernel,
     intra_op_threads,
+    is_constant,
     output,
     result,
     tensor,
@@ -45,7 +47,6 @@ from kernloom_gpu_torch.kernels._util import (
 )
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY
 from kernloom_gpu_torch.kernels.fused import activate
-from kernloom_gpu_torch.kernels.onednn import ConstantInput, is_constant
 
 __all__ = [
     "PackedFusedMatMul",
