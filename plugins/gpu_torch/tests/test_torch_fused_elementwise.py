@@ -158,3 +158,45 @@ def _plan(expression: str) -> list[Any]:
 
     steps, _ = plan_fused_expression(expression, 3)
     return steps
+
+
+def test_kept_shapes_and_constant_tensors_follow_new_shapes_feeds_and_variables() -> None:
+    """The kernel keeps, per input shapes, the output shape, and each constant input's
+    tensor while it is the same read-only array: a new batch gets its own shape, a fed
+    scale changed in place between runs and a variable assigned between runs are read
+    anew (neither is a constant), and the constant shift stays right."""
+    c, h, w = 8, 64, 80  # above SMALL_ELEMENTWISE: torch's path
+    assert c * h * w >= SMALL_ELEMENTWISE
+    rng = np.random.default_rng(5)
+    shift = rng.standard_normal((c, 1, 1)).astype(np.float32)
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None, c, h, w], name="x")
+        scale = kl.placeholder(kl.float32, [c, 1, 1], name="scale")
+        v = kl.Variable(np.ones((c, 1, 1), np.float32), name="v")
+        y = kl.ops.relu(kl.ops.add_v2(kl.ops.mul(x, scale), kl.constant(shift)), name="y")
+        z = kl.ops.relu(kl.ops.add_v2(kl.ops.mul(x, v.value()), kl.constant(shift)), name="z")
+        assign = v.assign(kl.constant(np.full((c, 1, 1), -2.0, np.float32)))
+    fed = rng.standard_normal((c, 1, 1)).astype(np.float32)
+    config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=2)
+    with kl.Session(g, config, registry=REGISTRY) as sess:
+        sess.run(v.initializer)
+        first = {x: rng.random((1, c, h, w), np.float32), scale: fed}
+        kernels = {n.op: n.kernel for n in _traced_nodes(sess, [y, z], first)}
+        assert kernels["_FusedElementwise"] == "CpuFusedElementwise"
+        for step, batch in enumerate((1, 2, 1, 3)):
+            xv = rng.standard_normal((batch, c, h, w)).astype(np.float32)
+            if step == 2:
+                sess.run(assign)
+            got_y, got_z = sess.run([y, z], {x: xv, scale: fed})
+            vv = np.full((c, 1, 1), -2.0 if step >= 2 else 1.0, np.float32)
+            np.testing.assert_allclose(got_y, np.maximum(xv * fed + shift, 0), rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(got_z, np.maximum(xv * vv + shift, 0), rtol=1e-6, atol=1e-6)
+            fed *= -1.5  # in place: the same array object, new content
+
+
+def _traced_nodes(sess: kl.Session, fetches: Any, feeds: Any) -> list[Any]:
+    metadata = kl.RunMetadata()
+    sess.run(fetches, feeds, options=kl.RunOptions(trace=True), run_metadata=metadata)
+    assert metadata.step_stats is not None
+    return list(metadata.step_stats.nodes)
