@@ -4,7 +4,7 @@ per-round ratio and the rounds the choice was faster. ``--change``:
 
 - ``layout`` (the default): Concat and Transpose keep the NHWC memory of NCHW images, or
   write C order (``KEEP_LAYOUT`` of ``kernloom_cpu_numpy.kernels.array`` and of the torch
-  plugin's ``cpu_concat``, read on every call: one session);
+  plugin's ``CpuConcat``, read on every call: one session);
 - ``torch-concat``: large float concatenations on the CPU in ``torch.cat`` on the intra-op
   threads, or numpy's (``kernloom_gpu_torch.kernels.array.SMALL_CONCAT``, read on every
   call: one session);

@@ -1,5 +1,5 @@
 """Arrays in a given memory order, for the tests of kernels that keep their inputs' layout
-(``tests/test_layout_keeping_kernels.py`` and the torch plugin's ``cpu_concat`` tests)."""
+(``tests/test_layout_keeping_kernels.py`` and the torch plugin's ``CpuConcat`` tests)."""
 
 from __future__ import annotations
 

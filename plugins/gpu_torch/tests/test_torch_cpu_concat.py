@@ -44,7 +44,7 @@ def test_torch_cat_gives_numpys_values_in_the_inputs_shared_order(
 ) -> None:
     values = concat_inputs(dims, widths, axis, orders, shared, dtype)
     run = run_kernel("ConcatV2", [values, np.int32(axis)], registry=REGISTRY)
-    assert type(run.kernel).__name__ == "cpu_concat"
+    assert type(run.kernel).__name__ == "CpuConcat"
     (out,) = run.outputs
     np.testing.assert_array_equal(out, np.concatenate(values, axis=axis))
     assert out.dtype == dtype

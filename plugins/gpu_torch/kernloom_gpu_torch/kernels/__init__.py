@@ -135,11 +135,12 @@ def build_library() -> KernelLibrary:
     floats = {"T": tuple(f for f in t.FLOATS if f.name in _SOFTMAX_TYPES)}
     for op, kernel in CPU_PREFERRED.items():
         cpu_kernel(lib, op, kernel, priority=conv.CPU_PRIORITY, type_constraints=floats)
-    for op, kernel, host in (
-        ("ConcatV2", array.cpu_concat, "axis"),
+    layout_keeping: tuple[tuple[str, Any, str], ...] = (
+        ("ConcatV2", array.CpuConcat, "axis"),
         ("Transpose", array.cpu_transpose, "perm"),
-    ):
+    )
+    for op, impl, host in layout_keeping:
         keywords = {"type_constraints": floats, "host_memory": [host]}
-        cpu_kernel(lib, op, kernel, priority=conv.CPU_PRIORITY, **keywords)
+        cpu_kernel(lib, op, impl, priority=conv.CPU_PRIORITY, **keywords)
     register_variable_kernels(lib, GPU, backend=BACKEND, types=d.ALL)
     return lib

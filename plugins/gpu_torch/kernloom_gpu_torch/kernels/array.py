@@ -1,5 +1,5 @@
 """Array kernels with torch: reshaping, rearranging, filling, Shape; and the CPU's
-default ``ConcatV2`` and ``Transpose`` for large float tensors (``cpu_concat``,
+default ``ConcatV2`` and ``Transpose`` for large float tensors (``CpuConcat``,
 ``cpu_transpose``)."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import numpy as np
 import torch
 
 from kernloom.plugin import (
+    OpKernel,
+    OpKernelConstruction,
     OpKernelContext,
     check_permutation,
     concat_output,
@@ -32,8 +34,8 @@ from kernloom_gpu_torch.kernels._util import (
 __all__ = [
     "KEEP_LAYOUT",
     "SMALL_CONCAT",
+    "CpuConcat",
     "concat",
-    "cpu_concat",
     "cpu_transpose",
     "fill",
     "ones_like",
@@ -56,7 +58,7 @@ for [1, 4, 28, 56, 56], 37 / 13 for [1, 4, 68, 14, 14], 17 / 11 for [1, 4, 136, 
 Read on every call, as ``SMALL_CONCAT``."""
 
 KEEP_LAYOUT: bool = True
-"""Whether ``cpu_concat`` and ``cpu_transpose`` keep their inputs' layout, as the numpy CPU
+"""Whether ``CpuConcat`` and ``cpu_transpose`` keep their inputs' layout, as the numpy CPU
 kernels' ``KEEP_LAYOUT`` (read on every call: ``benchmarks/bench_layout.py`` turns them
 off)."""
 
@@ -78,21 +80,42 @@ def concat(ctx: OpKernelContext) -> None:
     torch.cat(values, dim=axis, out=output(ctx, 0, shape))
 
 
-def cpu_concat(ctx: OpKernelContext) -> None:
+class CpuConcat(OpKernel):
     """``ConcatV2`` on the numpy CPU device: ``torch.cat`` on the session's intra-op
     threads, into the inputs' shared memory order (``concat_output``) or C order. NCHW
     images in NHWC memory joined along channels copy a short run per pixel, which numpy
     does on one thread: [1, 224, 56, 56] and [1, 32, 56, 56] took 76 µs in numpy and 39 in
-    torch at two threads (DenseNet-121 makes 58 such concatenations a run)."""
-    values = ctx.input_list("values")
-    axis, shape = concat_shape(ctx, [v.shape for v in values], ctx.input("axis"))
-    if math.prod(shape) < SMALL_CONCAT:
-        join = _numpy_cat
-    else:
-        use_session_threads(ctx)
-        join = _torch_cat
-    if not (KEEP_LAYOUT and concat_output(ctx, values, axis, shape, join)):
-        join(values, axis, ctx.allocate_output(0, shape))
+    torch at two threads (DenseNet-121 makes 58 such concatenations a run). The axis and
+    output shape are kept per input shapes and axis (checked once: 6 µs a call)."""
+
+    intra_op_parallel = True
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._shapes: dict[tuple[Any, ...], tuple[int, tuple[int, ...], int]] = {}
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        values = ctx.input_list("values")
+        axis_value = ctx.input("axis")
+        key = (tuple(v.shape for v in values), axis_value.tobytes(), axis_value.shape)
+        known = self._shapes.get(key)
+        if known is None:
+            axis, shape = concat_shape(ctx, [v.shape for v in values], axis_value)
+            known = (axis, tuple(shape), math.prod(shape))
+            if len(self._shapes) < _SHAPE_CACHE:
+                self._shapes[key] = known
+        axis, shape, size = known
+        if size < SMALL_CONCAT:
+            join = _numpy_cat
+        else:
+            use_session_threads(ctx)
+            join = _torch_cat
+        if not (KEEP_LAYOUT and concat_output(ctx, values, axis, shape, join)):
+            join(values, axis, ctx.allocate_output(0, shape))
+
+
+_SHAPE_CACHE = 64
+"""How many (shapes, axis) combinations a ``CpuConcat`` remembers."""
 
 
 def _numpy_cat(values: list[Any], axis: int, out: Any) -> None:
