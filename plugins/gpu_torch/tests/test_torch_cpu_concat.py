@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from layout_helpers import ORDERS, concat_inputs, in_order, order_of
 from test_torch_labelled_cpu import REGISTRY
 
+import kernloom as kl
 from kernloom.testing import run_kernel
 from kernloom_gpu_torch.kernels import array
 
@@ -67,3 +68,34 @@ def test_other_dtypes_are_numpys() -> None:
     run = run_kernel("ConcatV2", [values, np.int32(1)], registry=REGISTRY)
     assert type(run.kernel).__name__ == "concat"  # the numpy CPU plugin's
     np.testing.assert_array_equal(run.outputs[0], np.concatenate(values, axis=1))
+
+
+def test_kept_shapes_follow_new_shapes_and_a_fed_axis() -> None:
+    """The axis and output shape are kept per input shapes and axis value: a session fed
+    other shapes and another axis between runs gives numpy's concatenation each time."""
+    g = kl.Graph()
+    with g.as_default():
+        a = kl.placeholder(kl.float32, [None, None, None], name="a")
+        b = kl.placeholder(kl.float32, [None, None, None], name="b")
+        axis = kl.placeholder(kl.int32, [], name="axis")
+        joined = kl.ops.concat_v2([a, b], axis, name="joined")
+    rng = np.random.default_rng(2)
+    cases = [
+        ((2, 3, 4), (2, 5, 4), 1),
+        ((2, 3, 4), (2, 3, 6), 2),
+        ((2, 3, 4), (2, 5, 4), 1),
+        ((2, 3, 4), (1, 3, 4), 0),
+        ((2, 3, 4), (2, 3, 6), -1),
+        ((4, 3, 4), (2, 3, 4), 0),
+    ]
+    with kl.Session(g, registry=REGISTRY) as sess:
+        for sa, sb, ax in cases:
+            av = rng.standard_normal(sa).astype(np.float32)
+            bv = rng.standard_normal(sb).astype(np.float32)
+            got = sess.run(joined, {a: av, b: bv, axis: np.int32(ax)})
+            np.testing.assert_array_equal(got, np.concatenate([av, bv], axis=ax))
+        with pytest.raises(kl.errors.KernloomError, match="incompatible"):
+            sess.run(
+                joined,
+                {a: av, b: rng.standard_normal((3, 3, 4)).astype(np.float32), axis: np.int32(2)},
+            )
