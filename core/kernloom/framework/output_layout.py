@@ -20,6 +20,7 @@ from kernloom.framework.op_kernel import OpKernelContext
 
 __all__ = [
     "Concatenate",
+    "Copy",
     "concat_output",
     "elementwise_output",
     "memory_order",
