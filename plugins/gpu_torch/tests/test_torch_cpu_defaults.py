@@ -3,10 +3,12 @@ plugin makes them the CPU default (BatchMatMulV2 on Intel's CPUs, measured faste
 ``benchmarks/BATCH_MATMUL.md`` and 2x slower on an AMD EPYC; Conv2D and ``_FusedConv2D``
 through oneDNN for float32 and ``_FusedMatMul``, measured in ``benchmarks/ONNX.md`` and
 ``OPTIMIZER.md``; Softmax and LogSoftmax for float32 and float64,
-``kernels/__init__.CPU_PREFERRED``). They must match the shared cases, as numpy's do."""
+``kernels/__init__.CPU_PREFERRED``; Mean and Sum for float32 and float64,
+``CPU_PREFERRED_REDUCTIONS``). They must match the shared cases, as numpy's do."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -27,15 +29,16 @@ ON_INTEL = packed_matmul.GEMM_LIBRARY == packed_matmul.MKL
 only where torch's batched product, MKL's, is the fast one."""
 DEFAULT_OPS = (
     *(("BatchMatMulV2",) if ON_INTEL else ()),
-    *("Conv2D", "_FusedConv2D", "_FusedMatMul", "Softmax", "LogSoftmax"),
+    *("Conv2D", "_FusedConv2D", "_FusedMatMul", "Softmax", "LogSoftmax", "Mean", "Sum"),
 )
-SOFTMAX_TYPES = ("float32", "float64")  # float16 stays numpy's
+SOFTMAX_TYPES = ("float32", "float64")  # float16 stays numpy's (so do Mean's and Sum's)
+FLOAT_ONLY = ("Softmax", "LogSoftmax", "Mean", "Sum")
 
 
 def _torch_default(case: Case) -> bool:
     if case.op not in DEFAULT_OPS or not on_gpu(case):
         return False
-    return "Softmax" not in case.op or np.asarray(case.inputs[0]).dtype.name in SOFTMAX_TYPES
+    return case.op not in FLOAT_ONLY or np.asarray(case.inputs[0]).dtype.name in SOFTMAX_TYPES
 
 
 DEFAULTS = [c for c in cases() if _torch_default(c)]
@@ -121,3 +124,39 @@ def test_softmax_over_short_and_long_last_axes_matches_float64(
     assert y.shape == x.shape and y.dtype == x.dtype
     expected = reference_softmax(x, log=op == "LogSoftmax")
     np.testing.assert_allclose(y, expected, rtol=2e-5, atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.lists(st.integers(0, 5), min_size=1, max_size=4),
+    data=st.data(),
+    op=st.sampled_from(["Mean", "Sum"]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    keep_dims=st.booleans(),
+    nan=st.booleans(),
+)
+def test_torch_mean_and_sum_on_the_cpu_match_numpy(
+    shape: list[int], data: Any, op: str, dtype: Any, keep_dims: bool, nan: bool
+) -> None:
+    """Any axes (negative, none, all), any memory order, empty inputs (a mean of nothing is
+    NaN, a sum 0), NaN propagating: numpy's values in float64, within rounding."""
+    rank = len(shape)
+    axes = data.draw(
+        st.lists(st.integers(-rank, rank - 1), max_size=rank, unique_by=lambda a: a % rank)
+    )
+    order = data.draw(st.permutations(range(rank)))
+    x = np.random.default_rng(rank).standard_normal(shape).astype(dtype)
+    if nan and x.size:
+        x.reshape(-1)[0] = np.nan
+    stored = np.ascontiguousarray(x.transpose(order)).transpose(np.argsort(order))
+    run = run_kernel(
+        op, [stored, np.array(axes, np.int32)], {"keep_dims": keep_dims}, registry=REGISTRY
+    )
+    assert type(run.kernel).__module__.startswith("kernloom_gpu_torch")
+    reduce = np.mean if op == "Mean" else np.sum
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's "mean of empty slice"
+        want = reduce(x.astype(np.float64), axis=tuple(a % rank for a in axes), keepdims=keep_dims)
+    (got,) = run.outputs
+    assert got.dtype == dtype and got.shape == np.shape(want)
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
