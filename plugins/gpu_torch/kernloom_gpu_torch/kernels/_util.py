@@ -8,8 +8,8 @@ arrays, seen by torch through zero-copy ``torch.from_numpy``). These helpers hid
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import torch
@@ -19,11 +19,13 @@ from kernloom_gpu_torch.device import host_tensor
 from kernloom_gpu_torch.dtypes import torch_dtype
 
 __all__ = [
+    "SHAPE_CACHE",
     "ConstantInput",
     "cpu_kernel",
     "host_input",
     "intra_op_threads",
     "is_constant",
+    "kept_per_shapes",
     "output",
     "output_dtype",
     "result",
@@ -150,3 +152,21 @@ class ConstantInput:
         if is_constant(raw):
             self._kept = (raw, value)
         return value
+
+
+SHAPE_CACHE: Final = 64
+"""How many input-shape combinations a kernel remembers what it worked out for (a graph
+fed many shapes works it out again beyond that)."""
+
+_Kept = TypeVar("_Kept")
+
+
+def kept_per_shapes(cache: dict[Any, _Kept], key: Any, make: Callable[[], _Kept]) -> _Kept:
+    """What ``make`` works out for ``key`` (input shapes, and whatever else it depends on),
+    from ``cache`` or made now and kept there while it holds fewer than ``SHAPE_CACHE``."""
+    known = cache.get(key)
+    if known is None:
+        known = make()
+        if len(cache) < SHAPE_CACHE:
+            cache[key] = known
+    return known

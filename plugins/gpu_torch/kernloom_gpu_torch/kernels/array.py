@@ -23,6 +23,7 @@ from kernloom.plugin import (
 )
 from kernloom_gpu_torch.kernels._util import (
     host_input,
+    kept_per_shapes,
     output,
     result,
     tensor,
@@ -97,14 +98,11 @@ class CpuConcat(OpKernel):
     def compute(self, ctx: OpKernelContext) -> None:
         values = ctx.input_list("values")
         axis_value = ctx.input("axis")
-        key = (tuple(v.shape for v in values), axis_value.tobytes(), axis_value.shape)
-        known = self._shapes.get(key)
-        if known is None:
-            axis, shape = concat_shape(ctx, [v.shape for v in values], axis_value)
-            known = (axis, tuple(shape), math.prod(shape))
-            if len(self._shapes) < _SHAPE_CACHE:
-                self._shapes[key] = known
-        axis, shape, size = known
+        shapes = tuple(v.shape for v in values)
+        key = (shapes, axis_value.tobytes(), axis_value.shape)
+        axis, shape, size = kept_per_shapes(
+            self._shapes, key, lambda: _concat_plan(ctx, shapes, axis_value)
+        )
         if size < SMALL_CONCAT:
             join = _numpy_cat
         else:
@@ -114,8 +112,12 @@ class CpuConcat(OpKernel):
             join(values, axis, ctx.allocate_output(0, shape))
 
 
-_SHAPE_CACHE = 64
-"""How many (shapes, axis) combinations a ``CpuConcat`` remembers."""
+def _concat_plan(
+    ctx: OpKernelContext, shapes: tuple[tuple[int, ...], ...], axis_value: Any
+) -> tuple[int, tuple[int, ...], int]:
+    """The normalised axis, the output's shape (checked) and its size."""
+    axis, shape = concat_shape(ctx, shapes, axis_value)
+    return axis, tuple(shape), math.prod(shape)
 
 
 def _numpy_cat(values: list[Any], axis: int, out: Any) -> None:

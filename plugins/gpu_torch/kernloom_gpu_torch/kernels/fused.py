@@ -31,6 +31,7 @@ from kernloom_gpu_torch import dtypes as d
 from kernloom_gpu_torch.kernels._util import (
     ConstantInput,
     cpu_kernel,
+    kept_per_shapes,
     output,
     tensor,
     tensor_input,
@@ -91,9 +92,6 @@ MERGE_MULTIPLY_ADD: bool = True
 (``_multiply_adds``); ``benchmarks/bench_layout.py --change multiply-add`` builds a
 session with it off to measure it."""
 
-_SHAPE_CACHE: Final = 64
-"""How many shape combinations a kernel remembers (a graph fed many shapes recomputes)."""
-
 
 class CpuFusedElementwise(OpKernel):
     """``_FusedElementwise`` on the numpy CPU device: each step one torch call over the
@@ -123,13 +121,7 @@ class CpuFusedElementwise(OpKernel):
     def compute(self, ctx: OpKernelContext) -> None:
         raw = ctx.input_list("inputs")
         shapes = tuple(x.shape for x in raw)
-        known = self._shapes.get(shapes)
-        if known is None:
-            shape = tuple(broadcast_shape(ctx, *shapes))
-            known = (shape, self._first_slot_full(list(shapes), shape))
-            if len(self._shapes) < _SHAPE_CACHE:
-                self._shapes[shapes] = known
-        shape, full = known
+        shape, full = kept_per_shapes(self._shapes, shapes, lambda: self._plan(ctx, shapes))
         out = elementwise_output(ctx, raw, shape)  # as numpy's kernel makes it
         if out.size == 0:
             return
@@ -153,6 +145,13 @@ class CpuFusedElementwise(OpKernel):
                 values[0] = fn(*args, out=target)
             else:
                 values[slot] = fn(*args, out=None)
+
+    def _plan(
+        self, ctx: OpKernelContext, shapes: tuple[tuple[int, ...], ...]
+    ) -> tuple[tuple[int, ...], bool]:
+        """The output's shape (the broadcast, checked) and ``_first_slot_full``."""
+        shape = tuple(broadcast_shape(ctx, *shapes))
+        return shape, self._first_slot_full(list(shapes), shape)
 
     def _first_slot_full(self, shapes: list[tuple[int, ...]], shape: tuple[int, ...]) -> bool:
         """Whether every value the plan puts in slot 0 has the output's shape."""
