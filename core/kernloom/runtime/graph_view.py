@@ -137,6 +137,7 @@ class GraphView:
             kernel = node_kernels[i]
             device_inputs = host_fed.get(i, frozenset())
             is_async = isinstance(kernel, AsyncOpKernel)
+            on_caller_thread = shares_cores(kernel)
             run: Callable[[OpKernelContext], None]
             if compute_overridden:
                 run = _device_compute(device, kernel)
@@ -160,8 +161,8 @@ class GraphView:
                     out_edges=tuple(edges[i]),
                     control_out=tuple(controls[i]),
                     pending=len(node.inputs) + len(node.control_inputs),
-                    is_expensive=bool(kernel.is_expensive) and not shares_cores(kernel),
-                    on_caller_thread=shares_cores(kernel),
+                    is_expensive=bool(kernel.is_expensive) and not on_caller_thread,
+                    on_caller_thread=on_caller_thread,
                     is_async=is_async,
                     direct=_direct_entry(
                         kernel,
