@@ -5,7 +5,6 @@ numpy's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,13 +20,8 @@ from kernloom_gpu_torch.kernels import array
 
 
 @pytest.fixture
-def every_concat_in_torch() -> Iterator[None]:
-    small = array.SMALL_CONCAT
-    array.SMALL_CONCAT = 0
-    try:
-        yield
-    finally:
-        array.SMALL_CONCAT = small
+def every_concat_in_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(array, "SMALL_CONCAT", 0)
 
 
 @pytest.mark.usefixtures("every_concat_in_torch")

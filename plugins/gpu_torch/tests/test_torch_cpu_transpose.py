@@ -4,7 +4,6 @@ permutations), in the input's memory order; small ones and other dtypes stay num
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,13 +18,8 @@ from kernloom_gpu_torch.kernels import array
 
 
 @pytest.fixture
-def every_transpose_in_torch() -> Iterator[None]:
-    small = array.SMALL_TRANSPOSE
-    array.SMALL_TRANSPOSE = 0
-    try:
-        yield
-    finally:
-        array.SMALL_TRANSPOSE = small
+def every_transpose_in_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(array, "SMALL_TRANSPOSE", 0)
 
 
 @pytest.mark.usefixtures("every_transpose_in_torch")
