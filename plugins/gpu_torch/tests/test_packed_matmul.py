@@ -106,6 +106,33 @@ def test_constant_weights_with_transposes_and_batch_changes(
             np.testing.assert_allclose(sess.run(y, {xp: x}), a @ b, rtol=1e-5, atol=1e-5)
 
 
+def test_a_weight_first_used_on_a_few_rows_is_packed_for_many(
+    library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """oneDNN's format for a 1-row packing ran 4- and 8-row products at about 2x the time of
+    a 64-row one (``PACKED_FOR_ROWS``); the weight is packed once, on the first call."""
+    if library != packed_matmul.ONEDNN or not packed_matmul.HAS_ONEDNN:
+        pytest.skip("oneDNN's packing only")
+    hints: list[int] = []
+    reorder = packed_matmul._reorder_linear_weight
+
+    def recording(weight: Any, rows: int) -> Any:
+        hints.append(rows)
+        return reorder(weight, rows)
+
+    monkeypatch.setattr(packed_matmul, "_reorder_linear_weight", recording)
+    w = _floats(4, 6)
+    g = kl.Graph()
+    with g.as_default():
+        xp = kl.placeholder(kl.float32, [None, 4])
+        y = kl.ops.mat_mul(xp, kl.constant(w))
+    with _session(g) as sess:
+        for rows in (1, 8, 100):
+            x = _floats(rows, 4)
+            np.testing.assert_allclose(sess.run(y, {xp: x}), x @ w, rtol=1e-5, atol=1e-5)
+    assert hints == [packed_matmul.PACKED_FOR_ROWS]
+
+
 def test_relu_keeps_nan_and_other_activations() -> None:
     x, w, b = _floats(8, 2), _floats(2, 4), _floats(4)
     x[1, 0] = np.nan
@@ -210,6 +237,9 @@ def test_small_products_take_numpy_s_gemm(
         (256, 1024, 10, 2, "packed", "packed"),
         (256, 10, 1024, 1, "addmm", "packed"),  # narrow output: MKL's plain GEMM
         (256, 10, 1024, 2, "addmm", "packed"),
+        (16, 10, 1024, 1, "addmm", "numpy"),  # narrow and small: numpy on oneDNN's path
+        (16, 10, 1024, 2, "addmm", "packed"),
+        (64, 32, 512, 1, "addmm", "packed"),  # a million multiply-adds: oneDNN again
         # under MIN_PACKED_ROWS rows: oneDNN on the MKL path too (equal columns stay equal)
         (4, 1000, 2048, 1, "packed" if packed_matmul.HAS_ONEDNN else "addmm", "packed"),
         (256, 1024, 1024, 1, "packed", "packed"),

@@ -129,6 +129,14 @@ thread and at 16 on a Sapphire Rapids Xeon); oneDNN's column blocks sum alike th
 AMD's CPUs."""
 
 
+PACKED_FOR_ROWS: Final = 64
+"""The fewest rows oneDNN packs a weight for: the format it picks for fewer rows is slow for
+others, and a constant weight is packed once, for the first call's rows (1024x1024, one
+thread, against the best packing for the rows: packed for 1 row, 4 and 8 rows took 2.19x
+and 1.84x, 1 row 1.05x; packed for 64, 1.00-1.02x at 1 to 1000 rows;
+``benchmarks/bench_pack_hint.py``, ``benchmarks/OPTIMIZER.md``)."""
+
+
 SMALL_PRODUCT: Final = 1 << 22
 """Products of fewer multiply-adds (M * N * K) than this run numpy's GEMM: torch's call
 overhead outweighs them (numpy was faster up to 160x160x160, level at 256, slower at
@@ -152,10 +160,19 @@ path a narrow output takes oneDNN like any other (that layer on the AMD machine:
 77 µs, numpy 76, ``addmm`` 130)."""
 
 
+NARROW_FOR_NUMPY: Final = 1 << 20
+"""On the oneDNN path and one thread, a ``NARROW`` product of fewer multiply-adds than this
+runs numpy's GEMM: oneDNN's call costs 11-12 µs before any work (one thread, µs, numpy /
+oneDNN packed: 1x1024x10 2.4 / 13.1, 16x1024x10 7.2 / 15.9, 64x1024x10 20.6 / 27.9, 256x1024x1
+11.7 / 24.8; from about a million on, oneDNN: 64x512x32 20.7 / 19.5, 64x2048x16 43.7 /
+33.0, 256x512x32 75.9 / 45.6). The MKL path keeps MKL's ``addmm`` for these (numpy's
+OpenBLAS was slower there)."""
+
+
 def for_numpy(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
     """Whether the product is for numpy: host arrays, M * N * K (``a``'s size times N)
     under ``TINY_PRODUCT``; on one thread, under ``SMALL_PRODUCT`` unless the output is
-    ``NARROW``."""
+    ``NARROW`` (on the oneDNN path, a narrow one under ``NARROW_FOR_NUMPY`` too)."""
     if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
         return False
     product = a.size * int(shape[1])
@@ -163,7 +180,9 @@ def for_numpy(a: Any, b: Any, shape: Any, threads: int | None) -> bool:
         return True
     if _one_row_library(GEMM_LIBRARY, int(shape[0])) != GEMM_LIBRARY:
         return False
-    return threads == 1 and product < SMALL_PRODUCT and int(shape[1]) >= NARROW
+    if threads != 1 or product >= SMALL_PRODUCT:
+        return False
+    return int(shape[1]) >= NARROW or (GEMM_LIBRARY == ONEDNN and product < NARROW_FOR_NUMPY)
 
 
 def _one_row_library(library: str, rows: int) -> str:
@@ -249,7 +268,9 @@ class PackedWeight:
         b = tensor(raw_b)
         original = (b if self.transpose_b else b.T).contiguous()  # [N, K]
         if library == ONEDNN:
-            packed = _Packed(raw_b, library, None, _reorder_linear_weight(original, rows))
+            packed = _Packed(
+                raw_b, library, None, _reorder_linear_weight(original, max(rows, PACKED_FOR_ROWS))
+            )
         else:
             packed = _Packed(raw_b, library, original, _mkl_reorder_linear_weight(original, rows))
         self._packed = packed
