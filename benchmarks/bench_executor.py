@@ -11,8 +11,10 @@ executor hold from one run to the next. Each ratio is taken against a plain nump
 timed the same way in the same run.
 
 - chain: 1000 ``Add(y, c)`` (optimizer off, one inter-op thread) on float32[16] for ``c``
-  a vector, a 0-d scalar, a [1] vector, and for a [4, 1] feed with [1, 16] constants
-  (the first Add grows the value to [4, 16]); against ``v = np.add(v, c)`` in Python.
+  a vector, a 0-d scalar, a [1] vector, for a [4, 1] feed with [1, 16] constants (the
+  first Add grows the value to [4, 16]), and for one-element values (a [1] feed and a 0-d
+  feed, scalar ``c``); against ``v = np.add(v, c)`` in Python (for the 0-d feed numpy's
+  loop runs on numpy scalars).
 - while_loop: ``i + 1`` while ``i < n``, 2000 iterations, against the same in numpy.
 - while_loop, three variables: ``(i, a, b) -> (i + 1, b, (a + b) * c)`` while ``i < n``
   (``c`` a loop invariant, float32 scalars), 2000 iterations, against the same in numpy.
@@ -150,6 +152,8 @@ def main() -> int:
         ("scalar c (0-d)", (16,), ()),
         ("c [1]", (16,), (1,)),
         ("[4,1] feed, c [1,16]", (4, 1), (1, 16)),
+        ("[1] feed, scalar c", (1,), ()),
+        ("0-d feed, scalar c", (), ()),
     ):
         ours, plain = chain(fed, constant)
         print(

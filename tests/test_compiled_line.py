@@ -134,8 +134,17 @@ def test_without_a_call_frame_a_compiled_partition_runs_or_its_arg_node_explains
 
 @pytest.mark.parametrize(
     ("fed", "constant"),
-    [((16,), ()), ((16,), (1,)), ((16,), (16,)), ((4, 16), (16,)), ((4, 1), (1, 16))],
-    ids=["scalar", "one", "vector", "rank", "outer"],
+    [
+        ((16,), ()),
+        ((16,), (1,)),
+        ((16,), (16,)),
+        ((4, 16), (16,)),
+        ((4, 1), (1, 16)),
+        ((), ()),  # one-element values: a new result each node, not written in place
+        ((1,), ()),
+        ((1, 1), (1,)),
+    ],
+    ids=["scalar", "one", "vector", "rank", "outer", "0-d", "[1]", "[1, 1]"],
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
 def test_a_chain_equals_numpy_and_leaves_the_feed_alone(
@@ -159,7 +168,8 @@ def test_a_chain_equals_numpy_and_leaves_the_feed_alone(
         run = sess.make_callable(y, [x])
         for _ in range(2):  # the second run reuses nothing of the first
             got = run(xv)
-            assert got.dtype == np.dtype(dtype)
+            assert type(got) is np.ndarray and got.dtype == np.dtype(dtype)
+            assert got.shape == np.shape(want)
             np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(xv, kept)
     assert in_place(registry, g) >= {f"n{i}" for i in range(2, 6)}
