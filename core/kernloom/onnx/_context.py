@@ -13,7 +13,7 @@ from kernloom.dtypes import DType, as_dtype
 from kernloom.graph.builder import constant
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
-from kernloom.onnx.errors import OnnxImportError
+from kernloom.onnx.errors import OnnxImportError, outputs_note
 
 __all__ = ["ConversionContext", "OnnxNode", "attribute_value"]
 
@@ -48,11 +48,20 @@ class OnnxNode:
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
+    @property
+    def unnamed_outputs(self) -> tuple[str, ...]:
+        """The outputs that identify a node the model gives no name (``name`` is then one
+        the importer made up, which no ONNX tool shows); empty for a named node."""
+        return () if self.proto.name else tuple(o for o in self.outputs if o)
+
+    def describe(self) -> str:
+        """``'name' (Op, opset N)``, and for a node without a name, its outputs."""
+        op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
+        return f"{self.name!r} ({op}, opset {self.opset})" + outputs_note(self.unnamed_outputs)
+
     def fail(self, message: str) -> OnnxImportError:
         """An import error naming this node, its op and its opset."""
-        return OnnxImportError(
-            f"ONNX node {self.name!r} ({self.op_type}, opset {self.opset}): {message}"
-        )
+        return OnnxImportError(f"ONNX node {self.describe()}: {message}")
 
 
 class ConversionContext:

@@ -6,7 +6,15 @@ from dataclasses import dataclass
 
 from kernloom.errors import InvalidArgumentError
 
-__all__ = ["OnnxImportError", "Unsupported", "UnsupportedOnnxError"]
+__all__ = ["OnnxImportError", "Unsupported", "UnsupportedOnnxError", "outputs_note"]
+
+
+def outputs_note(outputs: tuple[str, ...]) -> str:
+    """How an error points at a node the model gives no name: by its outputs."""
+    if not outputs:
+        return ""
+    listed = ", ".join(repr(o) for o in outputs)
+    return f" [unnamed; output{'s' if len(outputs) > 1 else ''} {listed}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,10 +26,13 @@ class Unsupported:
     domain: str
     opset: int
     missing: str
+    unnamed_outputs: tuple[str, ...] = ()
+    """The node's outputs where the model gives it no name (``node`` is then made up)."""
 
     def __str__(self) -> str:
         op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
-        return f"node {self.node!r} ({op}, opset {self.opset}): {self.missing}"
+        where = outputs_note(self.unnamed_outputs)
+        return f"node {self.node!r} ({op}, opset {self.opset}){where}: {self.missing}"
 
 
 class OnnxImportError(InvalidArgumentError):

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
+import onnx.defs
 from onnx import numpy_helper
 
 from kernloom.graph.builder import constant, placeholder
@@ -24,10 +25,16 @@ from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import REGISTRY
 from kernloom.onnx.errors import OnnxImportError, Unsupported, UnsupportedOnnxError
-from kernloom.ops import identity
+from kernloom.ops import identity, placeholder_with_default
 from kernloom.shapes import TensorShape
 
-__all__ = ["ImportedModel", "import_model", "load_model", "unsupported_nodes"]
+__all__ = [
+    "ImportedModel",
+    "import_model",
+    "load_model",
+    "overridable_initializers",
+    "unsupported_nodes",
+]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 _VALID_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
@@ -94,7 +101,11 @@ def _problems(nodes: list[OnnxNode]) -> list[Unsupported]:
     for node in nodes:
 
         def report(missing: str, node: OnnxNode = node) -> None:
-            problems.append(Unsupported(node.name, node.op_type, node.domain, node.opset, missing))
+            problems.append(
+                Unsupported(
+                    node.name, node.op_type, node.domain, node.opset, missing, node.unnamed_outputs
+                )
+            )
 
         version = REGISTRY.schema_version(node.op_type, node.opset, node.domain)
         if version is None:
@@ -118,6 +129,59 @@ def _problems(nodes: list[OnnxNode]) -> list[Unsupported]:
     return problems
 
 
+_ATTRIBUTE_TYPES = {
+    int(v): onnx.AttributeProto.AttributeType.Name(v)
+    for v in onnx.AttributeProto.AttributeType.values()
+}
+
+
+_UNDEFINED = int(onnx.AttributeProto.UNDEFINED)
+_WIDENED = {
+    (int(onnx.AttributeProto.INT), int(onnx.AttributeProto.FLOAT)),
+    (int(onnx.AttributeProto.INTS), int(onnx.AttributeProto.FLOATS)),
+}
+"""(given, declared) attribute types read without loss: alpha=1 written as an INT."""
+
+
+def _type_code(kind: onnx.defs.OpSchema.AttrType) -> int:
+    """A schema's attribute type as AttributeProto numbers it (the same enum values)."""
+    return int(kind)  # type: ignore[call-overload]  # a pybind11 enum; its stub has no __int__
+
+
+def _invalid_attributes(nodes: list[OnnxNode]) -> list[str]:
+    """Every attribute whose type differs from what the op's schema declares, and every
+    required attribute that is missing: what ``onnx.checker`` reports, said before a
+    converter reads the attribute as something it is not (an INT axis given as FLOAT
+    1.5 would silently be 1)."""
+    found = []
+    for node in nodes:
+        try:
+            schema = onnx.defs.get_schema(node.op_type, node.opset, node.domain)
+        except onnx.defs.SchemaError:
+            continue  # an op without a schema is reported by _problems
+        declared = schema.attributes
+        version = f"{node.op_type}-{schema.since_version}"
+        for attr in node.proto.attribute:
+            spec = declared.get(attr.name)
+            if spec is None or attr.ref_attr_name:
+                continue
+            want, have = _type_code(spec.type), int(attr.type)
+            if want in (have, _UNDEFINED) or (have, want) in _WIDENED:
+                continue
+            found.append(
+                f"node {node.describe()}: attribute {attr.name!r} is "
+                f"{_ATTRIBUTE_TYPES.get(have, have)}; {version} declares it "
+                f"{_ATTRIBUTE_TYPES.get(want, want)}"
+            )
+        for name, spec in declared.items():
+            if spec.required and name not in node.attrs:
+                found.append(
+                    f"node {node.describe()}: the required attribute {name!r} "
+                    f"({_ATTRIBUTE_TYPES.get(_type_code(spec.type), spec.type)}) is missing"
+                )
+    return found
+
+
 def unsupported_nodes(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> list[Unsupported]:
     """The nodes of ``model`` that would fail to import (empty when all convert)."""
     proto = load_model(model)
@@ -133,42 +197,94 @@ def _input_shape(value: onnx.ValueInfoProto) -> TensorShape:
     )
 
 
-def import_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> ImportedModel:
+def overridable_initializers(proto: onnx.ModelProto) -> set[str]:
+    """The initializers a feed may replace: those also listed as graph inputs, from IR
+    version 4 on (before 4 every initializer had to be listed, and all are constants;
+    onnxruntime reads them the same way)."""
+    if proto.ir_version < 4:
+        return set()
+    names = {init.name for init in proto.graph.initializer}
+    return {value.name for value in proto.graph.input if value.name in names}
+
+
+def import_model(
+    model: onnx.ModelProto | str | os.PathLike[str] | bytes, *, source: str | None = None
+) -> ImportedModel:
     """Build a kernloom graph from an ONNX model (a ModelProto, a file path or bytes).
 
     Returns the graph, its inputs (placeholders) and outputs, keyed by their ONNX names.
-    An unsupported op or attribute fails here, naming every such node at once.
+    An initializer that is also a graph input (IR version 4 on) is an input with a
+    default: a ``PlaceholderWithDefault`` that a feed overrides, as ONNX says.
+    An unsupported op or attribute fails here, naming every such node at once; an error
+    names the model's file (``source``, or ``model`` when it is a path).
     """
-    proto = load_model(model)
+    if source is None and isinstance(model, str | os.PathLike):
+        source = os.fspath(model)
+    try:
+        return _import(load_model(model))
+    except OnnxImportError as exc:
+        if source is not None and exc.args and isinstance(exc.args[0], str):
+            exc.args = (f"{source}: {exc.args[0]}", *exc.args[1:])
+        raise
+
+
+def _import(proto: onnx.ModelProto) -> ImportedModel:
     opsets = _opsets(proto)
     nodes = _nodes(proto, opsets)
     problems = _problems(nodes)
     if problems:
         raise UnsupportedOnnxError(problems)
+    invalid = _invalid_attributes(nodes)
+    if invalid:
+        lines = "\n".join(f"  - {line}" for line in invalid)
+        raise OnnxImportError(
+            f"the ONNX model does not follow the schemas of its ops ({len(invalid)} "
+            f"problem(s)):\n{lines}\nRe-export the model, or fix the attributes named "
+            "(onnx.checker.check_model(model) reports the same)."
+        )
     graph = Graph()
     ctx = ConversionContext(graph)
     initializers = {init.name: init for init in proto.graph.initializer}
+    overridable = overridable_initializers(proto)
+    defaults: dict[str, Tensor] = {}
     inputs: dict[str, Tensor] = {}
     with graph.as_default():
         for init in proto.graph.initializer:
             array: np.ndarray[Any, Any] = numpy_helper.to_array(init)
             kernloom_dtype(init.data_type, f"initializer {init.name!r}")
+            stored = constant(array, name=node_name(init.name, "initializer"))
+            if init.name in overridable:
+                # Not known at import: a feed may replace it (no converter may read it).
+                defaults[init.name] = stored
+                continue
             ctx.static[init.name] = array
-            ctx.values[init.name] = constant(array, name=node_name(init.name, "initializer"))
+            ctx.values[init.name] = stored
         for value in proto.graph.input:
-            if value.name in initializers:
+            if value.name in initializers and value.name not in overridable:
                 continue
             dtype = kernloom_dtype(value.type.tensor_type.elem_type, f"graph input {value.name!r}")
             name = value_name(graph, value.name, "input")
-            tensor = placeholder(dtype, _input_shape(value), name=name)
+            if value.name in defaults:
+                default = defaults[value.name]
+                shape = _input_shape(value)
+                if shape.rank is None:
+                    shape = TensorShape([None] * len(default.shape.as_list()))
+                tensor = placeholder_with_default(default, shape=shape, name=name)
+            else:
+                tensor = placeholder(dtype, _input_shape(value), name=name)
             ctx.values[value.name] = tensor
             inputs[value.name] = tensor
+        producers = {out: node for node in nodes for out in node.outputs if out}
         for node in nodes:
-            _convert(ctx, node)
+            _convert(ctx, node, producers)
         outputs: dict[str, Tensor] = {}
         for value in proto.graph.output:
             if value.name not in ctx.values:
-                raise OnnxImportError(f"graph output {value.name!r} is produced by no node")
+                raise OnnxImportError(
+                    f"graph output {value.name!r} is produced by no node and is neither a "
+                    "graph input nor an initializer: name an existing value as the output, "
+                    "or add the node that computes it"
+                )
             # An Identity named as the ONNX output, so the output can be fetched by name.
             produced = ctx.values[value.name]
             name = value_name(graph, value.name, "output")
@@ -178,12 +294,22 @@ def import_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> Imp
     return ImportedModel(graph, inputs, outputs)
 
 
-def _convert(ctx: ConversionContext, node: OnnxNode) -> None:
+def _convert(ctx: ConversionContext, node: OnnxNode, producers: dict[str, OnnxNode]) -> None:
     found = REGISTRY.lookup(node.op_type, node.opset, node.domain)
     assert found is not None  # _problems checked every node
     for name in node.inputs:
         if name and name not in ctx.values:
-            raise node.fail(f"input {name!r} is produced by no earlier node")
+            later = producers.get(name)
+            if later is not None:
+                raise node.fail(
+                    f"input {name!r} is the output of node {later.describe()}, which comes "
+                    "later: ONNX lists a graph's nodes in topological order (a producer "
+                    "before its consumers); re-export the model or sort its nodes"
+                )
+            raise node.fail(
+                f"input {name!r} is produced by no node and is neither a graph input nor an "
+                "initializer: add it as one of those, or name an existing value instead"
+            )
     ctx.node = node
     with ctx.graph.name_scope(node_name(node.name, node.op_type)):
         try:

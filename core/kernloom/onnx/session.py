@@ -22,7 +22,7 @@ from kernloom.errors import KernloomError, Setting, python_spelling
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._dtypes import onnx_type_name
 from kernloom.onnx.errors import OnnxImportError
-from kernloom.onnx.importer import import_model, load_model
+from kernloom.onnx.importer import import_model, load_model, overridable_initializers
 from kernloom.registry import Registry
 from kernloom.runtime.session import Session
 from kernloom.runtime.session_options import SessionConfig
@@ -127,14 +127,21 @@ class InferenceSession:
         registry: Registry | None = None,
         **kwargs: Any,
     ) -> None:
+        source = os.fspath(path_or_bytes) if isinstance(path_or_bytes, str | os.PathLike) else None
         self._model = load_model(path_or_bytes)
-        imported = import_model(self._model)
+        imported = import_model(self._model, source=source)
         self.graph = imported.graph
         self._inputs = imported.inputs
         self._outputs = imported.outputs
         initializers = {init.name for init in self._model.graph.initializer}
+        # As onnxruntime: get_inputs() lists the inputs that must be fed; an initializer
+        # listed as an input too may be fed (it overrides the initializer) but need not be.
+        self._overridable = overridable_initializers(self._model)
         self._input_args = [
             _node_arg(v) for v in self._model.graph.input if v.name not in initializers
+        ]
+        self._overridable_args = [
+            _node_arg(v) for v in self._model.graph.input if v.name in self._overridable
         ]
         self._output_args = [_node_arg(v) for v in self._model.graph.output]
         self.session = Session(self.graph, session_config(sess_options, config), registry=registry)
@@ -157,6 +164,10 @@ class InferenceSession:
 
     def get_outputs(self) -> list[NodeArg]:
         return list(self._output_args)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        """The initializers a feed may replace (listed as graph inputs too, IR >= 4)."""
+        return list(self._overridable_args)
 
     @property
     def input_tensors(self) -> dict[str, Tensor]:
@@ -189,7 +200,7 @@ class InferenceSession:
             raise OnnxImportError(
                 f"input(s) {extra} are not inputs of the model (inputs: {list(self._inputs)})"
             )
-        missing = [n for n in self._inputs if n not in input_feed]
+        missing = [n for n in self._inputs if n not in input_feed and n not in self._overridable]
         if missing:
             raise OnnxImportError(f"input(s) {missing} must be fed")
         feeds = {self._inputs[n]: v for n, v in input_feed.items()}

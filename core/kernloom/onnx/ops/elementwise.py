@@ -49,8 +49,13 @@ _binary("Xor", 7, ops.not_equal)
 
 @converter("Pow", 7)
 def _pow(node: OnnxNode, ctx: ConversionContext) -> Result:
-    x = ctx.input(0)
-    return [ops.pow(x, same_dtype(ctx, x, ctx.input(1)))]
+    x, exponent = ctx.input(0), ctx.input(1)
+    if x.dtype.is_integer and exponent.dtype.is_floating:
+        # The result takes the base's type, the power is taken in floating point (as
+        # onnxruntime and onnx's reference): 4 ** 0.5 is 2, not 4 ** int(0.5) = 1.
+        wide = ops.pow(ops.cast(x, DstT=d.float64), ops.cast(exponent, DstT=d.float64))
+        return [ops.cast(wide, DstT=x.dtype)]
+    return [ops.pow(x, same_dtype(ctx, x, exponent))]
 
 
 @converter("Mod", 10, attrs=("fmod",))
@@ -62,11 +67,11 @@ def _mod(node: OnnxNode, ctx: ConversionContext) -> Result:
     # fmod: the remainder takes the dividend's sign, x - trunc(x / y) * y.
     if x.dtype.is_integer:
         return [ops.sub(x, ops.mul(ops.div(x, y), y))]
-    quotient = ops.real_div(x, y)
-    truncated = ops.select_v2(
-        ops.less(quotient, ctx.const_like(0, quotient)), ops.ceil(quotient), ops.floor(quotient)
-    )
-    return [ops.sub(x, ops.mul(truncated, y))]
+    # Floats: FloorMod of the magnitudes (exact, as C's fmod: both are non-negative) with
+    # the dividend's sign. x - trunc(x / y) * y is not: the rounded quotient of
+    # fmod(1, 0.1) is 10, which gives 0 instead of 0.0999999.
+    remainder = ops.floor_mod(ops.abs(x), ops.abs(y))
+    return [ops.select_v2(ops.less(x, ctx.const_like(0, x)), ops.neg(remainder), remainder)]
 
 
 def _variadic(op_type: str, first: int, fn: Callable[[Tensor, Tensor], Tensor]) -> None:

@@ -108,7 +108,17 @@ def _scatter_nd(node: OnnxNode, ctx: ConversionContext) -> Result:
 def _gather_nd(node: OnnxNode, ctx: ConversionContext) -> Result:
     if int(node.attr("batch_dims", 0)) != 0:
         raise node.fail("batch_dims other than 0 is not supported")
-    return [ops.gather_nd(ctx.input(0), ctx.input(1))]
+    data, indices = ctx.input(0), ctx.input(1)
+    # ONNX indices may count from the end (-1 is the last); GatherNd's may not. Each index
+    # tuple [..., q] wraps by data's first q dimensions.
+    indices = ops.cast(indices, DstT=d.int64) if indices.dtype != d.int64 else indices
+    depth = ops.slice(
+        ops.shape(indices, out_type=d.int64),
+        ctx.int64s([rank_of(node, indices, "indices") - 1]),
+        ctx.int64s([1]),
+    )
+    sizes = ops.slice(shape_of(ctx, data), ctx.int64s([0]), depth)
+    return [ops.gather_nd(data, _wrap_negative(ctx, indices, sizes))]
 
 
 @converter("OneHot", 9, attrs=("axis",))

@@ -80,6 +80,10 @@ _REDUCERS: dict[str, tuple[Reducer, int]] = {
 }
 
 
+_PLAIN = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"})
+"""The reductions that are the identity over an empty set of axes."""
+
+
 def _reduce(node: OnnxNode, ctx: ConversionContext, fn: Reducer, axes_input: bool) -> Result:
     x = ctx.input(0)
     rank = rank_of(node, x)
@@ -108,7 +112,11 @@ def _reduce(node: OnnxNode, ctx: ConversionContext, fn: Reducer, axes_input: boo
         axes = None if raw is None else ints(raw)
     if not axes:
         if axes_input and int(node.attr("noop_with_empty_axes", 0)):
-            return [ops.identity(x)]
+            if node.op_type in _PLAIN:
+                return [ops.identity(x)]
+            # A reduction over no axes: the composite's other steps still apply
+            # (ReduceSumSquare squares, ReduceLogSum takes the log, ReduceL1 the abs...).
+            return [fn(ctx, x, ctx.int32s([]), keep)]
         axes = list(range(rank))
     normalized = sorted({axis_of(node, a, max(rank, 1)) for a in axes}) if rank else []
     return [fn(ctx, x, ctx.int32s(normalized), keep)]

@@ -90,8 +90,9 @@ def _shape(node: OnnxNode, ctx: ConversionContext) -> Result:
     if rank is None:
         raise node.fail("start/end need the input's rank at import time")
     stop = rank if end is None else int(end)
+    # As a Python slice: a negative bound counts from the end, then both are clamped.
     begin, stop = (
-        max(min(start % rank if start < 0 else start, rank), 0),
+        max(min(start + rank if start < 0 else start, rank), 0),
         max(min(stop + rank if stop < 0 else stop, rank), 0),
     )
     return [ops.strided_slice(full, ctx.int64s([begin]), ctx.int64s([stop]), ctx.int64s([1]))]
@@ -400,11 +401,28 @@ def _split(node: OnnxNode, ctx: ConversionContext, sizes: list[int] | None) -> R
         if num is not None and total is not None and total % int(num) != 0:
             chunk = -(-int(total) // int(num))
             sizes = [chunk] * (int(num) - 1) + [int(total) - chunk * (int(num) - 1)]
+        elif num is not None and total is None:
+            # The size is known at run time only: ceil(size / num) per output, the last
+            # one what remains (a size that num does not divide is allowed from 18 on).
+            return _split_runtime(ctx, x, axis, int(num))
         else:
             parts = ops.split(ctx.const(np.int32(axis)), x, num_split=count)
             return list(parts) if count > 1 else [parts]
     parts = ops.split_v(x, ctx.int64s(sizes), ctx.const(np.int32(axis)), num_split=len(sizes))
     return list(parts) if len(sizes) > 1 else [parts]
+
+
+def _split_runtime(ctx: ConversionContext, x: Tensor, axis: int, num: int) -> Result:
+    size = ops.gather_v2(shape_of(ctx, x), ctx.const(np.int64(axis)), ctx.const(np.int32(0)))
+    count = ctx.const(np.int64(num))
+    chunk = ops.floor_div(ops.add_v2(size, ctx.const(np.int64(num - 1))), count)
+    last = ops.sub(size, ops.mul(chunk, ctx.const(np.int64(num - 1))))
+    sizes = ops.concat_v2(
+        [ops.fill(ctx.int64s([num - 1]), chunk), ops.reshape(last, ctx.int64s([1]))],
+        ctx.const(np.int32(0)),
+    )
+    parts = ops.split_v(x, sizes, ctx.const(np.int32(axis)), num_split=num)
+    return list(parts) if num > 1 else [parts]
 
 
 @converter("Split", 2, 11, attrs=("axis", "split"))
@@ -429,13 +447,22 @@ def _split_13(node: OnnxNode, ctx: ConversionContext) -> Result:
 def _pad(node: OnnxNode, ctx: ConversionContext, pads: list[int], value: Tensor | None) -> Result:
     x = ctx.input(0)
     rank = rank_of(node, x)
-    mode = str(node.attr("mode", "constant"))
     if len(pads) != 2 * rank:
         raise node.fail(f"pads has {len(pads)} values; {2 * rank} expected")
     if any(p < 0 for p in pads):
-        raise node.fail("negative pads (cropping) are not supported")
+        # Negative pads remove elements: cropped first, then padded (as onnxruntime), so
+        # that reflect, edge and wrap read the cropped tensor's borders.
+        crop = [max(-p, 0) for p in pads]
+        end_mask = sum(1 << i for i in range(rank) if crop[rank + i] == 0)
+        x = ops.strided_slice(
+            x,
+            ctx.int64s(crop[:rank]),
+            ctx.int64s([-c for c in crop[rank:]]),
+            ctx.int64s([1] * rank),
+            end_mask=end_mask,
+        )
+        pads = [max(p, 0) for p in pads]
     paddings = ctx.const(np.asarray([[pads[i], pads[i + rank]] for i in range(rank)], np.int64))
-    del mode
     return [_pad_tensor(node, ctx, x, paddings, value)]
 
 
@@ -465,6 +492,17 @@ def _pad_11(node: OnnxNode, ctx: ConversionContext) -> Result:
             ctx.const(np.int32(1)),
         )
         pads = ops.scatter_nd(where, pads, ctx.int64s([2 * rank]))
+    # Negative pads crop first (see _pad): x[crop_begin : size - crop_end], then the
+    # positive pads.
+    zero = ctx.const(np.int64(0))
+    crop = ops.reshape(ops.maximum(ops.neg(pads), zero), ctx.int64s([2, rank]))
+    zero32 = ctx.const(np.int32(0))
+    crop_begin = ops.gather_v2(crop, zero, zero32)
+    crop_end = ops.gather_v2(crop, ctx.const(np.int64(1)), zero32)
+    x = ops.strided_slice(
+        x, crop_begin, ops.sub(shape_of(ctx, x), crop_end), ctx.int64s([1] * rank)
+    )
+    pads = ops.maximum(pads, zero)
     paddings = ops.transpose(ops.reshape(pads, ctx.int64s([2, rank])), ctx.int32s([1, 0]))
     return [_pad_tensor(node, ctx, x, paddings, value)]
 
@@ -509,7 +547,16 @@ def _gather_pad(
 
 @converter("Range", 11)
 def _range(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return [ops.range(ctx.input(0), ctx.input(1), ctx.input(2))]
+    # ONNX's count is max(ceil((limit - start) / delta), 0): a limit on the wrong side of
+    # start gives an empty range, where kernloom's Range (TensorFlow's) fails. Such a
+    # limit becomes start.
+    start, limit, delta = ctx.input(0), ctx.input(1), ctx.input(2)
+    zero = ctx.const_like(0, delta)
+    backwards = ops.logical_or(
+        ops.logical_and(ops.greater(delta, zero), ops.less(limit, start)),
+        ops.logical_and(ops.less(delta, zero), ops.greater(limit, start)),
+    )
+    return [ops.range(start, ops.select_v2(backwards, start, limit), delta)]
 
 
 __all__: list[str] = []
