@@ -6,6 +6,7 @@ which ignores floating-point errors once per step (overflow is inf, as in Tensor
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -38,18 +39,31 @@ def _reduce_into(ctx: OpKernelContext) -> tuple[Array, tuple[int, ...], Array]:
 
 def reduce_sum(ctx: OpKernelContext) -> None:
     x, axes, out = _reduce_into(ctx)
-    np.sum(x, axis=axes, keepdims=True, out=out.reshape(_kept(x, axes)))
+    target = out.reshape(_kept(x, axes))
+    if _count(x, axes) == 1:
+        np.copyto(target, x)  # nothing to add: a copy, as in TF (-0.0 stays -0.0)
+        return
+    np.sum(x, axis=axes, keepdims=True, out=target)
 
 
 def _kept(x: Array, axes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
 
 
+def _count(x: Array, axes: tuple[int, ...]) -> int:
+    """How many elements each output reduces. TensorFlow drops reduced dimensions of size 1
+    first, so a reduction of one element (or of no axes) is a copy of the input: Sum and
+    Mean of -0.0 are -0.0 there, where an accumulator starting at 0 would give +0.0."""
+    return math.prod(x.shape[a] for a in axes)
+
+
 def reduce_mean(ctx: OpKernelContext) -> None:
     x, axes, out = _reduce_into(ctx)
-    count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    count = _count(x, axes)
     target = out.reshape(_kept(x, axes))
-    if x.dtype.kind in "iu":
+    if count == 1:
+        np.copyto(target, x)
+    elif x.dtype.kind in "iu":
         if count == 0:
             target[...] = 0
             return

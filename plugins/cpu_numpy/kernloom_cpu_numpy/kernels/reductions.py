@@ -76,15 +76,19 @@ def cumsum(ctx: OpKernelContext) -> None:
         view = out
     if not ctx.attr("exclusive"):
         np.cumsum(x, axis=axis, dtype=x.dtype, out=view)
-        return
-    # Exclusive: 0, then the inclusive sums of all but the last element (not sum - x,
-    # which rounds differently for floats).
-    head = [slice(None)] * x.ndim
-    head[axis] = slice(0, 1)
-    view[tuple(head)] = 0
-    rest, body = list(head), list(head)
-    rest[axis], body[axis] = slice(1, None), slice(0, -1)
-    np.cumsum(x[tuple(body)], axis=axis, dtype=x.dtype, out=view[tuple(rest)])
+    else:
+        # Exclusive: 0, then the inclusive sums of all but the last element (not sum - x,
+        # which rounds differently for floats).
+        head = [slice(None)] * x.ndim
+        head[axis] = slice(0, 1)
+        view[tuple(head)] = 0
+        rest, body = list(head), list(head)
+        rest[axis], body[axis] = slice(1, None), slice(0, -1)
+        np.cumsum(x[tuple(body)], axis=axis, dtype=x.dtype, out=view[tuple(rest)])
+    if out.dtype.kind in "fc":
+        # TF's scan starts its accumulator at +0, so no sum is -0.0 (numpy's starts at the
+        # first element: cumsum([-0.0]) is -0.0 there, +0.0 in TF).
+        out += 0
 
 
 def sorted_indices(x: Array, k: int) -> Array:

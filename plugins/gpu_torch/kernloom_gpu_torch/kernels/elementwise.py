@@ -43,6 +43,13 @@ def unary(fn: Fn) -> Callable[[OpKernelContext], None]:
 
 def _relu(x: torch.Tensor, out: torch.Tensor) -> None:
     torch.clamp(x, min=0, out=out)  # NaN stays NaN, as numpy's maximum(x, 0)
+    if out.dtype in _PACKET_MAX:
+        # clamp keeps -0.0; TF's vectorised float32/float64 max gives +0.0 (numpy's maximum
+        # too). Its float16 Relu has no packets: std::max keeps -0.0, as clamp does.
+        out.add_(0)
+
+
+_PACKET_MAX = (torch.float32, torch.float64)
 
 
 def select(ctx: OpKernelContext) -> None:

@@ -46,9 +46,16 @@ def _reduction(ctx: OpKernelContext) -> Reduction:
     return x, axes, out.view(reduced_shape(x.shape, axes, True))
 
 
+def _one_element(x: torch.Tensor, axes: tuple[int, ...]) -> bool:
+    """Whether each output reduces one element (or no axes at all). TensorFlow drops reduced
+    dimensions of size 1 first, so that is a copy there: Sum and Mean of -0.0 stay -0.0,
+    where torch's accumulator, starting at 0, gives +0.0."""
+    return math.prod(x.shape[a] for a in axes) == 1
+
+
 def reduce_sum(ctx: OpKernelContext) -> None:
     x, axes, out = _reduction(ctx)
-    if not axes:
+    if _one_element(x, axes):
         out.copy_(x)
         return
     torch.sum(x, dim=axes, keepdim=True, dtype=x.dtype, out=out)
@@ -56,7 +63,7 @@ def reduce_sum(ctx: OpKernelContext) -> None:
 
 def reduce_mean(ctx: OpKernelContext) -> None:
     x, axes, out = _reduction(ctx)
-    if not axes:
+    if _one_element(x, axes):
         out.copy_(x)
     elif x.is_complex() and math.prod(x.shape[a] for a in axes) == 0:
         out.zero_()  # TensorFlow's complex mean of nothing is 0 (its float mean NaN)

@@ -84,6 +84,8 @@ def cumsum(ctx: OpKernelContext) -> None:
             )
     else:
         total = torch.cumsum(source, dim=axis, dtype=x.dtype)
+    if total.is_floating_point() or total.is_complex():
+        total += 0  # TF's scan starts at +0: no sum is -0.0 (torch: cumsum([-0.0]) is -0.0)
     out.copy_(torch.flip(total, [axis]) if reverse else total)
 
 
