@@ -55,7 +55,7 @@ PROJECT_NAME: Final = "kernloom"
 ENTRY_POINT_GROUP: Final = "kernloom"
 """The entry-point group plugins declare themselves in."""
 
-KERNLOOM_API_VERSION: Final = "1.6"
+KERNLOOM_API_VERSION: Final = "1.7"
 # 1.1: ``kernloom.plugin`` (the declared plugin surface), the array protocol on Device,
 # ProbedDeviceFactory, graph passes, device-independent kernels for every device type.
 # 1.2: whole-list attr constraints (``fused_ops`` forms: BIAS_FORMS, CONV_FORMS,
@@ -71,6 +71,7 @@ KERNLOOM_API_VERSION: Final = "1.6"
 # 1.6: transpose_output (a transpose keeps its input's layout; the kernel's own copy),
 # same_layout_output (an output in its inputs' shared layout), tf_reshape_dims (TF's
 # reshape rule without a context, for a kernel's direct entry).
+# 1.7: WindowAttrs.pool_window (a pool's geometry, its explicit padding checked as TF does).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

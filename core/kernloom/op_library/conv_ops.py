@@ -78,7 +78,7 @@ class WindowAttrs:
         self, ctx: _Context, input_hw: Sequence[int], window_hw: Sequence[int] | None = None
     ) -> Window2D:
         """The geometry on an input of spatial size ``input_hw``; ``window_hw`` is the
-        filter's size for convolutions (the pools' is ``ksize``)."""
+        filter's size for convolutions (the pools' is ``ksize``: ``pool_window``)."""
         window = tuple(window_hw) if window_hw is not None else self.ksize
         sizes: list[int] = []
         before: list[int] = []
@@ -98,6 +98,19 @@ class WindowAttrs:
             before.append(low)
             after.append(high)
         return Window2D((sizes[0], sizes[1]), (before[0], before[1]), (after[0], after[1]))
+
+    def pool_window(self, ctx: _Context, input_hw: Sequence[int]) -> Window2D:
+        """A pool's geometry (``window`` over ``ksize``); its explicit padding must be
+        narrower than the window, as TensorFlow's pooling kernels require (a window of
+        padding alone has no element to pool)."""
+        window = self.window(ctx, input_hw, self.ksize)
+        for side, pads in (("Left", window.pad_before), ("Right", window.pad_after)):
+            for pad, size in zip(pads, self.ksize, strict=True):
+                if pad >= size:
+                    raise ctx.fail(
+                        f"{side} padding {pad} needs to be smaller than the window size {size}"
+                    )
+        return window
 
     def output_dims(
         self, ctx: _Context, input_hw: Sequence[Dim], window_hw: Sequence[Dim]
@@ -435,8 +448,9 @@ def define(lib: OpLibrary) -> None:
         .shape_fn(_pool_shape)
         .doc(
             "The maximum over each ksize window; padding never wins (it is -inf) and NaN "
-            "propagates.",
-            "A window wholly inside EXPLICIT padding gives the dtype's lowest value (-inf). "
+            "propagates (TensorFlow's CPU kernel skips a NaN unless it comes first in the "
+            "window, and gives -FLT_MAX for a window of -inf alone).",
+            "EXPLICIT padding must be narrower than the window on each side, as in TensorFlow. "
             "NCHW_VECT_C and qint8 are left out; bfloat16 too (kernloom has none).",
         )
     )
@@ -471,7 +485,8 @@ def define(lib: OpLibrary) -> None:
             "MaxPool over NHWC input, and where each maximum came from as a flattened index: "
             "(y * W + x) * C + c, or ((b * H + y) * W + x) * C + c with include_batch_in_index.",
             "Ties go to the first element in row-major window order (TF's CPU kernel); a "
-            "window holding NaN gives NaN and the index of its first NaN.",
+            "window holding NaN gives NaN and the index of its first NaN (TensorFlow's CPU "
+            "kernel skips a NaN unless it comes first).",
         )
     )
     (
@@ -517,6 +532,8 @@ def define(lib: OpLibrary) -> None:
         .shape_fn(_lrn_shape)
         .doc(
             "Local response normalisation over the last dimension: input / (bias + alpha * "
-            "sum(input[..., d - r : d + r + 1] ** 2)) ** beta."
+            "sum(input[..., d - r : d + r + 1] ** 2)) ** beta. An inf or NaN reaches only "
+            "the channels whose window holds it (TensorFlow's CPU kernel, summing through a "
+            "band matrix or a running sum, also makes NaN of others)."
         )
     )

@@ -385,7 +385,9 @@ def define(lib: OpLibrary) -> None:
             "x converted to DstT, as TensorFlow's CPU kernel converts.",
             "Floats to int32/int64: NaN, +-inf and out-of-range values give the most "
             "negative integer; to int8/int16/uint8/uint16 the int32 value's low bits "
-            "(300.7 -> int8 44, NaN -> 0); to uint32/uint64 in-range values exactly, the "
+            "(300.7 -> int8 44, NaN -> 0; TensorFlow's answer for out-of-range values and "
+            "NaN depends on the element's position there); to uint32/uint64 in-range "
+            "values exactly, the "
             "rest through int32/int64 (TensorFlow's uint32 answer for those depends on the "
             "element's position; kernloom takes its vectorised rule). Truncate=True "
             "truncates float to narrower float (and complex) toward zero instead of "

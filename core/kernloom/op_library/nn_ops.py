@@ -76,8 +76,8 @@ def define(lib: OpLibrary) -> None:
         .shape_fn(_softmax_shape)
         .doc(
             "exp(logits) / sum(exp(logits)) over the last dimension.",
-            "A row holding +inf is all NaN (TensorFlow's oneDNN kernel gives 0 beside the "
-            "NaN of inf - inf).",
+            "A row holding +inf or NaN is all NaN (TensorFlow's oneDNN kernel gives 0 beside "
+            "the NaN of inf - inf, or of the NaN).",
         )
     )
     (
@@ -108,14 +108,21 @@ def _define_activations(lib: OpLibrary) -> None:
     activation(
         "Relu6",
         spec(REALS),
-        "min(max(features, 0), 6); NaN stays NaN. A subnormal reads as 0 on the CPU (as Relu).",
+        "min(max(features, 0), 6); NaN stays NaN. A subnormal reads as 0 on the CPU (as Relu); "
+        "-0.0 stays -0.0 on the numpy kernel (TensorFlow's SIMD packets give +0.0).",
     )
-    activation("Elu", floats, "features where > 0, else exp(features) - 1.")
+    activation(
+        "Elu",
+        floats,
+        "features where > 0, else exp(features) - 1, as expm1 (exact for tiny negatives, "
+        "where TensorFlow's exp(x) - 1 gives 0).",
+    )
     activation(
         "Selu",
         floats,
         "scale * features where > 0, else scale * alpha * (exp(features) - 1), with "
-        "alpha = 1.6732632423543772 and scale = 1.0507009873554805 (TF's constants).",
+        "alpha = 1.6732632423543772 and scale = 1.0507009873554805 (TF's constants); "
+        "exp(features) - 1 as expm1, as for Elu.",
     )
     activation(
         "Softplus",

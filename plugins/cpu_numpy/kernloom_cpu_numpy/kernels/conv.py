@@ -127,6 +127,11 @@ def conv2d(ctx: OpKernelContext) -> None:
             f"input depth {channels} must be a multiple of the filter's input depth "
             f"{f.shape[2]}, and the filter's output depth {f.shape[3]} of the group count"
         )
+    if f.size == 0:  # TensorFlow's Conv2D refuses a filter of no elements
+        raise ctx.fail(
+            f"filter must not have zero elements (i.e. all dimensions must be non-zero), "
+            f"got shape {list(f.shape)}"
+        )
     window = attrs.window(ctx, _spatial(x, attrs), window_hw)
     _store(ctx, attrs, correlate(_nhwc(x, attrs), f, attrs, window))
 
@@ -148,7 +153,7 @@ def depthwise_conv2d(ctx: OpKernelContext) -> None:
     # (which reshapes the strided windows into a copy for tensordot).
     result = np.einsum("nhwijc,ijcm->nhwcm", cols, f.astype(dtype, copy=False))
     n, oh, ow = result.shape[:3]
-    _store(ctx, attrs, result.reshape(n, oh, ow, -1))
+    _store(ctx, attrs, result.reshape(n, oh, ow, channels * f.shape[3]))  # n may be 0
 
 
 def _input_sizes(ctx: OpKernelContext, attrs: WindowAttrs, f: Array, dy: Array) -> list[int]:
@@ -207,7 +212,7 @@ def _pool_setup(ctx: OpKernelContext) -> tuple[WindowAttrs, Array, Window2D]:
     attrs = window_attrs(ctx, pooling=True)
     x = ctx.input(0)
     _input4(ctx, x)
-    return attrs, _nhwc(x, attrs), attrs.window(ctx, _spatial(x, attrs), attrs.ksize)
+    return attrs, _nhwc(x, attrs), attrs.pool_window(ctx, _spatial(x, attrs))
 
 
 def max_pool(ctx: OpKernelContext) -> None:
@@ -216,7 +221,7 @@ def max_pool(ctx: OpKernelContext) -> None:
     n, c = x.shape[0], x.shape[3]
     out = np.full((n, *window.output_hw, c), lowest(x.dtype), x.dtype)
     for tap in _taps(padded, attrs.ksize, attrs, window.output_hw):
-        np.maximum(out, tap, out=out)  # NaN propagates, as in TensorFlow
+        np.maximum(out, tap, out=out)  # NaN propagates (TensorFlow's CPU skips it: see docs)
     _store(ctx, attrs, out)
 
 
@@ -248,13 +253,14 @@ def max_pool_with_argmax(ctx: OpKernelContext) -> None:
     kh, kw = attrs.ksize
     padded = _padded(x, window, lowest(x.dtype))
     cols = _windows(padded, (kh, kw), attrs, (oh, ow))  # [N, OH, OW, KH, KW, C]
+    y = np.arange(oh)[:, None] * attrs.strides[0] - top + np.arange(kh)[None, :]  # [OH, KH]
     best = cols.max(axis=(3, 4))
     # The first element (row-major in the window) equal to the maximum, padding excluded;
-    # for a NaN maximum, the first NaN.
+    # for a NaN maximum, the first NaN (MaxPool's rule: a NaN in the window wins, where
+    # TensorFlow's CPU kernel skips it; docs/tensorflow_fidelity.md).
     hits = cols == best[:, :, :, None, None, :]
     if x.dtype.kind == "f":
         hits |= np.isnan(cols) & np.isnan(best)[:, :, :, None, None, :]
-    y = np.arange(oh)[:, None] * attrs.strides[0] - top + np.arange(kh)[None, :]  # [OH, KH]
     xs = np.arange(ow)[:, None] * attrs.strides[1] - left + np.arange(kw)[None, :]  # [OW, KW]
     real = ((y >= 0) & (y < h))[:, None, :, None] & ((xs >= 0) & (xs < w))[None, :, None, :]
     hits &= real[None, :, :, :, :, None]
@@ -311,6 +317,8 @@ def fused_batch_norm(ctx: OpKernelContext) -> None:
     else:
         mean, variance = ctx.input(3), ctx.input(4)
         running_mean, running_var = mean, variance
+        if x.size == 0:  # TensorFlow's kernel: NaN statistics for an empty x, inference too
+            running_mean = running_var = np.full(depth, np.nan, np.float32)
         saved = (mean, variance)
     gain = (scale / np.sqrt(variance + epsilon)).astype(np.float32)
     # (x - mean) * gain + offset, not x * gain + (offset - mean * gain): the latter cancels

@@ -195,7 +195,7 @@ class _Kernels:
         attrs = window_attrs(ctx, pooling=True)
         x = ctx.input(0)
         self._check4(ctx, x)
-        return attrs, self._nhwc(x, attrs), attrs.window(ctx, self._spatial(x, attrs), attrs.ksize)
+        return attrs, self._nhwc(x, attrs), attrs.pool_window(ctx, self._spatial(x, attrs))
 
     def max_pool(self, ctx: OpKernelContext) -> None:
         attrs, x, window = self._pool(ctx)

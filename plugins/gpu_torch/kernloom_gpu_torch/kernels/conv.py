@@ -182,8 +182,13 @@ def conv2d(ctx: OpKernelContext) -> None:
             f"input depth {channels} must be a multiple of the filter's input depth "
             f"{group_depth}, and the filter's output depth {out_depth} of the group count"
         )
+    if f.numel() == 0:  # TensorFlow's Conv2D refuses a filter of no elements
+        raise ctx.fail(
+            f"filter must not have zero elements (i.e. all dimensions must be non-zero), "
+            f"got shape {list(f.shape)}"
+        )
     window = attrs.window(ctx, _spatial(x, attrs), (int(f.shape[0]), int(f.shape[1])))
-    if x.numel() == 0 or f.numel() == 0:
+    if x.numel() == 0:
         _zeros(ctx, attrs, int(x.shape[0]), window.output_hw, out_depth)
         return
     if attrs.channels_last and group_depth == channels:
@@ -277,7 +282,7 @@ def _pool_input(ctx: OpKernelContext) -> tuple[WindowAttrs, torch.Tensor, Window
     attrs = window_attrs(ctx, pooling=True)
     x = tensor_input(ctx, 0)
     _input4(ctx, x)
-    return attrs, x, attrs.window(ctx, _spatial(x, attrs), attrs.ksize)
+    return attrs, x, attrs.pool_window(ctx, _spatial(x, attrs))
 
 
 def max_pool(ctx: OpKernelContext) -> None:
@@ -451,6 +456,9 @@ def fused_batch_norm(ctx: OpKernelContext) -> None:
     else:
         mean, variance = tensor_input(ctx, 3), tensor_input(ctx, 4)
         running = (mean, variance)
+        if count == 0:  # TensorFlow's kernel: NaN statistics for an empty x, inference too
+            nan = torch.full((depth,), float("nan"), device=x.device)
+            running = (nan, nan)
         moved = xf.movedim(channel_axis, 1)  # channels_last memory stays channels_last
         y = F.batch_norm(moved, mean, variance, scale, offset, False, 0.0, epsilon)
         y = y.movedim(1, channel_axis)
