@@ -14,7 +14,8 @@ timed the same way in the same run.
   a vector, a 0-d scalar, a [1] vector, for a [4, 1] feed with [1, 16] constants (the
   first Add grows the value to [4, 16]), and for one-element values (a [1] feed and a 0-d
   feed, scalar ``c``); against ``v = np.add(v, c)`` in Python (for the 0-d feed numpy's
-  loop runs on numpy scalars).
+  loop runs on numpy scalars); and 1000 ``FloorDiv(y, 1)`` on int32[16] (each checks its
+  divisor for a zero, as TensorFlow's integer division does).
 - while_loop: ``i + 1`` while ``i < n``, 2000 iterations, against the same in numpy.
 - while_loop, three variables: ``(i, a, b) -> (i + 1, b, (a + b) * c)`` while ``i < n``
   (``c`` a loop invariant, float32 scalars), 2000 iterations, against the same in numpy.
@@ -51,23 +52,35 @@ def cpu_best_of(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> float:
 def chain(fed: tuple[int, ...], constant: tuple[int, ...]) -> tuple[float, float]:
     """(kernloom, numpy) seconds per node."""
     constants = [np.full(constant, 0.001 * i, np.float32) for i in range(N)]
+    return _chain(kl.ops.add, np.add, np.ones(fed, np.float32), constants)
+
+
+def floor_div_chain() -> tuple[float, float]:
+    """(kernloom, numpy) seconds per node: int32[16] // 1 (checked for a zero divisor)."""
+    constants = [np.ones((), np.int32) for _ in range(N)]
+    return _chain(kl.ops.floor_div, np.floor_divide, np.full(16, 7, np.int32), constants)
+
+
+def _chain(op: Any, numpy_op: Any, xv: Any, constants: list[Any]) -> tuple[float, float]:
     g = kl.Graph()
     with g.as_default():
-        x = kl.placeholder(kl.float32, list(fed), name="x")
+        x = kl.placeholder(kl.as_dtype(xv.dtype), list(xv.shape), name="x")
         y = x
         for c in constants:
-            y = kl.ops.add(y, kl.constant(c))
-    xv = np.ones(fed, np.float32)
+            y = op(y, kl.constant(c))
+    want = xv
+    for c in constants:
+        want = numpy_op(want, c)
     config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
     with kl.Session(g, config) as sess:
         run = sess.make_callable(y, [x])
-        np.testing.assert_allclose(run(xv), xv + sum(constants), rtol=1e-4)
+        np.testing.assert_allclose(run(xv), want, rtol=1e-4)
         ours = cpu_best_of(lambda: run(xv), 40) / N
 
     def loop() -> None:
         v = xv
         for c in constants:
-            v = np.add(v, c)
+            v = numpy_op(v, c)
 
     return ours, cpu_best_of(loop, 40) / N
 
@@ -160,6 +173,11 @@ def main() -> int:
             f"chain of {N} Add, {label:22s} {ours * 1e6:6.3f} us/node; numpy loop "
             f"{plain * 1e6:6.3f} us/node -> {ours / plain:5.2f}x"
         )
+    ours, plain = floor_div_chain()
+    print(
+        f"chain of {N} FloorDiv, int32[16] // 1    {ours * 1e6:6.3f} us/node; numpy loop "
+        f"{plain * 1e6:6.3f} us/node -> {ours / plain:5.2f}x"
+    )
     ours, plain = while_loop()
     print(
         f"while_loop i + 1, {ITERATIONS} iterations   {ours * 1e6:6.2f} us/iteration; numpy "

@@ -381,3 +381,73 @@ def test_a_cancellation_from_another_thread_ends_a_compiled_step() -> None:
     ):
         sess.run(y, {x: [0, 1]}, cancellation=cancellation)
     assert time.monotonic() - started < 1.0
+
+
+# -- integer divisions: written in place, the zero divisor still an error --------------------
+
+DIVISIONS = {
+    "floor_div": (kl.ops.floor_div, np.floor_divide),
+    "floor_mod": (kl.ops.floor_mod, np.remainder),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32])
+@pytest.mark.parametrize("name", sorted(DIVISIONS))
+def test_a_chain_of_divisions_by_constants_equals_numpy(
+    registry: klp.Registry, name: str, dtype: Any
+) -> None:
+    ours, theirs = DIVISIONS[name]
+    rng = np.random.default_rng(5)
+    divisors = [np.array(rng.choice([-3, -2, 2, 5]), dtype) for _ in range(6)]
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.as_dtype(dtype), [8], name="x")
+        y = kl.ops.add(x, kl.constant(np.array(100, dtype)), name="start")
+        for i, c in enumerate(divisors):
+            y = ours(kl.ops.mul(y, kl.constant(np.array(7, dtype)), name=f"m{i}"), c, name=f"d{i}")
+    xv = rng.integers(-50, 50, 8).astype(dtype)
+    want: Any = xv + dtype(100)
+    for c in divisors:
+        want = theirs(want * dtype(7), c)
+    with kl.Session(g, OFF) as sess:
+        run = sess.make_callable(y, [x])
+        for _ in range(3):  # the later runs find the constants already checked
+            np.testing.assert_array_equal(run(xv), want)
+    assert in_place(registry, g) >= {f"d{i}" for i in range(1, 6)}
+
+
+def test_a_zero_divisor_is_an_error_naming_its_node_on_every_run(registry: klp.Registry) -> None:
+    """A zero constant divisor in the middle of a compiled chain, a fed divisor that the
+    caller changes between runs (the same array, written in place), a variable assigned a
+    zero: each is found on the run that has it; an empty result is no error."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.int32, [4], name="x")
+        fed = kl.placeholder(kl.int32, [], name="fed")
+        v = kl.Variable(np.array(3, np.int32), name="v")
+        a = kl.ops.floor_div(kl.ops.add(x, kl.constant(np.int32(1))), kl.constant(np.int32(2)))
+        b = kl.ops.floor_div(kl.ops.add(a, kl.constant(np.int32(1))), fed, name="by_fed")
+        c = kl.ops.floor_mod(kl.ops.add(b, kl.constant(np.int32(1))), v.value(), name="by_v")
+        zero = kl.ops.floor_div(kl.ops.add(c, kl.constant(np.int32(1))), kl.constant(np.int32(0)))
+        empty = kl.placeholder(kl.int32, [0], name="empty")
+        nothing = kl.ops.floor_div(empty, kl.constant(np.int32(0)))
+        set_zero = v.assign(kl.constant(np.int32(0)))
+    xv = np.array([1, 5, 9, -7], np.int32)
+    divisor = np.array(2, np.int32)
+    expected = (((xv + 1) // 2 + 1) // 2 + 1) % 3
+    with kl.Session(g, OFF) as sess:
+        sess.run(v.initializer)
+        for _ in range(2):
+            np.testing.assert_array_equal(sess.run(c, {x: xv, fed: divisor}), expected)
+        with pytest.raises(kl.InvalidArgumentError, match="Integer division by zero") as info:
+            sess.run(zero, {x: xv, fed: divisor})
+        assert zero.node.name in str(info.value)
+        divisor[...] = 0  # the caller's array, changed in place
+        with pytest.raises(kl.InvalidArgumentError, match="by_fed"):
+            sess.run(c, {x: xv, fed: divisor})
+        divisor[...] = 2
+        np.testing.assert_array_equal(sess.run(c, {x: xv, fed: divisor}), expected)
+        sess.run(set_zero)
+        with pytest.raises(kl.InvalidArgumentError, match="by_v"):
+            sess.run(c, {x: xv, fed: divisor})
+        assert sess.run(nothing, {empty: np.zeros(0, np.int32)}).shape == (0,)

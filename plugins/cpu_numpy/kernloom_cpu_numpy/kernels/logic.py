@@ -12,12 +12,13 @@ Each arithmetic function takes ``(x, y, out)`` and reads what it needs before wr
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
-from kernloom.plugin import KernelLibrary, OpKernelContext, broadcast_shape
+from kernloom.plugin import InvalidArgumentError, KernelLibrary, OpKernelContext, broadcast_shape
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 from kernloom_cpu_numpy.kernels.elementwise import (
@@ -50,8 +51,8 @@ def _truncate_divide(x: Array, y: Array, out: Array) -> Array:
 
 
 def _floor_divide(x: Array, y: Array, out: Array) -> Array:
-    if _is_integer(out):
-        return np.floor_divide(x, y, out=out)  # the most negative // -1 wraps to itself
+    if out.dtype.kind in "iu":  # (inline, and ``out`` positional: 0.39 -> 0.21 µs a call)
+        return np.floor_divide(x, y, out)  # the most negative // -1 wraps to itself
     np.true_divide(x, y, out=out)
     return np.floor(out, out=out)
 
@@ -94,7 +95,38 @@ def _checked(fn: Fn) -> Callable[[OpKernelContext], None]:
     return compute
 
 
-def _checked_in_place(fn: Fn) -> Fn:
+class _Divisors:
+    """Whether a divisor holds no integer zero, remembered for read-only divisors found so
+    (a constant, the same array with its content fixed, comes back every run): a chain of
+    FloorDivs by constants checks each constant once, not on every run (``y.all()`` cost
+    about as much as the division). Each is remembered by a weak reference, so nothing is
+    kept alive (a read-only feed is a new view each run; once it is gone its entry never
+    matches another array that reuses the id). One per kernel registration, shared by
+    every node of the op and by concurrent runs (dict stores are atomic); at most ``KEPT``
+    entries, then it starts again."""
+
+    KEPT: Final = 4096
+
+    __slots__ = ("_clear",)
+
+    def __init__(self) -> None:
+        self._clear: dict[int, weakref.ref[Array]] = {}
+
+    def nonzero(self, y: Array) -> bool:
+        clear = self._clear
+        kept = clear.get(id(y))
+        if kept is not None and kept() is y:
+            return True
+        if _is_integer(y) and not y.all():
+            return False
+        if not y.flags.writeable:
+            if len(clear) >= self.KEPT:
+                clear.clear()
+            clear[id(y)] = weakref.ref(y)
+        return True
+
+
+def _checked_in_place(fn: Fn, divisors: _Divisors) -> Fn:
     """The direct entry of ``_checked(fn)``: declines a zero integer divisor, which
     ``compute`` then reports. Of two ranks only the higher one's input is written: these
     functions end with a ``copyto``, which would drop a leading 1 of a higher-rank result
@@ -102,13 +134,26 @@ def _checked_in_place(fn: Fn) -> Fn:
     in_place = _binary_in_place(fn)
 
     def direct(reuse: int, x: Array, y: Array) -> Any:
-        if _is_integer(y) and not y.all():
+        if not divisors.nonzero(y):
             return NotImplemented
         if x.ndim != y.ndim:
             reuse &= 1 if x.ndim > y.ndim else 2
         return in_place(reuse, x, y)
 
     return direct
+
+
+def _checked_form(fn: Fn, divisors: _Divisors) -> Fn:
+    """The in-place form of ``_checked(fn)`` (``OpKernel.inplace_form``, for the compiled
+    straight line, which proved ``out`` has the result's shape): a zero integer divisor is
+    the same error as in ``compute``, raised before anything is written."""
+
+    def form(x: Array, y: Array, out: Array) -> None:
+        if not divisors.nonzero(y) and out.size:
+            raise InvalidArgumentError("Integer division by zero")
+        fn(x, y, out=out)
+
+    return form
 
 
 def _equality(fn: Fn, unequal: bool) -> Callable[[OpKernelContext], None]:
@@ -180,7 +225,13 @@ def register(lib: KernelLibrary) -> None:
     for op, fn, types in ARITHMETIC:  # (x, y, out): each is its own in-place form
         cpu(op, types, direct=_binary_in_place(fn), inplace_form=fn)(_binary(fn))
     for op, fn, types in DIVISIONS:
-        cpu(op, types, direct=_checked_in_place(fn))(_checked(fn))
+        divisors = _Divisors()  # one per kernel registration: shared by its nodes' kernels
+        cpu(
+            op,
+            types,
+            direct=_checked_in_place(fn, divisors),
+            inplace_form=_checked_form(fn, divisors),
+        )(_checked(fn))
     for op, fn in COMPARISONS:
         cpu(op, t.REALS)(_compare(fn))
     cpu("NotEqual", t.OP_TYPES)(_equality(np.not_equal, True))
