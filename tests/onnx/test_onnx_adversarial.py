@@ -263,6 +263,45 @@ def test_a_feed_overrides_an_initializer_listed_as_a_graph_input(backend: str, f
     assert [a.name for a in session.get_overridable_initializers()] == ["w"]
 
 
+def test_an_initializer_input_the_import_needs_is_a_constant_and_cannot_be_fed() -> None:
+    """A Conv's weight and a Reshape's shape listed as graph inputs (IR 8, as exporters that
+    keep initializers as inputs write them): the import needs their values, so they become
+    constants (a feed is refused, naming them); the Add's operand stays overridable."""
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    proto = model(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Reshape", ["c", "shape"], ["r"]),
+            helper.make_node("Add", ["r", "k"], ["y"]),
+        ],
+        {
+            "x": (FLOAT, [1, 2, 5, 5]),
+            "w": (FLOAT, [4, 2, 3, 3]),
+            "b": (FLOAT, [4]),
+            "shape": (INT64, [2]),
+            "k": (FLOAT, [100]),
+        },
+        {"y": (FLOAT, [1, 100])},
+        initializers={
+            "w": weight,
+            "b": rng.standard_normal(4).astype(np.float32),
+            "shape": np.array([1, 100], np.int64),
+            "k": np.ones(100, np.float32),
+        },
+    )
+    proto.ir_version = 8
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    _matches_reference(proto, {"x": x}, "default", rtol=1e-5)
+    _matches_reference(proto, {"x": x, "k": np.full(100, 3, np.float32)}, "default", rtol=1e-5)
+    with ko.InferenceSession(proto) as session:
+        assert [a.name for a in session.get_inputs()] == ["x"]
+        overridable = {a.name for a in session.get_overridable_initializers()}
+        assert "k" in overridable and not overridable & {"w", "shape"}
+        with pytest.raises(ko.OnnxImportError, match=r"\['w'\] are initializers .* constants"):
+            session.run(None, {"x": x, "w": weight * 2})
+
+
 # -- errors -----------------------------------------------------------------------------
 
 

@@ -73,12 +73,18 @@ class ConversionContext:
     written by hand would have. A value computed at run time stays a tensor.
     """
 
-    __slots__ = ("graph", "node", "static", "values")
+    __slots__ = ("defaults", "graph", "node", "pinned", "static", "values")
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.values: dict[str, Tensor] = {}
         self.static: dict[str, np.ndarray[Any, Any]] = {}
+        self.defaults: dict[str, np.ndarray[Any, Any]] = {}
+        """Initializers that are graph inputs too (a feed may replace them): not known at
+        import time, unless a converter cannot do without their value (``pinned``)."""
+        self.pinned: dict[str, str] = {}
+        """Of ``defaults``, those a converter read (name -> the node that needed it): the
+        importer converts the model again with them as constants."""
         self.node: OnnxNode | None = None
 
     # -- inputs ---------------------------------------------------------------------------
@@ -107,7 +113,12 @@ class ConversionContext:
         """Input ``index`` as numpy when it is known at import time, else None."""
         if not self.has_input(index):
             return None
-        return self.static.get(self._node().inputs[index])
+        name = self._node().inputs[index]
+        value = self.static.get(name)
+        if value is None and name in self.defaults:
+            self.pinned.setdefault(name, self._node().describe())
+            value = self.defaults[name]
+        return value
 
     def required_static(self, index: int, what: str) -> np.ndarray[Any, Any]:
         value = self.static_input(index)

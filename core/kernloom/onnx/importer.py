@@ -33,6 +33,7 @@ __all__ = [
     "import_model",
     "load_model",
     "overridable_initializers",
+    "pinned_initializers",
     "unsupported_nodes",
 ]
 
@@ -197,6 +198,12 @@ def _input_shape(value: onnx.ValueInfoProto) -> TensorShape:
     )
 
 
+def pinned_initializers(proto: onnx.ModelProto, imported: ImportedModel) -> set[str]:
+    """The overridable initializers (``overridable_initializers``) the import made constants,
+    because a converter needed their value: a feed cannot replace them."""
+    return overridable_initializers(proto) - set(imported.inputs)
+
+
 def overridable_initializers(proto: onnx.ModelProto) -> set[str]:
     """The initializers a feed may replace: those also listed as graph inputs, from IR
     version 4 on (before 4 every initializer had to be listed, and all are constants;
@@ -214,21 +221,33 @@ def import_model(
 
     Returns the graph, its inputs (placeholders) and outputs, keyed by their ONNX names.
     An initializer that is also a graph input (IR version 4 on) is an input with a
-    default: a ``PlaceholderWithDefault`` that a feed overrides, as ONNX says.
+    default: a ``PlaceholderWithDefault`` that a feed overrides, as ONNX says -- unless a
+    converter needs its value at import (a Conv's weight, a Reshape's shape): then it is a
+    constant and not an input (``pinned_initializers``), as the model converts again.
     An unsupported op or attribute fails here, naming every such node at once; an error
     names the model's file (``source``, or ``model`` when it is a path).
     """
     if source is None and isinstance(model, str | os.PathLike):
         source = os.fspath(model)
     try:
-        return _import(load_model(model))
+        proto = load_model(model)
+        constants: frozenset[str] = frozenset()
+        while True:
+            imported, pinned = _import(proto, constants)
+            if pinned <= constants:
+                return imported
+            constants |= pinned  # needed at import: constants, as if not listed as inputs
     except OnnxImportError as exc:
         if source is not None and exc.args and isinstance(exc.args[0], str):
             exc.args = (f"{source}: {exc.args[0]}", *exc.args[1:])
         raise
 
 
-def _import(proto: onnx.ModelProto) -> ImportedModel:
+def _import(
+    proto: onnx.ModelProto, constants: frozenset[str]
+) -> tuple[ImportedModel, frozenset[str]]:
+    """The model converted with the overridable initializers in ``constants`` taken as
+    constants, and the overridable ones a converter needed the value of."""
     opsets = _opsets(proto)
     nodes = _nodes(proto, opsets)
     problems = _problems(nodes)
@@ -245,7 +264,7 @@ def _import(proto: onnx.ModelProto) -> ImportedModel:
     graph = Graph()
     ctx = ConversionContext(graph)
     initializers = {init.name: init for init in proto.graph.initializer}
-    overridable = overridable_initializers(proto)
+    overridable = overridable_initializers(proto) - constants
     defaults: dict[str, Tensor] = {}
     inputs: dict[str, Tensor] = {}
     with graph.as_default():
@@ -254,8 +273,10 @@ def _import(proto: onnx.ModelProto) -> ImportedModel:
             kernloom_dtype(init.data_type, f"initializer {init.name!r}")
             stored = constant(array, name=node_name(init.name, "initializer"))
             if init.name in overridable:
-                # Not known at import: a feed may replace it (no converter may read it).
+                # Not known at import: a feed may replace it (a converter that reads it
+                # pins it: ``ConversionContext.static_input``).
                 defaults[init.name] = stored
+                ctx.defaults[init.name] = array
                 continue
             ctx.static[init.name] = array
             ctx.values[init.name] = stored
@@ -291,7 +312,7 @@ def _import(proto: onnx.ModelProto) -> ImportedModel:
             outputs[value.name] = (
                 produced if produced.node.name == name else identity(produced, name=name)
             )
-    return ImportedModel(graph, inputs, outputs)
+    return ImportedModel(graph, inputs, outputs), frozenset(ctx.pinned)
 
 
 def _convert(ctx: ConversionContext, node: OnnxNode, producers: dict[str, OnnxNode]) -> None:

@@ -22,7 +22,12 @@ from kernloom.errors import KernloomError, Setting, python_spelling
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._dtypes import onnx_type_name
 from kernloom.onnx.errors import OnnxImportError
-from kernloom.onnx.importer import import_model, load_model, overridable_initializers
+from kernloom.onnx.importer import (
+    import_model,
+    load_model,
+    overridable_initializers,
+    pinned_initializers,
+)
 from kernloom.registry import Registry
 from kernloom.runtime.session import Session
 from kernloom.runtime.session_options import SessionConfig
@@ -136,7 +141,8 @@ class InferenceSession:
         initializers = {init.name for init in self._model.graph.initializer}
         # As onnxruntime: get_inputs() lists the inputs that must be fed; an initializer
         # listed as an input too may be fed (it overrides the initializer) but need not be.
-        self._overridable = overridable_initializers(self._model)
+        self._pinned = pinned_initializers(self._model, imported)
+        self._overridable = overridable_initializers(self._model) - self._pinned
         self._input_args = [
             _node_arg(v) for v in self._model.graph.input if v.name not in initializers
         ]
@@ -194,6 +200,14 @@ class InferenceSession:
         if unknown:
             raise OnnxImportError(
                 f"output(s) {unknown} are not outputs of the model (outputs: {list(self._outputs)})"
+            )
+        pinned = sorted(n for n in input_feed if n in self._pinned)
+        if pinned:
+            raise OnnxImportError(
+                f"input(s) {pinned} are initializers the model also lists as inputs, but the "
+                "import needed their values (a weight's or a shape's), so they are constants "
+                "here and a feed cannot replace them: leave them out of input_feed (onnxruntime "
+                "would take the feed)"
             )
         extra = [n for n in input_feed if n not in self._inputs]
         if extra:
