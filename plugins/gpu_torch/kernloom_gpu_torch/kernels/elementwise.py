@@ -42,14 +42,25 @@ def unary(fn: Fn) -> Callable[[OpKernelContext], None]:
 
 
 def _relu(x: torch.Tensor, out: torch.Tensor) -> None:
-    torch.clamp(x, min=0, out=out)  # NaN stays NaN, as numpy's maximum(x, 0)
     if out.dtype in _PACKET_MAX:
-        # clamp keeps -0.0; TF's vectorised float32/float64 max gives +0.0 (numpy's maximum
-        # too). Its float16 Relu has no packets: std::max keeps -0.0, as clamp does.
-        out.add_(0)
+        # max(x, +0.0) with NaN kept, one pass: +0.0 for -0.0, as TF's vectorised
+        # float32/float64 max gives (and numpy's maximum); clamp would keep -0.0.
+        torch.maximum(x, _zero(out.dtype, out.device), out=out)
+    else:  # TF's float16 Relu has no packets: std::max keeps -0.0, as clamp does
+        torch.clamp(x, min=0, out=out)  # NaN stays NaN, as numpy's maximum(x, 0)
 
 
 _PACKET_MAX = (torch.float32, torch.float64)
+_ZEROS: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _zero(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A 0-d +0.0 of ``dtype`` on ``device``, made once."""
+    key = (dtype, device)
+    zero = _ZEROS.get(key)
+    if zero is None:
+        zero = _ZEROS[key] = torch.zeros((), dtype=dtype, device=device)
+    return zero
 
 
 def select(ctx: OpKernelContext) -> None:
