@@ -159,6 +159,24 @@ def test_colocation_with_a_missing_node_is_an_error(registry: klp.Registry) -> N
         place(g)
 
 
+def test_colocation_with_a_node_the_step_does_not_run_is_dropped(registry: klp.Registry) -> None:
+    """As TensorFlow's placer: a node colocated with one whose tensor is fed (its node is not
+    in the step graph) runs; so does a fetch of it when its colocation target is not
+    needed. A target in no graph at all stays an error (above)."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [2], name="x")
+        y = kl.ops.square(x, name="y")
+        with kl.colocate_with(y):
+            z = kl.ops.neg(y, name="z")
+        with kl.colocate_with(x):
+            w = kl.ops.neg(kl.constant(np.ones(2, np.float32)), name="w")
+    with kl.Session(g) as sess:
+        np.testing.assert_array_equal(sess.run(z, {y: np.array([2, 3], np.float32)}), [-2, -3])
+        np.testing.assert_array_equal(sess.run(z, {x: np.array([2, 3], np.float32)}), [-4, -9])
+        np.testing.assert_array_equal(sess.run(w), [-1, -1])
+
+
 def test_generators_follow_their_only_consumer(g: kl.Graph) -> None:
     x = kl.placeholder(kl.float32, [2, 2], name="x")
     kl.ops.tanh(x + kl.constant(np.ones((2, 2), np.float32), name="c_cpu"), name="t")

@@ -61,6 +61,20 @@ def _unfed_placeholder_error(node: Node, fetches: Sequence[str], targets: Sequen
     )
 
 
+def _in_step(colocation: Sequence[str], graph: Graph, needed: set[str]) -> list[str]:
+    """A node's colocation constraints (``loc:@name``) without those naming a node of the
+    graph that this step does not run (fed, or not needed), as TensorFlow's placer ignores
+    them: colocation with a fed placeholder must not fail the step. A name that is in no
+    graph at all stays, for the placer to report."""
+    kept = []
+    for entry in colocation:
+        target = entry.removeprefix("loc:@")
+        if target in graph and target not in needed:
+            continue
+        kept.append(entry)
+    return kept
+
+
 def build_step_graph(
     graph: Graph,
     feeds: Sequence[str],
@@ -108,6 +122,9 @@ def build_step_graph(
                 found.append(None)
         mapped = with_stand_ins(node, found)
         attrs = dict(node.attrs)
+        colocation = attrs.get(COLOCATION_ATTR)
+        if colocation:
+            attrs[COLOCATION_ATTR] = _in_step(colocation, graph, needed)
         if node.op in labels and not attrs.get(KERNEL_LABEL_ATTR):
             attrs[KERNEL_LABEL_ATTR] = labels[node.op]
         step.add_node(

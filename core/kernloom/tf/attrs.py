@@ -50,6 +50,17 @@ TF_ONLY_ATTRS: Final[Mapping[tuple[str, str], tuple[Callable[[Any], bool], str]]
 value saying when dropping it changes nothing, and those values in words."""
 
 _LIST_FIELDS: Final = ("s", "i", "f", "b", "type", "shape", "tensor", "func")
+_KINDS: Final[Mapping[str, str]] = {
+    "s": "string",
+    "i": "int",
+    "f": "float",
+    "b": "bool",
+    "type": "type",
+    "shape": "shape",
+    "tensor": "tensor",
+    "func": "func",
+}
+"""The attr type (``kernloom.framework.attr``) each AttrValue field holds."""
 
 
 def _string(raw: bytes) -> str:
@@ -76,6 +87,37 @@ def _scalar(field: str, raw: Any, max_bytes: int) -> Any:
         return to_array(raw, max_bytes=max_bytes)
     raise ConversionError(
         f"a function value ({raw.name!r}): kernloom does not import TensorFlow functions"
+    )
+
+
+def value_kind(value: Any) -> str | None:
+    """The attr type an AttrValue holds (``int``, ``list(type)``); None for an empty list,
+    which fits every list type, or no value."""
+    field = value.WhichOneof("value")
+    if field is None or field == "placeholder":
+        return None
+    if field != "list":
+        return _KINDS[field]
+    filled = [f for f in _LIST_FIELDS if len(getattr(value.list, f))]
+    return f"list({_KINDS[filled[0]]})" if len(filled) == 1 else None
+
+
+def _check_kind(op_def: OpDef, key: str, value: Any) -> None:
+    """Refuse a value of another attr type than ``op_def`` declares (a DataType where an
+    int is wanted...): the node would otherwise fail later without saying which attr."""
+    kind = value_kind(value)
+    if kind is None:
+        return
+    declared = op_def.attr(key).type.replace(" ", "")
+    if kind == declared or (kind == "int" and declared == "float"):
+        return
+    base = declared.removeprefix("list(").removesuffix(")")
+    field = next((f for f, k in _KINDS.items() if k == base), "?")
+    example = f"{field}: ..." if base == declared else f"list {{ {field}: ... }}"
+    raise ConversionError(
+        f"attr {key!r} holds a value of type {kind}, but kernloom's {op_def.name} (as "
+        f"TensorFlow's) declares it {declared}: the graph was edited by hand or written for "
+        f"another version of the op; write the attr as {declared} (AttrValue {example})"
     )
 
 
@@ -118,7 +160,11 @@ def convert_attrs(
             if kept:
                 out[key] = kept
             continue
-        if key.startswith("_") or op_def.has_attr(key):
+        if key.startswith("_"):
+            out[key] = value
+            continue
+        if op_def.has_attr(key):
+            _check_kind(op_def, key, attrs[key])
             out[key] = value
             continue
         allowed = TF_ONLY_ATTRS.get((op_def.name, key))

@@ -51,6 +51,44 @@ _NAME: Final = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
 _MAX_ROUNDS: Final = 8
 """Builds of a graph with loops before its loop variables' shapes are left unknown."""
 _LIMIT_HINT: Final = "pass import_graph_def(..., max_bytes=N) to allow more"
+_DT_STRING: Final = 7
+_REF_VARIABLE_OPS: Final = frozenset(
+    {
+        "Variable",
+        "VariableV2",
+        "TemporaryVariable",
+        "Assign",
+        "AssignAdd",
+        "AssignSub",
+        "IsVariableInitialized",
+        "ScatterAdd",
+        "ScatterSub",
+        "ScatterUpdate",
+        "ScatterNdUpdate",
+        "CountUpTo",
+    }
+)
+_REF_HINT: Final = (
+    "the ops of TensorFlow 1 ref variables, which kernloom does not have: build the graph with "
+    "resource variables (tf.compat.v1.get_variable(..., use_resource=True), "
+    "tf.compat.v1.enable_resource_variables()), or freeze it "
+    "(tf.compat.v1.graph_util.convert_variables_to_constants)"
+)
+_FUNCTION_OPS: Final = frozenset(
+    {"PartitionedCall", "StatefulPartitionedCall", "SymbolicGradient", "RemoteCall"}
+)
+_FUNCTIONAL_FLOW_OPS: Final = frozenset(
+    {"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase", "For"}
+)
+_FREEZE_HINT: Final = (
+    "freeze the model with convert_variables_to_constants_v2(..., lower_control_flow=True), "
+    "which inlines the functions"
+)
+_FLOW_V2_HINT: Final = (
+    "control flow v2 (functional While/If): build the graph after "
+    "tf.compat.v1.disable_control_flow_v2() (or tf.compat.v1.disable_v2_behavior()), which "
+    "writes TF1 control flow (Switch, Merge, Enter, ...), or " + _FREEZE_HINT
+)
 
 
 @dataclass(slots=True)
@@ -82,12 +120,7 @@ class _Importer(GraphLoader):
         library = graph_def.library
         functions = len(library.function) + len(library.gradient)
         if functions:
-            raise self.fail(
-                f"the graph has a function library ({functions} function(s)); kernloom imports "
-                f"graphs without TensorFlow functions: freeze the model with "
-                f"convert_variables_to_constants_v2(..., lower_control_flow=True), which "
-                f"inlines them"
-            )
+            raise self.fail(_library_message(graph_def, functions))
         specs: dict[str, _NodeSpec] = {}
         for position, node in enumerate(graph_def.node):
             name = str(node.name)
@@ -137,11 +170,21 @@ class _Importer(GraphLoader):
             shown = ", ".join(repr(n) for n in nodes[:5])
             more = f" and {len(nodes) - 5} more" if len(nodes) > 5 else ""
             noun = "node" if len(nodes) == 1 else "nodes"
-            hint = did_you_mean(op, self.registry.ops.names()).strip()
+            if op in _REF_VARIABLE_OPS:
+                hint = ""
+            elif op in _FUNCTIONAL_FLOW_OPS:
+                hint = _FLOW_V2_HINT
+            elif op in _FUNCTION_OPS:
+                hint = "a call of a TensorFlow function: " + _FREEZE_HINT
+            else:
+                hint = did_you_mean(op, self.registry.ops.names()).strip()
             parts.append(f"{op} ({noun} {shown}{more}){' -- ' + hint if hint else ''}")
+        refs = sorted(_REF_VARIABLE_OPS & set(missing))
+        if refs:
+            parts.append(f"{', '.join(refs)} are {_REF_HINT}")
         raise self.fail(
-            f"{len(missing)} op(s) that kernloom does not have: {'; '.join(parts)}. A plugin "
-            f"can register them, or the graph can be rewritten without them"
+            f"{len(missing)} op(s) that kernloom does not have: {'; '.join(parts)}. A "
+            f"plugin can register ops kernloom lacks, or the graph can be rewritten without them"
         )
 
     def order(self, specs: Mapping[str, _NodeSpec]) -> list[_NodeSpec]:
@@ -163,12 +206,52 @@ class _Importer(GraphLoader):
             )
         return [specs[name] for name in order]
 
+    def check_strings(self, specs: Mapping[str, _NodeSpec]) -> None:
+        """Every string constant in one error, saying which are assertions' messages
+        (``tf.debugging.assert_*`` write theirs as string tensors)."""
+        strings = [
+            s.name
+            for s in specs.values()
+            if s.op == "Const" and "dtype" in s.attrs and s.attrs["dtype"].type == _DT_STRING
+        ]
+        if not strings:
+            return
+        asserts = sorted(
+            s.name
+            for s in specs.values()
+            if s.op == "Assert" and any(src in strings for src, _ in s.data)
+        )
+        more = f" and {len(strings) - 5} more" if len(strings) > 5 else ""
+        shown = ", ".join(repr(n) for n in strings[:5]) + more
+        message = (
+            f"{len(strings)} string constant(s) ({shown}): kernloom has no string dtype (DT_STRING)"
+        )
+        if asserts:
+            more = f" and {len(asserts) - 3} more" if len(asserts) > 3 else ""
+            listed = ", ".join(repr(n) for n in asserts[:3]) + more
+            message += (
+                f"; they are the messages of assertions (Assert {listed}), as "
+                f"tf.debugging.assert_* write them: export the graph without the assertions, "
+                f"or check with tf.debugging.Assert(condition, [tensors]) over numbers only"
+            )
+        else:
+            message += ": export the graph without string tensors"
+        raise self.fail(message)
+
     # -- building -----------------------------------------------------------------------
 
-    def attrs_of(self, spec: _NodeSpec, op_def: OpDef, names: Mapping[str, object]) -> Any:
+    def attrs_of(
+        self,
+        spec: _NodeSpec,
+        op_def: OpDef,
+        targets: Mapping[str, object],
+    ) -> Any:
+        """``spec``'s attrs converted; ``targets`` are the nodes it may be colocated with."""
         if spec.converted is None:
             try:
-                spec.converted = convert_attrs(op_def, spec.attrs, names, max_bytes=self.max_bytes)
+                spec.converted = convert_attrs(
+                    op_def, spec.attrs, targets, max_bytes=self.max_bytes
+                )
             except ConversionError as exc:
                 raise self.fail(f"(op {spec.op}) {exc}", spec.name) from None
         return dict(spec.converted)
@@ -219,6 +302,7 @@ class _Importer(GraphLoader):
             raise self.fail(str(exc)) from None
         specs = self.specs(graph_def)
         self.check_ops(specs)
+        self.check_strings(specs)
         order = self.order(specs)
         loop_shapes: dict[str, TensorShape] = {}
         for _ in range(_MAX_ROUNDS):
@@ -230,6 +314,31 @@ class _Importer(GraphLoader):
         unknown = dict.fromkeys(loop_shapes, TensorShape(None))
         graph, _ = self.build(specs, order, unknown)
         return graph
+
+
+def _library_message(graph_def: Any, functions: int) -> str:
+    """The function library refused: which nodes call its functions, and what to do."""
+    callers: list[str] = []
+    called: set[str] = set()
+    flow = False
+    for node in graph_def.node:
+        funcs = [node.attr[key].func for key in node.attr if node.attr[key].HasField("func")]
+        funcs += [f for key in node.attr for f in node.attr[key].list.func]
+        if funcs or node.op in _FUNCTION_OPS | _FUNCTIONAL_FLOW_OPS:
+            callers.append(f"{node.name!r} (op {node.op})")
+            called.update(str(f.name) for f in funcs)
+            flow = flow or node.op in _FUNCTIONAL_FLOW_OPS
+    used = ""
+    if callers:
+        more = f" and {len(callers) - 5} more" if len(callers) > 5 else ""
+        noun = "node" if len(callers) == 1 else "nodes"
+        names = f" {', '.join(sorted(called))}" if 0 < len(called) <= 5 else ""
+        used = f", whose functions{names} are called by {noun} {', '.join(callers[:5])}{more}"
+    hint = _FLOW_V2_HINT if flow else _FREEZE_HINT
+    return (
+        f"the graph has a function library ({functions} function(s)){used}; kernloom imports "
+        f"graphs without TensorFlow functions: {hint}"
+    )
 
 
 def _read(path: str | os.PathLike[str], max_bytes: int, limit_hint: str) -> bytes:

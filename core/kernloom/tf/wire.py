@@ -21,6 +21,10 @@ __all__ = ["TEXT_SUFFIXES", "check_wire_types", "parse_graph_def", "text_by_suff
 TEXT_SUFFIXES: Final = frozenset({".pbtxt", ".pbtext", ".prototxt", ".txt"})
 BINARY_SUFFIXES: Final = frozenset({".pb", ".graphdef"})
 _SNIFF_BYTES: Final = 4096
+_EXPORT_HINT: Final = (
+    "write the GraphDef again with tf.io.write_graph(graph_def, directory, name, "
+    "as_text=False) (or graph_def.SerializeToString())"
+)
 _WIRE_TYPES: Final = ("varint", "64-bit", "length-delimited", "group start", "group end", "32-bit")
 
 
@@ -47,7 +51,9 @@ def _parse_binary(data: bytes) -> Any:
         graph_def.ParseFromString(data)
     except (DecodeError, RecursionError, ValueError) as exc:
         raise ConversionError(
-            f"not a binary GraphDef ({_reason(exc) or 'the bytes do not decode'})"
+            f"not a binary GraphDef ({_reason(exc) or 'the bytes do not decode'}): the file is "
+            f"truncated or corrupt, or holds another message (a SavedModel's saved_model.pb, a "
+            f"MetaGraphDef); {_EXPORT_HINT}"
         ) from None
     check_wire_types(graph_def)
     return graph_def
@@ -93,7 +99,8 @@ def check_wire_types(message: Any, where: str = "") -> None:
             kind = _WIRE_TYPES[wire] if 0 <= wire < len(_WIRE_TYPES) else f"wire type {wire}"
             raise ConversionError(
                 f"{where}field {field.name!r} (number {field.number}) is encoded as {kind}, "
-                f"which does not fit its type: the file is corrupt or not a GraphDef"
+                f"which does not fit its type: the file is corrupt or not a GraphDef; "
+                f"{_EXPORT_HINT}"
             )
     for field, value in message.ListFields():
         if field.type != FieldDescriptor.TYPE_MESSAGE:
