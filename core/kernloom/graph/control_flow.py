@@ -129,6 +129,11 @@ class _Context(abc.ABC):
     def _import(self, tensor: Tensor) -> Tensor:
         """Route ``tensor`` (from the enclosing context) into this one."""
 
+    def import_controls(self, controls: list[Node]) -> list[Node]:
+        """A node's control inputs as this context needs them (a cond branch runs in its
+        enclosing frame: as they are)."""
+        return controls
+
 
 class _CondContext(_Context):
     def __init__(self, graph: Graph, pred: Tensor, branch: int, pivot: Node) -> None:
@@ -170,6 +175,34 @@ class _WhileContext(_Context):
 
     def _import(self, tensor: Tensor) -> Tensor:
         return self.enter(tensor, is_constant=True)
+
+    def import_controls(self, controls: list[Node]) -> list[Node]:
+        """Control inputs from outside the loop waited on from inside the frame, as
+        TensorFlow's ``WhileContext._RemoveExternalControlEdges`` does: an edge from a node
+        of another frame cannot be followed, so the body waits on an Identity of a value of
+        that node brought in by an Enter (a node without outputs gives that value through a
+        constant that waits on it). One such Identity per outside node and loop."""
+        graph = self.graph
+        result = []
+        for node in controls:
+            if node.name in self.members:
+                result.append(node)
+                continue
+            key = f"^{node.name}"
+            found = self.imported.get(key)
+            if found is None:
+                with graph.control_flow(self.parent), graph.control_dependencies(None):
+                    if node.outputs:
+                        value = node.outputs[0]
+                    else:
+                        with graph.control_dependencies([node]):
+                            value = constant(0, name="control_value")
+                    entered = self._import(value)
+                with graph.control_flow(self), graph.control_dependencies(None):
+                    found = graph.add_node("Identity", [entered], {}, name="control").outputs[0]
+                self.imported[key] = found
+            result.append(found.node)
+        return result
 
 
 def _check_scalar_bool(value: Any, what: str) -> Tensor:
@@ -310,6 +343,7 @@ def while_loop(
         with graph.control_flow(context), graph.control_dependencies(None):
             merges = [graph.add_node("Merge", [[e, e]], {}, name="merge") for e in enters]
             context.set_pivot(merges[0])
+            cond_start = len(graph)
             current = []
             for merge, shape in zip(merges, invariants, strict=True):
                 graph.set_output_shape(merge.outputs[0], shape)
@@ -327,6 +361,8 @@ def while_loop(
                 for m in merges
             ]
             exits = [graph.add_node("Exit", [s.outputs[0]], {}, name="exit") for s in switches]
+            _guard_invariant_only(context, cond_start, len(graph))
+            body_start = len(graph)
             body_in = [
                 graph.add_node("Identity", [s.outputs[1]], {}, name="body") for s in switches
             ]
@@ -350,11 +386,41 @@ def while_loop(
                     name="next_iteration",
                 )
                 graph.update_input(merge, 1, following.outputs[0])
+            _guard_invariant_only(context, body_start, len(graph))
         outputs = []
         for exit_node, shape in zip(exits, invariants, strict=True):
             graph.set_output_shape(exit_node.outputs[0], shape)
             outputs.append(exit_node.outputs[0])
     return _pack(loop_vars, outputs[1:] if counted else outputs)
+
+
+def _guard_invariant_only(context: _WhileContext, start: int, end: int) -> None:
+    """Give the loop's nodes built at positions ``start:end`` whose every input is a loop
+    invariant (and that wait on nothing else) a control input from the pivot (TensorFlow's
+    ``WhileContext._MaybeAddControlDependency``).
+
+    Such a node would otherwise run in every iteration the frame has, the last one too,
+    where the predicate is false: an ``assign_add(x)`` of an outside ``x`` ran once more
+    than the body (once for a loop of no iterations), and a body that returns an outside
+    tensor unchanged fed its ``NextIteration`` a live value in that last iteration, which
+    started iteration after iteration (a traced run never ended). The pivot of the
+    condition is the first Merge; of the body, the first Switch's true output."""
+    graph, frame, pivot = context.graph, context.frame_name, context.pivot
+    for node in graph.nodes[start:end]:
+        if (
+            node.op == "Enter"
+            or node.control_inputs
+            or not node.inputs
+            or node.name not in context.members
+        ):
+            continue
+        if all(
+            t.node.op == "Enter"
+            and t.node.attrs.get("is_constant")
+            and t.node.attrs.get("frame_name") == frame
+            for t in node.inputs
+        ):
+            node.control_inputs.append(pivot)
 
 
 def _call(fn: Callable[..., Any], structure: Any, leaves: list[Tensor]) -> Any:

@@ -57,8 +57,9 @@ class FlowContext(Protocol):
     ``add_node`` hands it each input first (``import_tensor`` routes a tensor from outside
     through a Switch or an Enter), gives a node without data inputs a control input from
     ``pivot`` (so a constant in a branch is dead when the branch is not taken, and a
-    constant in a loop body runs in the loop's frame), and adds every node it builds to
-    ``members`` of each open context.
+    constant in a loop body runs in the loop's frame), hands it the node's control inputs
+    (``import_controls``: a loop body waits on a node outside through a value brought into
+    its frame), and adds every node it builds to ``members`` of each open context.
     """
 
     members: set[str]
@@ -67,6 +68,8 @@ class FlowContext(Protocol):
     def pivot(self) -> Node: ...
 
     def import_tensor(self, tensor: Tensor) -> Tensor: ...
+
+    def import_controls(self, controls: list[Node]) -> list[Node]: ...
 
 
 class _Scopes(threading.local):
@@ -481,6 +484,7 @@ class Graph:
             op_def = self.op_def(op)
             op = op_def.name
             flow = self._scopes.flow[-1] if self._scopes.flow and not exact_name else None
+            scoped = [n for group in self._scopes.control for n in group]
             if flow is not None:
                 # Before naming this node: importing may add Switch/Enter nodes.
                 inputs = [
@@ -493,6 +497,9 @@ class Graph:
                 ]
                 if not inputs or all(isinstance(i, list | tuple) and not i for i in inputs):
                     control_inputs = [*control_inputs, flow.pivot]
+                if control_inputs or scoped:  # (may add Enter and Identity nodes too)
+                    control_inputs = flow.import_controls([*control_inputs, *scoped])
+                    scoped = []
             if exact_name:
                 if name is None or name in self._nodes or _NAME.fullmatch(name) is None:
                     raise InvalidArgumentError(f"node name {name!r} is invalid or already taken")
@@ -535,7 +542,7 @@ class Graph:
                 except InvalidArgumentError as exc:
                     raise InvalidArgumentError(f"{where}: {exc}") from None
             producers = {t.node.name for t in flat}
-            controls = [*control_inputs, *(n for group in self._scopes.control for n in group)]
+            controls = [*control_inputs, *scoped]
             unique_controls = list(
                 {n.name: n for n in controls if n.name not in producers}.values()
             )

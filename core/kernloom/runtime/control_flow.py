@@ -146,6 +146,15 @@ class ControlFlowInfo:
             )
         elif node.op == "LoopCond":
             frame.loop_cond = i
+        elif node.op == "_Retval" and not frame.is_root:
+            # It would run once per iteration and the run would return one of them.
+            fetched = node.inputs[0].name if node.inputs else node.name
+            raise InvalidArgumentError(
+                f"cannot fetch {fetched!r}: it is computed inside a loop ({frame.describe()}), "
+                f"where it has one value per iteration, not one for the "
+                f"run (TensorFlow marks such tensors not fetchable). Return it from the body "
+                f"as a loop variable and fetch the loop's output instead."
+            )
         return frame
 
     def _enter(self, i: int, node: Node, parent: FrameInfo) -> None:

@@ -115,8 +115,8 @@ def _results(
             name = compiled.step_graph.fetches[index]
             raise InvalidArgumentError(
                 f"fetched tensor {name!r} has no value in this run: it is dead (computed "
-                f"only on the branch of a kl.cond that was not taken, or inside a loop). "
-                f"Fetch the cond's or loop's output instead."
+                f"only on the branch of a kl.cond that was not taken). Fetch the cond's "
+                f"output instead."
             )
         if device.memory_is_host:
             if type(value) is not np.ndarray:
