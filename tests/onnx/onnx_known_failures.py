@@ -430,17 +430,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_nonmaxsuppression_two_batches",
         "test_nonmaxsuppression_two_classes",
     ],
-    "CumProd: no converter yet": [
-        "test_cumprod_1d",
-        "test_cumprod_1d_exclusive",
-        "test_cumprod_1d_int32_exclusive",
-        "test_cumprod_1d_reverse",
-        "test_cumprod_1d_reverse_exclusive",
-        "test_cumprod_2d_axis_0",
-        "test_cumprod_2d_axis_1",
-        "test_cumprod_2d_int32",
-        "test_cumprod_2d_negative_axis",
-    ],
     "training mode (Dropout, BatchNormalization): inference only": [
         "test_batchnorm_epsilon_training_mode",
         "test_batchnorm_example_training_mode",
@@ -517,14 +506,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_bernoulli_seed",
         "test_bernoulli_seed_expanded",
     ],
-    "BitShift by negative or bit-width amounts: kernloom's Pow/FloorDiv refuse": [
-        "test_bitshift_left_int32_negative_shift",
-        "test_bitshift_left_int8_negative_shift",
-        "test_bitshift_right_int32_negative_shift",
-        "test_bitshift_right_int32_shift_ge_width",
-        "test_bitshift_right_int8_negative_shift",
-        "test_bitshift_right_int8_shift_ge_width",
-    ],
     "CenterCropPad: no converter yet": [
         "test_center_crop_pad_crop_and_pad",
         "test_center_crop_pad_crop_axes_chw",
@@ -576,24 +557,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_deform_conv_with_mask_bias",
         "test_deform_conv_with_multiple_offset_groups",
     ],
-    "BitwiseAnd: no converter yet": [
-        "test_bitwise_and_i16_3d",
-        "test_bitwise_and_i32_2d",
-        "test_bitwise_and_ui64_bcast_3v1d",
-        "test_bitwise_and_ui8_bcast_4v3d",
-    ],
-    "BitwiseOr: no converter yet": [
-        "test_bitwise_or_i16_4d",
-        "test_bitwise_or_i32_2d",
-        "test_bitwise_or_ui64_bcast_3v1d",
-        "test_bitwise_or_ui8_bcast_4v3d",
-    ],
-    "BitwiseXor: no converter yet": [
-        "test_bitwise_xor_i16_3d",
-        "test_bitwise_xor_i32_2d",
-        "test_bitwise_xor_ui64_bcast_3v1d",
-        "test_bitwise_xor_ui8_bcast_4v3d",
-    ],
     "OnnxImportError:  (Resize, opset 19): antialias=1 is not supported": [
         "test_resize_downsample_scales_cubic_antialias",
         "test_resize_downsample_scales_linear_antialias",
@@ -604,11 +567,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_averagepool_2d_dilations",
         "test_lppool_2d_dilations",
         "test_maxpool_2d_dilations",
-    ],
-    "BitwiseNot: no converter yet": [
-        "test_bitwise_not_2d",
-        "test_bitwise_not_3d",
-        "test_bitwise_not_4d",
     ],
     "ReverseSequence: no converter yet": [
         "test_reversesequence_batch",

@@ -119,6 +119,7 @@ UNARY_OPS: dict[str, tuple[Any, ...]] = {
     "IsInf": FLOATS,
     "IsFinite": FLOATS,
     "LogicalNot": (np.bool_,),
+    "Invert": INTS,
 }
 APPROXIMATE_UNARY_OPS: dict[str, tuple[Any, ...]] = {
     "Reciprocal": FLOATS + COMPLEX + SIGNED,  # TF's float32 reciprocal is 1 ulp off
@@ -161,6 +162,11 @@ BINARY_OPS: dict[str, tuple[Any, ...]] = {
     "GreaterEqual": FLOATS + INTS,
     "LogicalAnd": (np.bool_,),
     "LogicalOr": (np.bool_,),
+    "BitwiseAnd": INTS,
+    "BitwiseOr": INTS,
+    "BitwiseXor": INTS,
+    "LeftShift": INTS,  # the edges shift by negative and too large amounts: TF clamps them
+    "RightShift": INTS,
 }
 APPROXIMATE_BINARY_OPS: dict[str, tuple[Any, ...]] = {"Pow": FLOATS + INTS + COMPLEX}
 

@@ -13,6 +13,7 @@ from kernloom.framework.op_def import OpLibrary, OpRegistry
 from kernloom.framework.origin import Origin
 from kernloom.op_library import (
     array_ops,
+    bitwise_ops,
     control_flow_ops,
     conv_ops,
     function_ops,
@@ -43,6 +44,7 @@ def standard_ops() -> OpRegistry:
             for family in (
                 array_ops,
                 math_ops,
+                bitwise_ops,
                 nn_ops,
                 conv_ops,
                 image_ops,

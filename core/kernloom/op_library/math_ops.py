@@ -194,7 +194,7 @@ def _cumsum_shape(ctx: InferenceContext) -> None:
     if axis_shape.rank not in (None, 0):
         raise ctx.fail(f"axis must be a scalar, got shape {axis_shape}")
     if shape.rank == 0:
-        raise ctx.fail("Cumsum needs a tensor of rank >= 1")
+        raise ctx.fail(f"{ctx.op_def.name} needs a tensor of rank >= 1")
     axis = ctx.input_value(1)
     if axis is not None and shape.rank is not None:
         normalize_axis(int(axis), shape.rank, ctx)
@@ -605,6 +605,21 @@ def _define_model_ops(lib: OpLibrary) -> None:
         .shape_fn(_cumsum_shape)
         .doc(
             "The running sum along axis: exclusive starts at 0 (leaves out the element "
+            "itself), reverse runs from the end. Integers wrap on overflow."
+        )
+    )
+    (
+        lib.register_op("Cumprod")
+        .input("x: T")
+        .input("axis: Tidx")
+        .output("out: T")
+        .attr("exclusive: bool = false")
+        .attr("reverse: bool = false")
+        .attr(f"T: {numbers}")
+        .attr(f"Tidx: {spec(INDEX)} = int32")
+        .shape_fn(_cumsum_shape)
+        .doc(
+            "The running product along axis: exclusive starts at 1 (leaves out the element "
             "itself), reverse runs from the end. Integers wrap on overflow."
         )
     )

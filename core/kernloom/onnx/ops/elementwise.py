@@ -45,6 +45,14 @@ _binary("GreaterOrEqual", 12, ops.greater_equal)
 _binary("And", 7, ops.logical_and)
 _binary("Or", 7, ops.logical_or)
 _binary("Xor", 7, ops.not_equal)
+_binary("BitwiseAnd", 18, ops.bitwise_and)
+_binary("BitwiseOr", 18, ops.bitwise_or)
+_binary("BitwiseXor", 18, ops.bitwise_xor)
+
+
+@converter("BitwiseNot", 18)
+def _bitwise_not(node: OnnxNode, ctx: ConversionContext) -> Result:
+    return [ops.invert(ctx.input(0))]
 
 
 @converter("Pow", 7)
@@ -358,16 +366,19 @@ def _swish(node: OnnxNode, ctx: ConversionContext) -> Result:
 
 @converter("BitShift", 11, attrs=("direction",))
 def _bit_shift(node: OnnxNode, ctx: ConversionContext) -> Result:
-    """Shifts as products and floor divisions by 2 ** y (wrapping as C does; a signed
-    right shift rounds toward -inf, as an arithmetic shift). The power is taken in int64
-    (TensorFlow's Pow has no unsigned types, ONNX's BitShift only those) and cast back:
-    2 ** 63 wraps to int64's minimum, whose bits are uint64's 2 ** 63."""
+    """LeftShift and RightShift, with ONNX's rule for an amount that is negative or the bit
+    width or more (BitShift-28's words; earlier versions left it open): a left shift gives
+    0, a right shift what the sign fills in (-1 for a negative signed x, else 0).
+    kernloom's shifts clamp the amount to [0, bits - 1] (TensorFlow's rule), so a right
+    shift by a negative amount is made one by bits - 1, and a left shift out of range is
+    replaced by 0."""
     x, y = ctx.input(0), ctx.input(1)
     if not x.dtype.is_integer:
         raise node.fail(f"BitShift is defined for integers, got {x.dtype}")
-    exponent = y if y.dtype == d.int64 else ops.cast(y, DstT=d.int64)
-    power = ops.pow(ctx.const_like(2, exponent), exponent)
-    power = power if x.dtype == d.int64 else ops.cast(power, DstT=x.dtype)
+    bits = x.dtype.itemsize * 8
+    zero = ctx.const_like(0, y)
     if str(node.attr("direction")) == "LEFT":
-        return [ops.mul(x, power)]
-    return [ops.floor_div(x, power)]
+        inside = ops.logical_and(ops.greater_equal(y, zero), ops.less(y, ctx.const_like(bits, y)))
+        return [ops.select_v2(inside, ops.left_shift(x, y), ctx.const_like(0, x))]
+    amount = ops.select_v2(ops.less(y, zero), ctx.const_like(bits - 1, y), y)
+    return [ops.right_shift(x, amount)]

@@ -7,7 +7,7 @@ grid built from Range ops, so indices are never read at import time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -159,14 +159,21 @@ def _top_k(node: OnnxNode, ctx: ConversionContext) -> Result:
 
 @converter("CumSum", 11, attrs=("exclusive", "reverse"))
 def _cumsum(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return [
-        ops.cumsum(
-            ctx.input(0),
-            _scalar(ctx, ctx.input(1), d.int32),
-            exclusive=bool(int(node.attr("exclusive", 0))),
-            reverse=bool(int(node.attr("reverse", 0))),
-        )
-    ]
+    return [_scan(node, ctx, ops.cumsum)]
+
+
+@converter("CumProd", 26, attrs=("exclusive", "reverse"))
+def _cumprod(node: OnnxNode, ctx: ConversionContext) -> Result:
+    return [_scan(node, ctx, ops.cumprod)]
+
+
+def _scan(node: OnnxNode, ctx: ConversionContext, op: Callable[..., Tensor]) -> Tensor:
+    return op(
+        ctx.input(0),
+        _scalar(ctx, ctx.input(1), d.int32),
+        exclusive=bool(int(node.attr("exclusive", 0))),
+        reverse=bool(int(node.attr("reverse", 0))),
+    )
 
 
 def _row_col(ctx: ConversionContext, node: OnnxNode, x: Tensor) -> tuple[Tensor, Tensor]:

@@ -9,6 +9,7 @@ from kernloom.plugin import (
 from kernloom_cpu_numpy.kernels import (
     activations,
     array,
+    bitwise,
     complex_rules,
     conv,
     elementwise,
@@ -36,6 +37,7 @@ def build_library() -> KernelLibrary:
         labelled,
         activations,
         logic,
+        bitwise,
         reductions,
         indexing,
         conv,

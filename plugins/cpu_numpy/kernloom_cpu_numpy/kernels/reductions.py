@@ -1,4 +1,4 @@
-"""Reductions and orderings: Prod, All, Any, ArgMin, Cumsum, TopKV2.
+"""Reductions and orderings: Prod, All, Any, ArgMin, Cumsum, Cumprod, TopKV2.
 
 Axes, ``k`` and the scan axis are host-memory inputs, checked here with the messages the
 other backends give. ArgMin skips NaN as TensorFlow's Eigen reduction does (its
@@ -43,7 +43,7 @@ def _reduction(fn: Any) -> Any:
 
 
 def scalar_axis(ctx: OpKernelContext, shape: tuple[int, ...], value: Any, op: str) -> int:
-    """The normalised axis of ArgMin or Cumsum, from a host-memory scalar."""
+    """The normalised axis of ArgMin, Cumsum or Cumprod, from a host-memory scalar."""
     rank = len(shape)
     if np.ndim(value) != 0:
         raise ctx.fail(f"axis must be a scalar, got shape {list(np.shape(value))}")
@@ -67,28 +67,38 @@ def arg_min(ctx: OpKernelContext) -> None:
 
 
 def cumsum(ctx: OpKernelContext) -> None:
+    out = _scan(ctx, "Cumsum", np.cumsum, 0)
+    if out.dtype.kind in "fc":
+        # TF's scan starts its accumulator at +0, so no sum is -0.0 (numpy's starts at the
+        # first element: cumsum([-0.0]) is -0.0 there, +0.0 in TF).
+        out += 0
+
+
+def cumprod(ctx: OpKernelContext) -> None:
+    _scan(ctx, "Cumprod", np.cumprod, 1)  # (a product's zeros keep their signs, as TF's)
+
+
+def _scan(ctx: OpKernelContext, op: str, fn: Any, identity: int) -> Array:
+    """Cumsum's and Cumprod's shared walk: ``fn`` along the axis (reversed for ``reverse``),
+    and for ``exclusive`` ``identity`` first, then ``fn`` of all but the last element (not
+    the inclusive result undone, which rounds differently for floats)."""
     x = ctx.input(0)
-    axis = scalar_axis(ctx, x.shape, ctx.input(1), "Cumsum")
-    out = ctx.allocate_output(0, x.shape)
+    axis = scalar_axis(ctx, x.shape, ctx.input(1), op)
+    out: Array = ctx.allocate_output(0, x.shape)
     if ctx.attr("reverse"):
         x, view = np.flip(x, axis), np.flip(out, axis)
     else:
         view = out
     if not ctx.attr("exclusive"):
-        np.cumsum(x, axis=axis, dtype=x.dtype, out=view)
-    else:
-        # Exclusive: 0, then the inclusive sums of all but the last element (not sum - x,
-        # which rounds differently for floats).
-        head = [slice(None)] * x.ndim
-        head[axis] = slice(0, 1)
-        view[tuple(head)] = 0
-        rest, body = list(head), list(head)
-        rest[axis], body[axis] = slice(1, None), slice(0, -1)
-        np.cumsum(x[tuple(body)], axis=axis, dtype=x.dtype, out=view[tuple(rest)])
-    if out.dtype.kind in "fc":
-        # TF's scan starts its accumulator at +0, so no sum is -0.0 (numpy's starts at the
-        # first element: cumsum([-0.0]) is -0.0 there, +0.0 in TF).
-        out += 0
+        fn(x, axis=axis, dtype=x.dtype, out=view)
+        return out
+    head = [slice(None)] * x.ndim
+    head[axis] = slice(0, 1)
+    view[tuple(head)] = identity
+    rest, body = list(head), list(head)
+    rest[axis], body[axis] = slice(1, None), slice(0, -1)
+    fn(x[tuple(body)], axis=axis, dtype=x.dtype, out=view[tuple(rest)])
+    return out
 
 
 def sorted_indices(x: Array, k: int) -> Array:
@@ -157,4 +167,5 @@ def register(lib: KernelLibrary) -> None:
     cpu("Any", (), **reduction)(_reduction(np.any))
     cpu("ArgMin", t.OP_TYPES, host_memory=["dimension"])(arg_min)
     cpu("Cumsum", t.OP_TYPES, host_memory=["axis"])(cumsum)
+    cpu("Cumprod", t.OP_TYPES, host_memory=["axis"])(cumprod)
     cpu("TopKV2", t.OP_TYPES, host_memory=["k"])(top_k)

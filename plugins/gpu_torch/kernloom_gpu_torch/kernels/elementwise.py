@@ -5,7 +5,7 @@ them) and filled with ``out=``."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import torch
 
@@ -129,6 +129,21 @@ def _float_to_int(x: torch.Tensor, dst: torch.dtype) -> torch.Tensor:
     return torch.where(valid, wide, invalid).to(dst)
 
 
+def _clamped(shift: Fn) -> Fn:
+    """``shift`` with TensorFlow's rule for the amount: clamped to ``[0, bits - 1]``."""
+
+    def clamped(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        shifted: torch.Tensor = shift(x, y.clamp(0, torch.iinfo(x.dtype).bits - 1), out=out)
+        return shifted
+
+    clamped.__name__ = shift.__name__  # (names the kernel in traces: torch_bitwise_left_shift)
+    return clamped
+
+
+SHIFTABLE: Final = tuple(dt for dt in t.INTEGERS if dt.name not in ("uint16", "uint32", "uint64"))
+"""The integers torch shifts, inverts and multiplies (not its uint16/32/64, which have few
+kernels): the others' bitwise ops stay on the CPU."""
+
 Table = tuple[tuple[str, Fn, tuple[Any, ...] | None], ...]
 
 BINARY: Table = (
@@ -139,6 +154,11 @@ BINARY: Table = (
     ("Maximum", torch.maximum, d.REALS),
     ("Minimum", torch.minimum, d.REALS),
     ("Pow", torch.pow, t.OP_TYPES),
+    ("BitwiseAnd", torch.bitwise_and, SHIFTABLE),
+    ("BitwiseOr", torch.bitwise_or, SHIFTABLE),
+    ("BitwiseXor", torch.bitwise_xor, SHIFTABLE),
+    ("LeftShift", _clamped(torch.bitwise_left_shift), SHIFTABLE),
+    ("RightShift", _clamped(torch.bitwise_right_shift), SHIFTABLE),
 )
 UNARY: Table = (
     ("Neg", torch.neg, t.OP_TYPES),
@@ -149,6 +169,7 @@ UNARY: Table = (
     ("Tanh", torch.tanh, t.OP_TYPES),
     ("Sigmoid", torch.sigmoid, t.OP_TYPES),
     ("Relu", _relu, d.REALS),
+    ("Invert", torch.bitwise_not, SHIFTABLE),
 )
 COMPARISONS: Table = (
     ("Less", torch.lt, d.REALS),

@@ -1,4 +1,4 @@
-"""Reductions and orderings with torch: Prod, All, Any, ArgMin, Cumsum, TopKV2.
+"""Reductions and orderings with torch: Prod, All, Any, ArgMin, Cumsum, Cumprod, TopKV2.
 
 torch reduces one dimension at a time for prod and reads an empty ``dim`` as "all": the
 reduced axes are moved last and flattened, and no axes means a copy, as in TensorFlow.
@@ -70,22 +70,34 @@ def arg_min(ctx: OpKernelContext) -> None:
 
 
 def cumsum(ctx: OpKernelContext) -> None:
+    _scan(ctx, "Cumsum", torch.cumsum, torch.zeros_like, plus_zero=True)
+
+
+def cumprod(ctx: OpKernelContext) -> None:
+    _scan(ctx, "Cumprod", torch.cumprod, torch.ones_like, plus_zero=False)
+
+
+def _scan(ctx: OpKernelContext, op: str, fn: Any, start: Any, *, plus_zero: bool) -> None:
+    """Cumsum's and Cumprod's shared walk: ``fn`` along the axis (flipped for ``reverse``);
+    ``exclusive`` starts with ``start``'s value (0 or 1), then ``fn`` of all but the last
+    element. ``plus_zero``: TF's scan of sums starts at +0, so no sum is -0.0 (torch:
+    cumsum([-0.0]) is -0.0); a product's zeros keep their signs in both."""
     x = tensor_input(ctx, 0)
-    axis = _scalar_axis(ctx, x.shape, host_input(ctx, 1), "Cumsum")
+    axis = _scalar_axis(ctx, x.shape, host_input(ctx, 1), op)
     out = output(ctx, 0, x.shape)
     reverse = bool(ctx.attr("reverse"))
     source = torch.flip(x, [axis]) if reverse else x
     if ctx.attr("exclusive"):
         n = source.shape[axis]
-        total = torch.zeros_like(source)
+        total = start(source)
         if n > 1:
             total.narrow(axis, 1, n - 1).copy_(
-                torch.cumsum(source.narrow(axis, 0, n - 1), dim=axis, dtype=x.dtype)
+                fn(source.narrow(axis, 0, n - 1), dim=axis, dtype=x.dtype)
             )
     else:
-        total = torch.cumsum(source, dim=axis, dtype=x.dtype)
-    if total.is_floating_point() or total.is_complex():
-        total += 0  # TF's scan starts at +0: no sum is -0.0 (torch: cumsum([-0.0]) is -0.0)
+        total = fn(source, dim=axis, dtype=x.dtype)
+    if plus_zero and (total.is_floating_point() or total.is_complex()):
+        total += 0
     out.copy_(torch.flip(total, [axis]) if reverse else total)
 
 
@@ -129,4 +141,9 @@ def register(lib: KernelLibrary) -> None:
         host_memory=["dimension"],
     )(arg_min)
     gpu("Cumsum", d.NUMBERS, host_memory=["axis"])(cumsum)
+    gpu(  # (torch has no products of uint16/32/64)
+        "Cumprod",
+        tuple(dt for dt in d.NUMBERS if dt.name not in ("uint16", "uint32", "uint64")),
+        host_memory=["axis"],
+    )(cumprod)
     gpu("TopKV2", d.REALS, host_memory=["k"])(top_k)

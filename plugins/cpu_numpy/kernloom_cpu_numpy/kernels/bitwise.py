@@ -1,0 +1,66 @@
+"""Bitwise kernels (``kernloom.op_library.bitwise_ops``): numpy's ufuncs; the shifts clamp
+their amount to ``[0, bits - 1]`` first, as TensorFlow's CPU kernels do (numpy's own
+shift by the width or more gives 0, by a negative amount an undefined result)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kernloom.plugin import KernelLibrary
+from kernloom.plugin import types as t
+from kernloom_cpu_numpy.kernels._util import Array
+from kernloom_cpu_numpy.kernels.elementwise import (
+    _binary,
+    _binary_in_place,
+    _unary,
+    _unary_in_place,
+)
+
+__all__ = ["register"]
+
+CPU = "CPU"
+
+
+def _clamped(shift: Callable[..., Any]) -> Callable[..., Any]:
+    """``shift`` with TensorFlow's rule for the amount: clamped to ``[0, bits - 1]``."""
+
+    def clamped(x: Array, y: Array, out: Array | None = None) -> Any:
+        bits = np.dtype(x.dtype).itemsize * 8
+        return shift(x, np.clip(y, 0, bits - 1).astype(y.dtype, copy=False), out=out)
+
+    return clamped
+
+
+BINARY: tuple[tuple[str, Callable[..., Any]], ...] = (
+    ("BitwiseAnd", np.bitwise_and),
+    ("BitwiseOr", np.bitwise_or),
+    ("BitwiseXor", np.bitwise_xor),
+    ("LeftShift", _clamped(np.left_shift)),
+    ("RightShift", _clamped(np.right_shift)),
+)
+
+
+def register(lib: KernelLibrary) -> None:
+    """Add this family's kernels to ``lib``: integers only, each with its direct entry and
+    in-place form (the compiled straight line writes chains of them in place)."""
+    integers = {"T": t.INTEGERS}
+    for op, fn in BINARY:
+        lib.kernel(
+            op,
+            device=CPU,
+            backend="numpy",
+            type_constraints=integers,
+            direct=_binary_in_place(fn),
+            inplace_form=fn,
+        )(_binary(fn))
+    lib.kernel(
+        "Invert",
+        device=CPU,
+        backend="numpy",
+        type_constraints=integers,
+        direct=_unary_in_place(np.invert),
+        inplace_form=np.invert,
+    )(_unary(np.invert))
