@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from kernloom.convert import convert_to_dtype
-from kernloom.errors import InvalidArgumentError, ResourceExhaustedError, Setting
+from kernloom.errors import Hint, InvalidArgumentError, ResourceExhaustedError, Setting
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
 from kernloom.runtime.fetches import FetchPlan, plan_fetches, resolve_tensor
@@ -44,12 +44,18 @@ def check_feed(tensor: Tensor, value: object) -> Array:
         raise InvalidArgumentError(
             f"{_feed_where(tensor)} is a kl.Tensor; feed a value (numpy array, number or list)"
         )
+    key = tensor.name.removesuffix(":0")
+    if isinstance(value, np.ndarray) and value.dtype.kind == "O":
+        # An object array of Python numbers (np.array([1, 2], dtype=object)) holds the same
+        # values as the list it came from: judge those (TensorFlow's feeds take them too).
+        # Strings, None and other objects stay objects and fail, naming the value.
+        value = value.tolist()
     try:
         array = convert_to_dtype(
             value,
             tensor.dtype,
             what=_feed_where(tensor),
-            given_as=Setting("feed_array", key=tensor.name.removesuffix(":0")),
+            given_as=Setting("feed_array", key=key),
         )
     except MemoryError as exc:
         raise ResourceExhaustedError(
@@ -59,7 +65,13 @@ def check_feed(tensor: Tensor, value: object) -> Array:
     if not tensor.shape.is_compatible_with(array.shape):
         raise InvalidArgumentError(
             f"{_feed_where(tensor)} has shape {list(array.shape)}, which does not fit "
-            f"{tensor.shape}"
+            f"{tensor.shape}.",
+            hint=Hint(
+                f"Give a value of shape {tensor.shape}"
+                + (" (? is any size)" if "?" in str(tensor.shape) else "")
+                + " as {feed}.",
+                feed=Setting("feed", key=key),
+            ),
         )
     return array
 
@@ -71,7 +83,10 @@ def resolve_feeds(graph: Graph, keys: Sequence[object]) -> tuple[Tensor, ...]:
     for key in keys:
         tensor = resolve_tensor(graph, key, "feed")
         if tensor.name in seen:
-            raise InvalidArgumentError(f"tensor {tensor.name!r} is fed twice")
+            raise InvalidArgumentError(
+                f"tensor {tensor.name!r} is fed twice: two feed keys name it (a tensor and "
+                f"its name, or 'x' and 'x:0'); keep one"
+            )
         seen.add(tensor.name)
         tensors.append(tensor)
     return tuple(tensors)
@@ -151,7 +166,8 @@ class RunPlan:
         if len(values) != len(self.feeds):
             raise InvalidArgumentError(
                 f"expected {len(self.feeds)} feed value(s) (for "
-                f"{', '.join(t.name for t in self.feeds) or 'no feeds'}), got {len(values)}"
+                f"{', '.join(t.name for t in self.feeds) or 'no feeds'}), got {len(values)}: "
+                f"call it with one value per tensor of make_callable's feed_list, in that order"
             )
         args = []
         for position, tensor, dtype, rank, known in self.checks:

@@ -44,6 +44,7 @@ from kernloom.framework.op_kernel import CallFrame, OpKernel
 from kernloom.framework.op_segment import OpSegment
 from kernloom.framework.resource_mgr import ResourceMgr
 from kernloom.graph.graph import Graph, Node, get_default_graph
+from kernloom.graph.tensor import Tensor
 from kernloom.optimizer import OptimizerReport, check_pass_names, optimize_step_graph
 from kernloom.optimizer import unchanged_nodes as _unchanged_nodes
 from kernloom.registry import Registry, registry_of
@@ -157,6 +158,25 @@ def _check_type(where: str, argument: str, value: object, kind: Any, expected: s
         raise TypeError(f"{where}: {argument} must be {expected}, got {_kind_of(value)}")
 
 
+def _check_run_arguments(
+    where: str, options: object, run_metadata: object, cancellation: object
+) -> None:
+    """A ``TypeError`` naming the argument of a run (``Session.run`` or a callable from
+    ``make_callable``) that is not what it must be."""
+    if options is not None and type(options) is not RunOptions:
+        _check_type(where, "options", options, RunOptions, "a kl.RunOptions or None")
+    if run_metadata is not None:
+        _check_type(where, "run_metadata", run_metadata, RunMetadata, "a kl.RunMetadata or None")
+    if cancellation is not None:
+        _check_type(
+            where,
+            "cancellation",
+            cancellation,
+            CancellationManager,
+            "a kl.CancellationManager or None",
+        )
+
+
 def _kind_of(value: object) -> str:
     text = repr(value)
     shown = text if len(text) <= 60 else text[:57] + "..."
@@ -248,6 +268,7 @@ class Session:
         self._closed = True  # until everything below exists: close() then has nothing to do
         self._check_labels()
         check_pass_names(self.config.disabled_passes, self.registry.graph_passes)
+        self._check_device_types()
         devices = self.registry.create_devices(self.config.device_options())
         try:
             self.devices = _filter_devices(devices, self.config.device_filters)
@@ -295,6 +316,25 @@ class Session:
                     f"its labels: {', '.join(sorted(labels)) or '(none)'}."
                     + did_you_mean(label, labels),
                     hint=source,
+                )
+
+    def _check_device_types(self) -> None:
+        """``memory_limit`` and ``device_count`` name device types the plugins provide: a
+        typo would otherwise be ignored. (A count of 0 for a type that no plugin provides
+        is fine: ``device_count={'GPU': 0}`` hides GPUs wherever the session runs.)"""
+        types = self.registry.placement_order(self.config.device_options())
+        settings = {
+            "memory_limit": self.config.memory_limit,
+            "device_count": self.config.device_count,
+        }
+        for argument, entries in settings.items():
+            for device_type, amount in entries.items():
+                if device_type in types or (argument == "device_count" and amount == 0):
+                    continue
+                raise NotFoundError(
+                    f"SessionConfig({argument}={{{device_type!r}: {amount}}}): no device type "
+                    f"{device_type!r}; the types are: {', '.join(types) or '(none)'}."
+                    + did_you_mean(device_type, types)
                 )
 
     # -- compiling a signature --------------------------------------------------------------------
@@ -383,7 +423,7 @@ class Session:
         options: RunOptions | None = None,
         run_metadata: RunMetadata | None = None,
         *,
-        targets: list[Node | str] | None = None,
+        targets: Sequence[Node | Tensor | str] | None = None,
         cancellation: CancellationManager | None = None,
     ) -> Any:
         """Run what ``fetches`` needs and return their values as host numpy arrays, in the
@@ -393,20 +433,8 @@ class Session:
             raise _closed_error()
         if feed_dict is not None and type(feed_dict) is not dict:
             _check_type("Session.run", "feed_dict", feed_dict, Mapping, _FEED_DICT)
-        if options is not None and type(options) is not RunOptions:
-            _check_type("Session.run", "options", options, RunOptions, "a kl.RunOptions or None")
-        if run_metadata is not None:
-            _check_type(
-                "Session.run", "run_metadata", run_metadata, RunMetadata, "a kl.RunMetadata or None"
-            )
-        if cancellation is not None:
-            _check_type(
-                "Session.run",
-                "cancellation",
-                cancellation,
-                CancellationManager,
-                "a kl.CancellationManager or None",
-            )
+        if options is not None or run_metadata is not None or cancellation is not None:
+            _check_run_arguments("Session.run", options, run_metadata, cancellation)
         if self.graph.mutations != self._mutations:
             self._check_graph()
         key = signature_key(self.graph, fetches, feed_dict) if targets is None else None
@@ -424,20 +452,29 @@ class Session:
         values = list(feed_dict.values()) if feed_dict else []
         return self._call(*found, values, options, run_metadata, cancellation)
 
-    def make_callable(self, fetches: object, feed_list: Sequence[Any] = ()) -> RunCallable:
+    def make_callable(self, fetches: object, feed_list: Sequence[Any] | None = ()) -> RunCallable:
         """A function that runs ``fetches`` with values for ``feed_list`` (tensors or names),
         given positionally: ``sess.make_callable(y, [x])(x_value)`` is
         ``sess.run(y, {x: x_value})`` with every name resolved once, here (TensorFlow's
         ``Session.make_callable``). It also takes ``options=``, ``run_metadata=`` and
-        ``cancellation=``. Nodes added to the graph later do not change what it runs; a
-        node it runs that is changed in place (``Graph.update_input``) makes it compile
-        again on its next call, as ``run`` does."""
+        ``cancellation=``. ``feed_list=None`` feeds nothing (TensorFlow's default). Nodes
+        added to the graph later do not change what it runs; a node it runs that is
+        changed in place (``Graph.update_input``) makes it compile again on its next call,
+        as ``run`` does."""
         if self._closed:
             raise _closed_error()
+        if feed_list is None:
+            feed_list = ()
         if isinstance(feed_list, str | bytes) or not isinstance(feed_list, Sequence):
+            single = isinstance(feed_list, str | bytes | Tensor)
             raise TypeError(
                 f"Session.make_callable: feed_list must be a list or tuple of tensors (or "
-                f"tensor names), got {type(feed_list).__name__}"
+                f"tensor names), got {_kind_of(feed_list)}"
+                + (
+                    "; for one feed, pass a list of one: make_callable(fetches, [x])"
+                    if single
+                    else ""
+                )
             )
         if self.graph.mutations != self._mutations:
             self._check_graph()
@@ -454,6 +491,10 @@ class Session:
             nonlocal plan, compiled, compiled_size, seen
             if self._closed:
                 raise _closed_error()
+            if options is not None or run_metadata is not None or cancellation is not None:
+                _check_run_arguments(
+                    "Session.make_callable's callable", options, run_metadata, cancellation
+                )
             if self.graph.mutations != seen:
                 if self.graph.changed_since(seen) < compiled_size:
                     self._check_graph()
@@ -495,8 +536,21 @@ class Session:
             )
         names = []
         for target in targets:
+            if isinstance(target, Tensor):  # run the node that computes it
+                target = target.node
+            if isinstance(target, Node) and target.graph is not self.graph:
+                raise InvalidArgumentError(
+                    f"target node {target.name!r} belongs to another graph than the "
+                    f"session's; build it in the session's graph, or run it in a kl.Session "
+                    f"of its own graph"
+                )
             name = target.name if isinstance(target, Node) else target
-            if not isinstance(name, str) or name not in self.graph:
+            if not isinstance(name, str):
+                raise TypeError(
+                    f"Session.run: target {_kind_of(name)} is not a node; targets must be "
+                    f"kl.Node objects or node names"
+                )
+            if name not in self.graph:
                 raise NotFoundError(
                     f"target {name!r} is not a node of the graph."
                     + did_you_mean(str(name), [n.name for n in self.graph.nodes])

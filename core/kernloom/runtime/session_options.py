@@ -13,11 +13,12 @@ from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
+    ValidationError,
     ValidationInfo,
     field_validator,
 )
 
-from kernloom.errors import Hint, InvalidArgumentError, Setting
+from kernloom.errors import Hint, InvalidArgumentError, Setting, did_you_mean
 from kernloom.framework.allocator import AllocatorStats
 from kernloom.framework.device import DeviceOptions
 
@@ -34,7 +35,57 @@ machine's cores, low enough that a typo (``10**6``) is an error, not a process t
 exhausts its thread limit."""
 
 
-class SessionConfig(BaseModel):
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _invalid_arguments(model: type[BaseModel], exc: ValidationError) -> InvalidArgumentError:
+    """A ``ValidationError`` as the ``InvalidArgumentError`` every bad argument of the
+    Python API is: one line per bad argument, written as the call that gave it
+    (``SessionConfig(inter_op_threads=-1): must be greater than 0``)."""
+    where = model.__name__
+    fields = list(model.model_fields)
+    lines = []
+    for error in exc.errors(include_url=False):
+        loc = [str(part) for part in error["loc"] if part != "[key]"]
+        name = loc[0] if loc else "?"
+        value = error.get("input")
+        if error["type"] == "extra_forbidden":
+            lines.append(
+                f"{where}({name}=...): {where} has no argument {name!r}; its arguments: "
+                f"{', '.join(fields)}." + did_you_mean(name, fields)
+            )
+            continue
+        message = str(error["msg"]).removeprefix("Value error, ")
+        message = message.replace("Input should be", "must be")
+        if len(loc) > 1:  # an entry of a dict or tuple argument
+            message = f"entry {'/'.join(loc[1:])!r}: {message}"
+        lines.append(f"{where}({name}={_shown(value)}): {message}")
+    return InvalidArgumentError("\n".join(lines))
+
+
+def _whole_number(name: str, value: object) -> object:
+    """Refuse what pydantic would otherwise take for a count: ``True`` (1), ``"4"``."""
+    if isinstance(value, bool | str | bytes):
+        raise ValueError(f"{name} must be a whole number, not a {type(value).__name__}")
+    return value
+
+
+class _Checked(BaseModel):
+    """A model whose bad arguments raise ``InvalidArgumentError`` (a ``ValueError``, as
+    pydantic's ``ValidationError`` is) naming each argument, as every kernloom error does."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _invalid_arguments(type(self), exc) from None
+
+
+class SessionConfig(_Checked):
     """TensorFlow's ``ConfigProto``, for the parts a single process has."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -46,6 +97,11 @@ class SessionConfig(BaseModel):
     intra_op_threads: PositiveInt | None = None
     """Threads a device may use inside one kernel; None: the number of cores. At most
     ``MAX_THREADS``."""
+
+    @field_validator("inter_op_threads", "intra_op_threads", mode="before")
+    @classmethod
+    def _a_count(cls, value: object, info: ValidationInfo) -> object:
+        return _whole_number(str(info.field_name), value)
 
     @field_validator("inter_op_threads", "intra_op_threads")
     @classmethod
@@ -78,6 +134,41 @@ class SessionConfig(BaseModel):
     """CPU kernels flush subnormal floats to zero, as TensorFlow's do (``log(1e-40f)`` is
     ``-inf``); False keeps IEEE subnormals. The caller's thread is restored after ``run``."""
 
+    @field_validator("device_filters", "disabled_passes", mode="before")
+    @classmethod
+    def _names(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str | bytes):  # tuple("CPU") would be ("C", "P", "U")
+            raise ValueError(
+                f"{info.field_name} must be a tuple of names, not one string: write "
+                f"{info.field_name}=({value!r},)"
+            )
+        return value
+
+    @field_validator("device_count", "memory_limit", mode="before")
+    @classmethod
+    def _per_type_counts(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, dict):
+            for device_type, count in value.items():
+                _whole_number(f"{info.field_name}[{device_type!r}]", count)
+        return value
+
+    @field_validator("device_count", "memory_limit", "factory_overrides", "kernel_labels")
+    @classmethod
+    def _keyed_by_name(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        for key, entry in value.items():
+            if not key:
+                raise ValueError(f"{info.field_name} has an empty key")
+            if info.field_name == "device_count" and entry < 0:
+                raise ValueError(
+                    f"device_count[{key!r}]={entry}: a device count is 0 (no {key} device) or more"
+                )
+            if info.field_name == "memory_limit" and entry <= 0:
+                raise ValueError(
+                    f"memory_limit[{key!r}]={entry}: a memory limit is a number of bytes "
+                    f"greater than 0"
+                )
+        return value
+
     def device_options(self) -> DeviceOptions:
         return DeviceOptions(
             intra_op_threads=self.intra_op_threads,
@@ -91,13 +182,22 @@ class SessionConfig(BaseModel):
         return self.inter_op_threads or min(MAX_THREADS, max(1, os.cpu_count() or 1))
 
 
-class RunOptions(BaseModel):
+class RunOptions(_Checked):
+    """TensorFlow's ``RunOptions``: what one run asks for."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     trace: bool = False
     """Collect step stats (per node: device, thread, times, kernel, label, shapes)."""
     timeout_s: PositiveFloat | None = None
     """Fail the run with ``DeadlineExceededError`` after this many seconds."""
+
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _seconds(cls, value: object) -> object:
+        if isinstance(value, bool | str | bytes):  # True would be 1 s, "10" 10 s
+            raise ValueError(f"timeout_s must be a number of seconds, not a {type(value).__name__}")
+        return value
 
 
 @dataclass
