@@ -72,6 +72,31 @@ def _source_array(value: object, what: str, given: Setting | None) -> Array:
         ) from None
 
 
+_NUMBER_TYPES: Final = (bool, int, float, complex, np.number, np.bool_)
+"""Numbers as an object array holds them (Python's, or numpy's scalars); not str, None."""
+
+
+def _numbers_from_objects(array: Array, target: np.dtype[Any]) -> Array:
+    """An object array of Python numbers (``np.array([1, 2], dtype=object)``, or numpy's
+    array of a list holding an int beyond 64 bits) as the numbers it holds, for the checks
+    that follow: as numpy reads the same list, or for a floating target taken in that type
+    directly (``2**70`` is a float64; TensorFlow feeds it). Anything else (strings, None,
+    other objects) comes back as it is, for the caller's error that names it."""
+    if not all(isinstance(item, _NUMBER_TYPES) for item in array.reshape(-1).tolist()):
+        return array
+    items = array.tolist()
+    try:
+        plain = np.asarray(items)
+    except (TypeError, ValueError, OverflowError):
+        return array
+    if plain.dtype.kind != "O" or target.kind not in "fc":
+        return plain if plain.dtype.kind != "O" else array
+    try:
+        return np.asarray(items, dtype=target)
+    except (TypeError, ValueError, OverflowError):
+        return array
+
+
 def _first(array: Array, bad: Array) -> object:
     """The first element of ``array`` where ``bad`` is set."""
     return array[bad][0] if array.ndim else array[()]
@@ -209,6 +234,8 @@ def convert_to_dtype(
             given,
         )
     array = _source_array(value, what, given)
+    if array.dtype.kind == "O":
+        array = _numbers_from_objects(array, target)
     kind = array.dtype.kind
     if kind not in _NUMERIC_KINDS:
         raise _non_numeric(array, what, dtype.name, given)

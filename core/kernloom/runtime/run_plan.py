@@ -45,11 +45,6 @@ def check_feed(tensor: Tensor, value: object) -> Array:
             f"{_feed_where(tensor)} is a kl.Tensor; feed a value (numpy array, number or list)"
         )
     key = tensor.name.removesuffix(":0")
-    if isinstance(value, np.ndarray) and value.dtype.kind == "O":
-        # An object array of Python numbers (np.array([1, 2], dtype=object)) holds the same
-        # values as the list it came from: judge those (TensorFlow's feeds take them too).
-        # Strings, None and other objects stay objects and fail, naming the value.
-        value = value.tolist()
     try:
         array = convert_to_dtype(
             value,
