@@ -180,6 +180,8 @@ def _matmul(ctx: OpKernelContext) -> Any:
     a, b = _data(ctx.input(0), ctx, 0), _data(ctx.input(1), ctx, 1)
     a = a.T if ctx.attr("transpose_a") else a
     b = b.T if ctx.attr("transpose_b") else b
+    if a.shape[1] != b.shape[0]:
+        raise ctx.fail(f"inner dimensions differ: {list(a.shape)} x {list(b.shape)}")
     out = ctx.allocate_output(0, (a.shape[0], b.shape[1])).data
     out[...] = a.astype(np.float64) @ b.astype(np.float64)
 

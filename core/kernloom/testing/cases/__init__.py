@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kernloom.testing.cases import (
+    bitwise,
     elementwise,
     fused,
     image_linalg,
     indexing,
+    kit_edges,
     nn,
     standard,
     tf_edges,
@@ -22,7 +24,17 @@ from kernloom.testing.cases.case import RNG, Array, Case, assert_matches, sample
 
 __all__ = ["RNG", "Array", "Case", "assert_matches", "cases", "sample", "tolerance"]
 
-FAMILIES = (standard, elementwise, indexing, nn, image_linalg, fused, tf_edges)
+FAMILIES = (
+    standard,
+    elementwise,
+    bitwise,
+    indexing,
+    nn,
+    image_linalg,
+    fused,
+    tf_edges,
+    kit_edges,
+)
 
 
 def cases() -> Iterator[Case]:

@@ -27,6 +27,7 @@ __all__ = [
     "check_allocation",
     "check_copies",
     "check_device_count",
+    "check_kernel_device_types",
     "check_large_copy",
     "check_memory_limit",
     "edge_values",
@@ -83,6 +84,7 @@ def _same(actual: Any, expected: Array) -> str | None:
 def check_copies(plan: KitPlan, dtype: DType) -> None:
     """Host -> device -> host keeps shape, dtype and every value of each sample."""
     device = plan.device
+    kept: list[tuple[str, Any, Array]] = []
     for what, host in sample_values(dtype):
         before = host.copy()
         try:
@@ -103,6 +105,19 @@ def check_copies(plan: KitPlan, dtype: DType) -> None:
                 problem = f"value_shape says {shape} for a value of shape {host.shape}"
         if problem is not None:
             raise KitFailure(f"{dtype.name} copy of {what} to and from {device.name}: {problem}")
+        kept.append((what, back, before))
+    # The device's buffers are dropped by now; new ones (which a pool may hand the same
+    # memory) must not change what copy_to_host returned.
+    for _, host in sample_values(dtype):
+        device.copy_to_host(device.copy_from_host(np.zeros_like(host)))
+        device.copy_to_host(device.copy_from_host(host[::-1] if host.ndim else host))
+    for what, back, before in kept:
+        if _same(back, before) is not None:
+            raise KitFailure(
+                f"{dtype.name} copy of {what} to and from {device.name}: the array copy_to_host "
+                f"returned changed after it returned (the device wrote into it later: an "
+                f"asynchronous transfer not waited for, or device memory handed out and reused)"
+            )
 
 
 def check_large_copy(plan: KitPlan, dtype: DType) -> None:
@@ -152,6 +167,13 @@ def check_allocation(plan: KitPlan, dtype: DType) -> None:
     problems = []
     if device.value_shape(buffer) != TensorShape(shape):
         problems.append(f"value_shape is {device.value_shape(buffer)}, expected {shape}")
+    try:
+        got = device.value_dtype(buffer)
+    except Exception as exc:  # a dtype kernloom has no name for
+        problems.append(f"value_dtype failed: {type(exc).__name__}: {exc}")
+    else:
+        if got != dtype:
+            problems.append(f"the buffer's dtype {got.name}, expected {dtype.name}")
     if during.num_allocs != before.num_allocs + 1:
         problems.append(f"num_allocs went {before.num_allocs} -> {during.num_allocs}")
     if during.bytes_in_use - in_use != nbytes:
@@ -227,4 +249,32 @@ def check_device_count(plan: KitPlan) -> None:
         raise KitFailure(
             f"DeviceOptions.device_count={{{plan.device_type!r}: 0}} still created "
             f"{', '.join(made)}; the factory must honour it (kernloom.plugin.device_count_for)"
+        )
+
+
+def check_kernel_device_types(plan: KitPlan) -> None:
+    """The plugin that provides the device registers no kernel for a device type that no
+    factory provides (a typo, or a type renamed in the factory but not in the kernels):
+    such kernels never run, and their ops silently fall back to another device."""
+    registry = plan.registry
+    factory_types = set(registry.device_factories.device_types())
+    chosen = registry.device_factories.chosen(registry.factory_overrides())
+    origin = chosen[plan.device_type].origin
+    stray: dict[str, set[str]] = {}
+    for registration in registry.kernels.kernels():
+        kernel_def = registration.kernel_def
+        if registration.origin.plugin != origin.plugin:
+            continue
+        if kernel_def.device_type not in factory_types:
+            stray.setdefault(kernel_def.device_type, set()).add(kernel_def.op)
+    if stray:
+        listed = "; ".join(
+            f"registers kernels for device type {t!r} ({', '.join(sorted(ops)[:6])}"
+            f"{', ...' if len(ops) > 6 else ''})"
+            for t, ops in sorted(stray.items())
+        )
+        raise KitFailure(
+            f"plugin {origin.plugin!r}, which provides {plan.device_type}, {listed}, but no "
+            f"factory creates devices of that type (types with a factory: "
+            f"{', '.join(sorted(factory_types))}); those kernels never run"
         )

@@ -17,7 +17,7 @@ import kernloom.testing.conformance.contract_checks as contract
 import kernloom.testing.conformance.executor_checks as executor
 from kernloom.testing.conformance.failure import KitFailure
 from kernloom.testing.conformance.graph_pass_checks import check_graph_pass, graph_pass_names
-from kernloom.testing.conformance.kernel_checks import check_kernel_case
+from kernloom.testing.conformance.kernel_checks import check_error_case, check_kernel_case
 from kernloom.testing.conformance.plan import KitPlan
 from kernloom.testing.conformance.report import Entry
 
@@ -93,14 +93,19 @@ def kit_checks(plan: KitPlan) -> Iterator[tuple[Entry, Check]]:
             partial(contract.check_large_copy, plan, largest),
         )
     yield Entry("device", "memory-limit"), partial(contract.check_memory_limit, plan)
+    yield Entry("device", "kernel-device-types"), partial(contract.check_kernel_device_types, plan)
     yield Entry("device", "device-count"), partial(contract.check_device_count, plan)
     for case, problem in plan.broken:
         yield (
             Entry("kernels", case.id or case.op, op=case.op, case=case.id),
             partial(_raise, problem),
         )
+    probed: set[tuple[str, str, str]] = set()
     for kernel_case in plan.kernel_cases:
         case = kernel_case.case
+        key = (case.op, kernel_case.dtype, case.label)
+        probe = key not in probed  # the first case of each op and dtype: inputs fetched again
+        probed.add(key)
         yield (
             Entry(
                 "kernels",
@@ -110,7 +115,13 @@ def kit_checks(plan: KitPlan) -> Iterator[tuple[Entry, Check]]:
                 label=case.label,
                 case=case.id,
             ),
-            partial(check_kernel_case, plan, kernel_case),
+            partial(check_kernel_case, plan, kernel_case, probe=probe),
+        )
+    for kernel_case in plan.error_cases:
+        case = kernel_case.case
+        yield (
+            Entry("kernels", case.id, op=case.op, dtype=kernel_case.dtype, case=case.id),
+            partial(check_error_case, plan, kernel_case),
         )
     for name, check in (
         ("split-graph", executor.check_split_graph),

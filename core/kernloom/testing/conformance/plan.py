@@ -24,6 +24,7 @@ from kernloom.framework.kernel_registry import KernelRegistration, NoKernelError
 from kernloom.framework.node_def import KERNEL_LABEL_ATTR, NodeDef
 from kernloom.registry import Registry
 from kernloom.testing.cases import Case, cases
+from kernloom.testing.cases.kit_edges import error_cases
 
 __all__ = [
     "NODE",
@@ -105,6 +106,9 @@ class KitPlan:
     no_kernel: list[NoKernel] = field(default_factory=list)
     broken: list[tuple[Case, str]] = field(default_factory=list)
     """Cases whose kernel lookup itself failed (a priority tie): failures, not gaps."""
+    error_cases: list[KernelCase] = field(default_factory=list)
+    """Bad inputs (``kernloom.testing.cases.kit_edges.error_cases``) for an op with a kernel
+    on the device: the run must fail with ``InvalidArgumentError``."""
     only_plugin: str | None = None
     """Check only the kernels this plugin registered (entry-point or distribution name):
     a kernel library's own, on a device another plugin provides."""
@@ -144,13 +148,15 @@ class KitPlan:
                 for label in sorted(plan.labels(case.op)):
                     if (case.op, label) not in labelled:
                         plan._sort(replace(case, label=label, id=f"{case.id}[{label}]"))
+        for case in error_cases():
+            plan._sort(case, errors=True)
         return plan
 
     def _mine(self, registration: KernelRegistration) -> bool:
         origin = registration.origin
         return self.only_plugin in (origin.plugin, origin.distribution)
 
-    def _sort(self, case: Case) -> None:
+    def _sort(self, case: Case, *, errors: bool = False) -> None:
         op_def = self.registry.op_def(case.op)
         inputs = case_dtypes(case)
         attrs = op_def.infer_attrs(inputs, case.attrs, NODE)
@@ -164,21 +170,22 @@ class KitPlan:
             found = self.registry.find_kernel(node, self.device_type, self.device.backend)
         except NoKernelError as exc:
             reason = str(exc).split(". Registered kernels", 1)[0]
-            if self.only_plugin is None:
+            if self.only_plugin is None and not errors:
                 self.no_kernel.append(NoKernel(case.op, dtype, case.label, reason))
             return
         except KernloomError as exc:
-            self.broken.append((case, str(exc)))
+            if not errors:
+                self.broken.append((case, str(exc)))
             return
         if self.only_plugin is not None and not self._mine(found):
             return  # another plugin's kernel: not what this run checks
         undeclared = [a for a in case.declared if not _declares(found, a, attrs[a])]
         if undeclared:
-            if self.only_plugin is None:
+            if self.only_plugin is None and not errors:
                 reason = f"its kernel does not declare {', '.join(undeclared)} of this case"
                 self.no_kernel.append(NoKernel(case.op, dtype, case.label, reason))
             return
-        self.kernel_cases.append(KernelCase(case, dtype, found))
+        (self.error_cases if errors else self.kernel_cases).append(KernelCase(case, dtype, found))
 
     @property
     def device(self) -> Device:

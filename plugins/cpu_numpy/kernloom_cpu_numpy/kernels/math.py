@@ -75,8 +75,8 @@ def reduce_mean(ctx: OpKernelContext) -> None:
         # Floor division rounds toward -inf; TensorFlow's integer mean truncates toward 0.
         quotient += ((total % wide(count)) != 0) & (total < 0)
         target[...] = quotient.astype(x.dtype)
-    elif count == 0 and x.dtype.kind == "c":
-        target[...] = 0  # TensorFlow's complex mean of nothing is 0 (its float mean NaN)
+    elif count == 0:  # TensorFlow's complex mean of nothing is 0, its float mean NaN
+        target[...] = 0 if x.dtype.kind == "c" else np.nan  # (np.mean would warn)
     else:
         np.mean(x, axis=axes, keepdims=True, out=target)
 

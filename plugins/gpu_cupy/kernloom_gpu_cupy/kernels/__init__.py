@@ -157,6 +157,9 @@ class _Kernels:
             out[...] = 0  # TensorFlow's complex mean of nothing is 0 (its float mean NaN)
             return
         if x.dtype.kind not in "iu":
+            if count == 0:  # 0 / 0, as TensorFlow's float mean of nothing (xp.mean would
+                out[...] = np.nan  # warn "Mean of empty slice", an error under -W error)
+                return
             with np.errstate(all="ignore"):
                 xp.mean(x, axis=axes, keepdims=True, out=out)
             return
@@ -265,6 +268,17 @@ class _Kernels:
 
     # -- the table ------------------------------------------------------------------------------
 
+    def _clamped(self, shift: Callable[..., Any]) -> Callable[..., Any]:
+        """``shift`` with TensorFlow's rule for the amount: clamped to ``[0, bits - 1]``."""
+        xp = self.xp
+
+        def clamped(x: Any, y: Any, out: Any) -> Any:
+            bits = np.dtype(x.dtype).itemsize * 8
+            return shift(x, xp.clip(y, 0, bits - 1).astype(y.dtype), out=out)
+
+        clamped.__name__ = shift.__name__
+        return clamped
+
     def standard(self) -> list[tuple[str, Kernel, dict[str, Any]]]:
         xp = self.xp
 
@@ -282,6 +296,11 @@ class _Kernels:
             ("Pow", xp.power, t.OP_TYPES),
             ("Less", xp.less, t.OP_TYPES),
             ("Greater", xp.greater, t.OP_TYPES),
+            ("BitwiseAnd", xp.bitwise_and, t.INTEGERS),
+            ("BitwiseOr", xp.bitwise_or, t.INTEGERS),
+            ("BitwiseXor", xp.bitwise_xor, t.INTEGERS),
+            ("LeftShift", self._clamped(xp.left_shift), t.INTEGERS),
+            ("RightShift", self._clamped(xp.right_shift), t.INTEGERS),
         ]
         unary: list[tuple[str, Any, tuple[Any, ...] | None]] = [
             ("Neg", xp.negative, t.OP_TYPES),
@@ -292,6 +311,7 @@ class _Kernels:
             ("Tanh", xp.tanh, t.OP_TYPES),
             ("Sigmoid", self._sigmoid, t.OP_TYPES),
             ("Relu", self._relu, t.OP_TYPES),
+            ("Invert", xp.invert, t.INTEGERS),
         ]
         kernels = [(op, self.binary(fn), typed(types)) for op, fn, types in binary]
         kernels += [(op, self.unary(fn), typed(types)) for op, fn, types in unary]

@@ -1,4 +1,4 @@
-"""Reductions and orderings: Prod, All, Any, ArgMin, Cumsum, TopKV2.
+"""Reductions and orderings: Prod, All, Any, ArgMin, Cumsum, Cumprod, TopKV2.
 
 Written over the array module ``xp`` (CuPy; numpy in tests). Host-memory inputs (axes,
 ``k``) arrive as numpy; one produced on the same device is copied off it by ``_host``.
@@ -75,23 +75,33 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         out = ctx.allocate_output(0, tuple(d for i, d in enumerate(x.shape) if i != axis))
         xp.copyto(out, xp.argmin(x, axis=axis), casting="unsafe")
 
-    def cumsum(ctx: OpKernelContext) -> None:
-        x = ctx.input(0)
-        axis = _scalar_axis(ctx, x.shape, _host(ctx, 1), "Cumsum")
-        out = ctx.allocate_output(0, x.shape)
-        reverse = bool(ctx.attr("reverse"))
-        source = xp.flip(x, axis) if reverse else x
-        with np.errstate(all="ignore"):
-            if ctx.attr("exclusive"):
-                n = source.shape[axis]
-                total = xp.zeros_like(source)
-                head = xp.take(source, xp.arange(max(n - 1, 0)), axis=axis)
-                index: list[Any] = [slice(None)] * x.ndim
-                index[axis] = slice(1, None)
-                total[tuple(index)] = xp.cumsum(head, axis=axis, dtype=x.dtype)
-            else:
-                total = xp.cumsum(source, axis=axis, dtype=x.dtype)
-        xp.copyto(out, xp.flip(total, axis) if reverse else total)
+    def scan(op: str, fn: Callable[..., Any], start: Callable[..., Any]) -> Any:
+        """Cumsum's and Cumprod's walk: ``fn`` along the axis (flipped for ``reverse``);
+        ``exclusive`` starts with ``start``'s value (0 or 1), then ``fn`` of all but the last
+        element. A sum is never -0.0 (TF's scan starts at +0); a product's zeros keep signs."""
+
+        def compute(ctx: OpKernelContext) -> None:
+            x = ctx.input(0)
+            axis = _scalar_axis(ctx, x.shape, _host(ctx, 1), op)
+            out = ctx.allocate_output(0, x.shape)
+            reverse = bool(ctx.attr("reverse"))
+            source = xp.flip(x, axis) if reverse else x
+            with np.errstate(all="ignore"):
+                if ctx.attr("exclusive"):
+                    n = source.shape[axis]
+                    total = start(source)
+                    head = xp.take(source, xp.arange(max(n - 1, 0)), axis=axis)
+                    index: list[Any] = [slice(None)] * x.ndim
+                    index[axis] = slice(1, None)
+                    total[tuple(index)] = fn(head, axis=axis, dtype=x.dtype)
+                else:
+                    total = fn(source, axis=axis, dtype=x.dtype)
+                if op == "Cumsum" and total.dtype.kind in "fc":
+                    total += 0
+            xp.copyto(out, xp.flip(total, axis) if reverse else total)
+
+        compute.__qualname__ = f"cupy_{op.lower()}"
+        return compute
 
     def top_k(ctx: OpKernelContext) -> None:
         x, k_value = ctx.input(0), _host(ctx, 1)
@@ -123,5 +133,6 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
     gpu("All", (), **reduce)(reduction(xp.all))
     gpu("Any", (), **reduce)(reduction(xp.any))
     gpu("ArgMin", t.OP_TYPES, host_memory=["dimension"])(arg_min)
-    gpu("Cumsum", t.OP_TYPES, host_memory=["axis"])(cumsum)
+    gpu("Cumsum", t.OP_TYPES, host_memory=["axis"])(scan("Cumsum", xp.cumsum, xp.zeros_like))
+    gpu("Cumprod", t.OP_TYPES, host_memory=["axis"])(scan("Cumprod", xp.cumprod, xp.ones_like))
     gpu("TopKV2", t.OP_TYPES, host_memory=["k"])(top_k)
