@@ -73,6 +73,15 @@ def every_op_graph() -> kl.Graph:
         c = kl.ops.concat_v2([s, s], 0)
         f = kl.ops.fill([2, 2], 1.5)
         cast = kl.ops.cast(i, DstT=kl.float64)
+        [  # (nodes of the graph; nothing reads them)
+            kl.ops.bitwise_and(i, i),
+            kl.ops.bitwise_or(i, i),
+            kl.ops.bitwise_xor(i, i),
+            kl.ops.left_shift(i, i),
+            kl.ops.right_shift(i, i),
+            kl.ops.invert(i),
+            kl.ops.cumprod(b, kl.constant(np.int32(0)), exclusive=True),
+        ]
         shape = kl.ops.shape(x, out_type=kl.int64)
         arg = kl.ops.arg_max(i, 1, output_type=kl.int32)
         images = kl.placeholder(kl.float32, [1, 4, 4, 2], name="images")

@@ -28,6 +28,11 @@ WHERE_SCALAR = (
     "reshape it to [1]"
 )
 
+SCATTER_DEPTH_0 = (
+    "Indices and updates specified for empty output shape: indices.shape[-1] is 0 (as "
+    "TensorFlow's kernel, ScatterNd takes no index vectors of length 0)"
+)
+
 CPU = "CPU"
 Array = np.ndarray[Any, Any]
 MASKS = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
@@ -82,7 +87,9 @@ def mirror_pad(ctx: OpKernelContext) -> None:
     mode = ctx.attr("mode")
     pairs, shape = ic.checked(ctx, ic.pad_amounts, x.shape, ctx.input(1), mode)
     out = ctx.allocate_output(0, shape)
-    if out.size:
+    if x.ndim == 0:  # np.pad takes no empty pad widths: a scalar is padded by nothing
+        out[...] = x
+    elif out.size:
         out[...] = np.pad(x, pairs, mode="reflect" if mode == "REFLECT" else "symmetric")
 
 
@@ -166,6 +173,8 @@ def scatter_nd(ctx: OpKernelContext) -> None:
     shape = _ints(ctx, 2, "shape")
     ic.checked(ctx, ic.scatter_nd_shape, indices.shape, updates.shape, shape)
     depth = indices.shape[-1]
+    if depth == 0:
+        raise ctx.fail(SCATTER_DEPTH_0)
     out = ctx.allocate_output(0, tuple(shape))
     out.fill(0)
     offsets, valid = _index_rows(ctx, indices, tuple(shape[:depth]), "shape")

@@ -49,6 +49,8 @@ Kernel = Callable[[OpKernelContext], None]
 
 _ORDERED = tuple(dtype for dtype in d.ALL if not dtype.is_complex)
 """The reals and bool: what ArgMax orders."""
+_ARG_OUTPUTS = tuple(dtype for dtype in d.ALL if dtype.name in ("int16", "int32", "int64"))
+"""ArgMax's output types torch can hold (TensorFlow's list has uint16 too)."""
 
 
 def _standard() -> list[tuple[str, Kernel, dict[str, Any]]]:
@@ -73,7 +75,14 @@ def _standard() -> list[tuple[str, Kernel, dict[str, Any]]]:
         # CUDA has no integer matrix products: integer MatMuls stay on the CPU.
         ("MatMul", math.matmul, typed((*d.FLOATS, *t.COMPLEX))),
         ("BiasAdd", math.bias_add, typed(d.NUMBERS)),
-        ("ArgMax", math.arg_max, typed(_ORDERED, host_memory=["dimension"])),
+        (
+            "ArgMax",
+            math.arg_max,
+            {  # (torch has no usable uint16 tensors: such an output stays on the CPU)
+                "type_constraints": {"T": _ORDERED, "output_type": _ARG_OUTPUTS},
+                "host_memory": ["dimension"],
+            },
+        ),
         ("Softmax", math.softmax, typed(t.OP_TYPES)),
         ("LogSoftmax", math.log_softmax, typed(t.OP_TYPES)),
         ("Reshape", array.reshape, {"host_memory": ["shape"], "expensive": False}),

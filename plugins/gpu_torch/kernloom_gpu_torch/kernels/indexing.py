@@ -29,6 +29,11 @@ WHERE_SCALAR = (
     "reshape it to [1]"
 )
 
+SCATTER_DEPTH_0 = (
+    "Indices and updates specified for empty output shape: indices.shape[-1] is 0 (as "
+    "TensorFlow's kernel, ScatterNd takes no index vectors of length 0)"
+)
+
 GPU = "GPU"
 BACKEND = "torch"
 GPU_POLICIES = ("", "DEFAULT", "IGNORE")
@@ -154,6 +159,8 @@ def scatter_nd(ctx: OpKernelContext) -> None:
     indices, updates = tensor_input(ctx, 0), tensor_input(ctx, 1)
     shape = _ints(ctx, 2, "shape")
     ic.checked(ctx, ic.scatter_nd_shape, tuple(indices.shape), tuple(updates.shape), shape)
+    if indices.shape[-1] == 0:
+        raise ctx.fail(SCATTER_DEPTH_0)
     limits = tuple(shape[: indices.shape[-1]])
     out = output(ctx, 0, ic.known(shape))
     out.zero_()
