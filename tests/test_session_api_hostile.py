@@ -370,7 +370,7 @@ def test_an_unknown_device_type_in_the_config_is_an_error_with_a_suggestion(
         np.testing.assert_array_equal(sess.run(model.y, {model.x: XV}), Y_EXPECTED)
 
 
-# -- conversions (kernloom/convert.py), and one reported, not fixed --------------------------------
+# -- conversions (kernloom/convert.py) and device selection (kernloom/registry.py) ----------------
 
 
 def test_a_huge_python_int_feeds_a_float_tensor_and_object_arrays_make_constants(
@@ -392,12 +392,8 @@ def test_a_huge_python_int_feeds_a_float_tensor_and_object_arrays_make_constants
             sess.run(i, {i: [2**70, 1]})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kernloom/registry.py: a bad SessionConfig(factory_overrides=...) is reported as "
-    "'DeviceOptions.factory_overrides', the plugin API's name, not the session's argument",
-)
 def test_a_bad_factory_override_names_the_session_argument(model: Model) -> None:
+    """Not ``DeviceOptions.factory_overrides`` (the plugin API's name): the session's words."""
     config = kl.SessionConfig(factory_overrides={"CPU": "nope"})
     with pytest.raises(kl.NotFoundError, match=r"SessionConfig\(factory_overrides="):
         kl.Session(model.graph, config)

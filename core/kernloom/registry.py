@@ -50,6 +50,9 @@ from kernloom.hooks import (
 from kernloom.plugin_loader import PluginLoader, PluginTables
 from kernloom.registrar import GraphPassRegistration
 
+OPTIONS_SOURCE = "DeviceOptions.factory_overrides"
+"""How a ``DeviceOptions``' factory selection is named in messages, by default."""
+
 __all__ = ["Registry", "default_registry", "registry_of"]
 
 
@@ -247,28 +250,38 @@ class Registry:
 
     # -- devices ----------------------------------------------------------------------
 
-    def factory_overrides(self, options: DeviceOptions | None = None) -> dict[str, FactoryOverride]:
-        """The environment's factory selections, overridden by ``options``'."""
+    def factory_overrides(
+        self, options: DeviceOptions | None = None, *, source: str = OPTIONS_SOURCE
+    ) -> dict[str, FactoryOverride]:
+        """The environment's factory selections, overridden by ``options``'; ``source``
+        names where the latter came from in messages (a session says
+        ``SessionConfig(factory_overrides=...)``, in its user's words)."""
         overrides = dict(self._settings.factory_overrides)
         if options is not None:
             for device_type, plugin in options.factory_overrides.items():
-                overrides[device_type] = FactoryOverride(plugin, "DeviceOptions.factory_overrides")
+                overrides[device_type] = FactoryOverride(plugin, source)
         return overrides
 
-    def placement_order(self, options: DeviceOptions | None = None) -> list[str]:
+    def placement_order(
+        self, options: DeviceOptions | None = None, *, source: str = OPTIONS_SOURCE
+    ) -> list[str]:
         """Device types, highest priority first: the order the placer tries them in."""
-        return self._factories.placement_order(self.factory_overrides(options))
+        return self._factories.placement_order(self.factory_overrides(options, source=source))
 
-    def resolve_factories(self, options: DeviceOptions | None = None) -> list[ResolvedFactory]:
-        return self._factories.resolve(self.factory_overrides(options))
+    def resolve_factories(
+        self, options: DeviceOptions | None = None, *, source: str = OPTIONS_SOURCE
+    ) -> list[ResolvedFactory]:
+        return self._factories.resolve(self.factory_overrides(options, source=source))
 
-    def create_devices(self, options: DeviceOptions | None = None) -> DeviceMgr:
+    def create_devices(
+        self, options: DeviceOptions | None = None, *, source: str = OPTIONS_SOURCE
+    ) -> DeviceMgr:
         """Create the devices of every factory in use, in placement order (see
         ``DeviceFactoryRegistry.create_devices``); the registry is frozen from here on."""
         self.freeze()
         options = options or DeviceOptions()
         return self._factories.create_devices(
-            options, self.factory_overrides(options), strict=self._settings.strict
+            options, self.factory_overrides(options, source=source), strict=self._settings.strict
         )
 
 

@@ -71,6 +71,8 @@ CLIENT: Final = "client"
 _log = logging.getLogger("kernloom.session")
 _DEFAULT_OPTIONS: Final = RunOptions()
 _MAX_CACHED_PLANS: Final = 1024
+_OVERRIDES: Final = "SessionConfig(factory_overrides=...)"
+"""How the session's factory selections are named in the registry's messages."""
 _handles = itertools.count()
 
 
@@ -269,7 +271,7 @@ class Session:
         self._check_labels()
         check_pass_names(self.config.disabled_passes, self.registry.graph_passes)
         self._check_device_types()
-        devices = self.registry.create_devices(self.config.device_options())
+        devices = self.registry.create_devices(self.config.device_options(), source=_OVERRIDES)
         try:
             self.devices = _filter_devices(devices, self.config.device_filters)
             self._pool = _start_pool(self.config.resolved_inter_op_threads() - 1)
@@ -322,7 +324,7 @@ class Session:
         """``memory_limit`` and ``device_count`` name device types the plugins provide: a
         typo would otherwise be ignored. (A count of 0 for a type that no plugin provides
         is fine: ``device_count={'GPU': 0}`` hides GPUs wherever the session runs.)"""
-        types = self.registry.placement_order(self.config.device_options())
+        types = self.registry.placement_order(self.config.device_options(), source=_OVERRIDES)
         settings = {
             "memory_limit": self.config.memory_limit,
             "device_count": self.config.device_count,
