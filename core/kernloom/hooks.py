@@ -71,7 +71,8 @@ KERNLOOM_API_VERSION: Final = "1.7"
 # 1.6: transpose_output (a transpose keeps its input's layout; the kernel's own copy),
 # same_layout_output (an output in its inputs' shared layout), tf_reshape_dims (TF's
 # reshape rule without a context, for a kernel's direct entry).
-# 1.7: WindowAttrs.pool_window (a pool's geometry, its explicit padding checked as TF does).
+# 1.7: WindowAttrs.pool_window (a pool's geometry, its explicit padding checked as TF does);
+# Registry.factory_overrides/placement_order/resolve_factories/create_devices(source=).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may
