@@ -67,10 +67,9 @@ GPU_UINT16_IDENTITY_N = (
     "torch GPU for a uint16 input, which that device cannot hold (copying it fails)"
 )
 RANGE_NO_CPU_KERNEL = (
-    "reported, not fixed here: Range of int8, int16, uint16, uint32 -- TensorFlow's CPU has no "
-    "kernel (the node is refused when it runs), kernloom's numpy kernel computes it; the "
-    "shared cases (kernloom/testing/cases/indexing.py) expect those values, so restricting "
-    "the kernel's Tidx must change them too"
+    "documented deviation (docs/tensorflow_fidelity.md): Range of int8, int16, uint16, "
+    "uint32 -- the op allows them, TensorFlow's CPU has no kernel (the node is refused when "
+    "it runs); kernloom computes the values"
 )
 DEVIATIONS: dict[str, str] = {
     **dict.fromkeys(

@@ -842,7 +842,9 @@ def define_indexing(lib: OpLibrary) -> None:
         .shape_fn(_range_shape)
         .doc(
             "start, start + delta, ... up to but excluding limit; delta 0 is an error.",
-            "The length is ceil((limit - start) / delta), in integers for integer types.",
+            "The length is ceil((limit - start) / delta), in integers for integer types. "
+            "int8, int16, uint16 and uint32 are computed (TensorFlow's CPU has no kernel for "
+            "them).",
         )
     )
     (
