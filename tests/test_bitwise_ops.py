@@ -1,8 +1,9 @@
-"""The bitwise ops (BitwiseAnd/Or/Xor, Invert, LeftShift, RightShift) and Cumprod, on the
-numpy CPU kernels and the torch kernels (on a GPU device bound to torch's CPU): TensorFlow
-2.21's values for the edge cases (a shift by a negative amount or by the bit width or
-more is clamped to [0, bits - 1] by TF's CPU kernels), and hypothesis against numpy with
-that rule for the rest."""
+"""The ops added beside TensorFlow's bitwise family -- BitwiseAnd/Or/Xor, Invert,
+LeftShift, RightShift, Cumprod, TruncateDiv, TruncateMod, Mod, Xdivy, Xlogy, Xlog1py, Rint --
+on the numpy CPU kernels and the torch kernels (on a GPU device bound to torch's CPU):
+TensorFlow 2.21's values for the edge cases (a shift by a negative amount or by the bit
+width or more is clamped to [0, bits - 1] by TF's CPU kernels), and hypothesis against
+numpy with that rule for the rest."""
 
 from __future__ import annotations
 
@@ -153,3 +154,53 @@ def test_floats_and_bad_axes_are_refused_naming_the_op() -> None:
         run_kernel("LeftShift", [np.ones(2), np.ones(2)], {}, registry=registry, device=device)
     with pytest.raises(klp.InvalidArgumentError, match=r"\(op Cumprod\): axis 2 is out of range"):
         run_kernel("Cumprod", [np.ones(3), np.int32(2)], {}, registry=registry, device=device)
+
+
+XI = np.array([7, -7, 7, -7, 0], np.int32)
+YI = np.array([2, 2, -2, -2, 3], np.int32)
+XF = np.array([7.5, -7.5, 7.5, -7.5, 1.0, np.nan, 0.0, -0.0], np.float32)
+YF = np.array([2, 2, -2, -2, 0, 1, 0, 3], np.float32)
+NAN, INF = np.nan, np.inf
+
+TRUNCATING_TF_VALUES = [  # tf.compat.v1 sessions, TensorFlow 2.21 CPU
+    ("TruncateDiv", XI, YI, [3, -3, -3, 3, 0]),
+    ("TruncateDiv", XF, YF, [3, -3, -3, 3, INF, NAN, NAN, -0.0]),
+    ("TruncateMod", XI, YI, [1, -1, 1, -1, 0]),
+    ("TruncateMod", XF, YF, [1.5, -1.5, 1.5, -1.5, NAN, NAN, NAN, -0.0]),
+    ("Mod", XI, YI, [1, -1, 1, -1, 0]),
+    ("Mod", XF, YF, [1.5, -1.5, 1.5, -1.5, NAN, NAN, NAN, -0.0]),
+    ("Xdivy", XF, YF, [3.75, -3.75, -3.75, 3.75, INF, NAN, 0.0, -0.0]),
+    ("Xlogy", XF, YF, [5.1986036, -5.1986036, NAN, NAN, -INF, NAN, 0.0, -0.0]),
+    ("Xlog1py", XF, YF, [8.239593, -8.239593, NAN, NAN, 0.0, NAN, 0.0, -0.0]),
+]
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize(("op", "x", "y", "want"), TRUNCATING_TF_VALUES)
+def test_truncating_and_x_ops_match_tensorflow(
+    backend: str, op: str, x: Array, y: Array, want: list[float]
+) -> None:
+    got = _run_any(backend, op, [x, y])
+    expected = np.array(want, x.dtype)
+    assert got.dtype == x.dtype
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    np.testing.assert_array_equal(
+        np.signbit(got[expected == 0]), np.signbit(expected[expected == 0])
+    )
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_rint_halves_to_even_and_integer_division_by_zero_is_an_error(backend: str) -> None:
+    halves = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, NAN, INF, -0.0], np.float32)
+    got = _run_any(backend, "Rint", [halves])
+    want = np.array([0.0, 2.0, 2.0, -0.0, -2.0, 2.0, NAN, INF, -0.0], np.float32)  # TF's
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    for op in ("TruncateDiv", "TruncateMod", "Mod"):
+        with pytest.raises(klp.InvalidArgumentError, match="Integer division by zero"):
+            _run_any(backend, op, [XI, np.zeros(5, np.int32)])
+
+
+def _run_any(backend: str, op: str, inputs: list[Any]) -> Array:
+    registry, device = BACKENDS[backend]
+    return run_kernel(op, inputs, {}, registry=registry, device=device).outputs[0]

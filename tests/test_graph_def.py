@@ -81,6 +81,13 @@ def every_op_graph() -> kl.Graph:
             kl.ops.right_shift(i, i),
             kl.ops.invert(i),
             kl.ops.cumprod(b, kl.constant(np.int32(0)), exclusive=True),
+            kl.ops.truncate_div(i, i),
+            kl.ops.truncate_mod(i, i),
+            kl.ops.mod(b, b),
+            kl.ops.xdivy(b, b),
+            kl.ops.xlogy(b, b),
+            kl.ops.xlog1py(b, b),
+            kl.ops.rint(b),
         ]
         shape = kl.ops.shape(x, out_type=kl.int64)
         arg = kl.ops.arg_max(i, 1, output_type=kl.int32)

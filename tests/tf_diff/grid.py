@@ -120,6 +120,7 @@ UNARY_OPS: dict[str, tuple[Any, ...]] = {
     "IsFinite": FLOATS,
     "LogicalNot": (np.bool_,),
     "Invert": INTS,
+    "Rint": (np.float32, np.float64),
 }
 APPROXIMATE_UNARY_OPS: dict[str, tuple[Any, ...]] = {
     "Reciprocal": FLOATS + COMPLEX + SIGNED,  # TF's float32 reciprocal is 1 ulp off
@@ -167,8 +168,16 @@ BINARY_OPS: dict[str, tuple[Any, ...]] = {
     "BitwiseXor": INTS,
     "LeftShift": INTS,  # the edges shift by negative and too large amounts: TF clamps them
     "RightShift": INTS,
+    "TruncateDiv": FLOATS + INTS,
+    "TruncateMod": (np.float32, np.float64, np.int32, np.int64),
+    "Mod": (np.float32, np.float64, np.int32, np.int64),
+    "Xdivy": FLOATS,
 }
-APPROXIMATE_BINARY_OPS: dict[str, tuple[Any, ...]] = {"Pow": FLOATS + INTS + COMPLEX}
+APPROXIMATE_BINARY_OPS: dict[str, tuple[Any, ...]] = {
+    "Pow": FLOATS + INTS + COMPLEX,
+    "Xlogy": FLOATS,  # (a log: within a few ulps)
+    "Xlog1py": FLOATS,
+}
 
 UNARY_SHAPES: tuple[tuple[int, ...], ...] = ((), (0,), (2, 3))
 BINARY_SHAPES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
@@ -179,7 +188,7 @@ BINARY_SHAPES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((0, 3), (3,)),
     ((2, 3), (4,)),  # cannot broadcast: both must raise
 )
-DIVISIONS = ("Div", "FloorDiv", "FloorMod")
+DIVISIONS = ("Div", "FloorDiv", "FloorMod", "TruncateDiv", "TruncateMod", "Mod")
 
 
 def _unary_cases() -> Iterator[DiffCase]:

@@ -40,12 +40,13 @@ _APPROXIMATED_COMPLEX = ("Log", "Sign", "Reciprocal")
 
 DEVIATIONS: list[tuple[str, Callable[[DiffCase, str], bool]]] = [
     (
-        "Log of a float32 subnormal and Pow of subnormals: TensorFlow's vectorised log and "
-        "pow take a subnormal input apart with integer instructions, which flushing does not "
-        "touch (log(1e-40f) is -92.1 there); kernloom's kernels read it as 0 (log is -inf), "
-        "as TensorFlow's other CPU kernels do",
+        "Log (and Xlogy's log) of a float32 subnormal and Pow of subnormals: TensorFlow's "
+        "vectorised log and pow take a subnormal input apart with integer instructions, which "
+        "flushing does not touch (log(1e-40f) is -92.1 there); kernloom's kernels read it as "
+        "0 (log is -inf), as TensorFlow's other CPU kernels do",
         lambda case, why: (
-            case.has_subnormal and (case.op == "Pow" or (case.op == "Log" and "float32" in case.id))
+            case.has_subnormal
+            and (case.op == "Pow" or (case.op in ("Log", "Xlogy") and "float32" in case.id))
         ),
     ),
     (

@@ -463,6 +463,11 @@ def _define_model_ops(lib: OpLibrary) -> None:
         "NaN parts).",
     )
     unary("Floor", floats, "The largest integer not greater than x.")
+    unary(
+        "Rint",
+        spec((d.float32, d.float64)),  # (TF's CPU has no float16 kernel)
+        "The nearest integer to x, halves to the even one (2.5 -> 2).",
+    )
     unary("Ceil", floats, "The smallest integer not less than x.")
     unary(
         "Round",
@@ -517,6 +522,36 @@ def _define_model_ops(lib: OpLibrary) -> None:
         "x - floor(x / y) * y: the remainder has the sign of y. Integer modulo by zero is an "
         "error (TensorFlow's CPU kernel); float modulo by zero is NaN. A zero remainder of "
         "floats keeps fmod's sign (TF: -4.0 mod 2.0 is -0.0, where numpy gives +0.0).",
+    )
+    trunc_mod_types = spec((d.float32, d.float64, *INDEX))  # (TF's CPU: no float16)
+    binary(
+        "TruncateDiv",
+        reals,
+        "x / y truncated toward 0, broadcasting (C's integer division; trunc(x / y) for "
+        "floats, so 1 / 0 is inf). An integer division by zero is an error.",
+    )
+    for name in ("TruncateMod", "Mod"):
+        binary(
+            name,
+            trunc_mod_types,
+            "The remainder of a truncating division, broadcasting: it has the sign of x (C's "
+            "% and fmod; TruncateDiv(x, y) * y + TruncateMod(x, y) == x). Integer modulo by "
+            "zero is an error, float modulo by zero NaN.",
+        )
+    binary(
+        "Xdivy",
+        inexact,
+        "0 where x is 0 (keeping x's sign, even for y 0 or NaN), else x / y; broadcasting.",
+    )
+    binary(
+        "Xlogy",
+        inexact,
+        "0 where x is 0 (keeping x's sign, even for y 0 or NaN), else x * log(y).",
+    )
+    binary(
+        "Xlog1py",
+        inexact,
+        "0 where x is 0 (keeping x's sign, even for y -1 or NaN), else x * log1p(y).",
     )
     binary(
         "SquaredDifference",

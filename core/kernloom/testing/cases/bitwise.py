@@ -1,6 +1,7 @@
-"""Reference cases for the bitwise ops and Cumprod: numpy computed directly, with
-TensorFlow's rule for a shift amount that is negative or the bit width or more (its CPU
-kernels clamp it to ``[0, bits - 1]``), on every integer dtype, broadcasting included."""
+"""Reference cases for the ops added with TensorFlow's bitwise family: the bitwise ops and
+Cumprod (numpy computed directly, with TensorFlow's rule for a shift amount that is
+negative or the bit width or more: its CPU kernels clamp it to ``[0, bits - 1]``), and
+TruncateDiv, TruncateMod, Mod, Xdivy, Xlogy, Xlog1py and Rint."""
 
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ BINARY: tuple[tuple[str, Callable[..., Any]], ...] = (
 
 
 def cases() -> Iterator[Case]:
+    yield from _bitwise_cases()
+    yield from more_cases()
+
+
+def _bitwise_cases() -> Iterator[Case]:
     for dtype in INTEGERS:
         np_dtype = dtype.numpy_dtype
         bits = np_dtype.itemsize * 8
@@ -69,5 +75,61 @@ def _cumprod(exclusive: bool, reverse: bool) -> Callable[[Array, Any], Array]:
             values = np.concatenate([np.ones_like(values[:, :1]), values[:, :-1]], axis=1)
         product = np.cumprod(values, axis=1, dtype=x.dtype)
         return product[:, ::-1] if reverse else product
+
+    return reference
+
+
+def more_cases() -> Iterator[Case]:
+    """TruncateDiv, TruncateMod, Mod (C's truncating division and remainder), Xdivy, Xlogy,
+    Xlog1py (0 wherever x is 0, its sign kept) and Rint (halves to even): numpy directly."""
+    with np.errstate(all="ignore"):
+        for dtype in (kl.float32, kl.float64, kl.int32, kl.int64):
+            np_dtype = dtype.numpy_dtype
+            x = sample((2, 3), dtype)
+            y = np.array([[2, -3, 5], [-2, 7, 3]], np_dtype)
+            yield Case(
+                "TruncateDiv",
+                [x, y],
+                reference=_truncate_div,
+                id=f"TruncateDiv-{dtype}",
+            )
+            for op in ("TruncateMod", "Mod"):
+                yield Case(op, [x, y], reference=np.fmod, id=f"{op}-{dtype}")
+        for dtype in (kl.float32, kl.float64):
+            np_dtype = dtype.numpy_dtype
+            x = np.array([[1.5, 0.0, -0.0, -2.0, 3.0, np.nan]], np_dtype)
+            y = np.array([[2.0, 0.0, np.nan, 0.5, -1.0, 1.0]], np_dtype)
+            for op, fn in (
+                ("Xdivy", np.true_divide),
+                ("Xlogy", _times_log),
+                ("Xlog1py", _times_log1p),
+            ):
+                yield Case(op, [x, y], reference=_keeping_zeros(fn), id=f"{op}-{dtype}")
+            halves = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 2.4, np.nan, np.inf, -0.0], np_dtype)
+            yield Case("Rint", [halves], reference=np.rint, id=f"Rint-{dtype}")
+
+
+def _truncate_div(x: Array, y: Array) -> Array:
+    quotient: Array
+    if x.dtype.kind in "iu":
+        quotient = np.sign(x) * np.sign(y) * (np.abs(x) // np.abs(y))
+    else:
+        quotient = np.trunc(x / y)
+    return quotient.astype(x.dtype)
+
+
+def _times_log(x: Array, y: Array) -> Array:
+    return x * np.log(y)
+
+
+def _times_log1p(x: Array, y: Array) -> Array:
+    return x * np.log1p(y)
+
+
+def _keeping_zeros(fn: Callable[[Array, Array], Array]) -> Callable[[Array, Array], Array]:
+    def reference(x: Array, y: Array) -> Array:
+        with np.errstate(all="ignore"):
+            result: Array = np.where(x == 0, x * 0, fn(x, y)).astype(x.dtype)
+        return result
 
     return reference

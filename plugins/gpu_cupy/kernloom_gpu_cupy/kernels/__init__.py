@@ -312,6 +312,7 @@ class _Kernels:
             ("Sigmoid", self._sigmoid, t.OP_TYPES),
             ("Relu", self._relu, t.OP_TYPES),
             ("Invert", xp.invert, t.INTEGERS),
+            ("Rint", xp.rint, tuple(dt for dt in t.FLOATS if dt.name != "float16")),
         ]
         kernels = [(op, self.binary(fn), typed(types)) for op, fn, types in binary]
         kernels += [(op, self.unary(fn), typed(types)) for op, fn, types in unary]

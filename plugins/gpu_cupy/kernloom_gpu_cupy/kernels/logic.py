@@ -48,6 +48,34 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         adjust = (remainder != 0) & ((y < 0) != (remainder < 0))
         return xp.where(adjust, remainder + y, remainder)
 
+    trunc_mod_types = tuple(
+        dt for dt in t.REALS if dt.name in ("float32", "float64", "int32", "int64")
+    )
+
+    def truncate_div(x: Any, y: Any) -> Any:
+        return div(x, y) if _integer(x) else xp.trunc(xp.true_divide(x, y))
+
+    def truncate_mod(x: Any, y: Any) -> Any:
+        return xp.fmod(x, y)  # the remainder with x's sign, as C's % (TruncateMod, Mod)
+
+    def x_times(fn: Fn) -> Fn:
+        """Xdivy, Xlogy, Xlog1py: ``fn(x, y)``, but x itself where x is 0 (sign kept)."""
+
+        def keeping_zeros(x: Any, y: Any) -> Any:
+            return xp.where(x == 0, x * 0, fn(x, y))
+
+        keeping_zeros.__name__ = getattr(fn, "__name__", "x_times")
+        return keeping_zeros
+
+    def xdivy(x: Any, y: Any) -> Any:
+        return xp.true_divide(x, y)
+
+    def xlogy(x: Any, y: Any) -> Any:
+        return x * xp.log(y)
+
+    def xlog1py(x: Any, y: Any) -> Any:
+        return x * xp.log1p(y)
+
     def squared_difference(x: Any, y: Any) -> Any:
         difference = x - y
         return difference * (xp.conj(difference) if difference.dtype.kind == "c" else difference)
@@ -107,6 +135,12 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         ("Div", div, t.OP_TYPES, True),
         ("FloorDiv", floor_div, t.REALS, True),
         ("FloorMod", floor_mod, t.OP_TYPES, True),
+        ("TruncateDiv", truncate_div, t.REALS, True),
+        ("TruncateMod", truncate_mod, trunc_mod_types, True),
+        ("Mod", truncate_mod, trunc_mod_types, True),
+        ("Xdivy", x_times(xdivy), t.INEXACT, False),
+        ("Xlogy", x_times(xlogy), t.INEXACT, False),
+        ("Xlog1py", x_times(xlog1py), t.INEXACT, False),
         ("GreaterEqual", xp.greater_equal, t.OP_TYPES, False),
         ("LessEqual", xp.less_equal, t.OP_TYPES, False),
         ("LogicalAnd", xp.logical_and, (), False),

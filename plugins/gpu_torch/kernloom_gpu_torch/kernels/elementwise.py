@@ -170,6 +170,7 @@ UNARY: Table = (
     ("Sigmoid", torch.sigmoid, t.OP_TYPES),
     ("Relu", _relu, d.REALS),
     ("Invert", torch.bitwise_not, SHIFTABLE),
+    ("Rint", torch.round, tuple(dt for dt in d.FLOATS if dt.name != "float16")),  # halves: even
 )
 COMPARISONS: Table = (
     ("Less", torch.lt, d.REALS),

@@ -55,6 +55,42 @@ def _floor_mod(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.where(adjust, remainder + y, remainder)
 
 
+def _truncate_div(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return _div(x, y) if _integer(x) else torch.trunc(torch.div(x, y))
+
+
+def _truncate_mod(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.fmod(x, y)  # the remainder with x's sign, as C's % (TruncateMod, Mod)
+
+
+_TRUNC_MOD_TYPES = tuple(
+    dt for dt in d.REALS if dt.name in ("float32", "float64", "int32", "int64")
+)
+
+
+def _x_times(fn: Fn) -> Fn:
+    """Xdivy, Xlogy, Xlog1py: ``fn(x, y)``, but x itself where x is 0 (sign kept), whatever
+    y is (torch.xlogy gives NaN for y NaN; TensorFlow 0)."""
+
+    def keeping_zeros(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.where(x == 0, x * 0, fn(x, y))
+
+    keeping_zeros.__name__ = fn.__name__
+    return keeping_zeros
+
+
+def _xdivy(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.div(x, y)
+
+
+def _xlogy(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x * torch.log(y)
+
+
+def _xlog1py(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x * torch.log1p(y)
+
+
 def _squared_difference(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     difference = x - y
     return difference * (difference.conj() if difference.is_complex() else difference)
@@ -127,6 +163,12 @@ BINARY: tuple[tuple[str, Fn, tuple[Any, ...] | None, bool], ...] = (
     ("Div", _div, d.NUMBERS, True),
     ("FloorDiv", _floor_div, d.REALS, True),
     ("FloorMod", _floor_mod, d.REALS, True),
+    ("TruncateDiv", _truncate_div, d.REALS, True),
+    ("TruncateMod", _truncate_mod, _TRUNC_MOD_TYPES, True),
+    ("Mod", _truncate_mod, _TRUNC_MOD_TYPES, True),
+    ("Xdivy", _x_times(_xdivy), d.INEXACT, False),
+    ("Xlogy", _x_times(_xlogy), d.INEXACT, False),
+    ("Xlog1py", _x_times(_xlog1py), d.INEXACT, False),
     ("GreaterEqual", torch.ge, d.REALS, False),
     ("LessEqual", torch.le, d.REALS, False),
     ("LogicalAnd", torch.logical_and, (), False),
