@@ -66,13 +66,20 @@ def _pow(node: OnnxNode, ctx: ConversionContext) -> Result:
     return [ops.pow(x, same_dtype(ctx, x, exponent))]
 
 
+_TRUNCATE_MOD_TYPES = (d.float32, d.float64, d.int32, d.int64)
+"""The dtypes of TensorFlow's TruncateMod (no float16 CPU kernel)."""
+
+
 @converter("Mod", 10, attrs=("fmod",))
 def _mod(node: OnnxNode, ctx: ConversionContext) -> Result:
     x, y = ctx.input(0), ctx.input(1)
     if int(node.attr("fmod", 0)) == 0:
         # The remainder takes the divisor's sign (Python's %), for floats too.
         return [ops.floor_mod(x, y)]
-    # fmod: the remainder takes the dividend's sign, x - trunc(x / y) * y.
+    # fmod: the remainder takes the dividend's sign: TruncateMod where it has the dtype (C's
+    # fmod and %), else x - trunc(x / y) * y for integers.
+    if x.dtype in _TRUNCATE_MOD_TYPES:
+        return [ops.truncate_mod(x, y)]
     if x.dtype.is_integer:
         return [ops.sub(x, ops.mul(ops.div(x, y), y))]
     # Floats: FloorMod of the magnitudes (exact, as C's fmod: both are non-negative) with
