@@ -3,6 +3,7 @@ the per-run feed checks that stay (dtype, rank, known dimensions)."""
 
 from __future__ import annotations
 
+import collections
 import threading
 from typing import Any
 
@@ -129,15 +130,22 @@ def test_run_resolves_a_repeated_signature_once(
         assert builds == [y, [y, "x:0"]]
         sess.run(y, {b: bv, x: xv})  # another feed order: another plan, same result
         assert len(builds) == 3
-        for _ in range(2):  # a dict (its structure would have to be the key): not cached
+        for _ in range(2):  # a flat dict: its keys and values are the key
             out = sess.run({"y": y}, {x: xv, b: bv})
+        assert len(builds) == 4
+        again = sess.run({"y": y}, {x: xv, b: bv})
+        assert again is not out and again["y"] is not out["y"]  # new results each run
+        sess.run({"z": y}, {x: xv, b: bv})  # other keys: another plan
         assert len(builds) == 5
+        for _ in range(2):  # nested (its whole structure would have to be the key)
+            sess.run({"y": [y]}, {x: xv, b: bv})
+        assert len(builds) == 7
         sess.run(y, {x: xv, b: bv}, targets=["w"])  # targets: not cached
-        assert len(builds) == 6
+        assert len(builds) == 8
         with g.as_default():
             kl.ops.neg(y, name="later")  # the graph grew: names may resolve differently
         sess.run(y, {x: xv, b: bv})
-        assert len(builds) == 7
+        assert len(builds) == 9
     np.testing.assert_allclose(out["y"], xv @ W)
 
 
@@ -158,7 +166,9 @@ def test_signature_keys(registry: klp.Registry) -> None:
     assert signature_key(g, "y", None) == (len(g), "y", ())
     assert signature_key(g, [y, "b"], {}) == (len(g), (list, y, "b"), ())
     assert signature_key(g, (y,), {}) != signature_key(g, [y], {})
-    assert signature_key(g, {"y": y}, {}) is None
+    assert signature_key(g, {"y": y}, {}) == (len(g), (dict, ("y",), (y,)), ())
+    assert signature_key(g, {"y": [y]}, {}) is None  # nested
+    assert signature_key(g, collections.OrderedDict(y=y), {}) is None  # (rebuilt as its type)
     assert signature_key(g, [y, [y]], {}) is None  # nested: its structure is not in the key
     assert signature_key(g, y.node, {}) is None
     assert signature_key(g, y, collections_mapping()) is None

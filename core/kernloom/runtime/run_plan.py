@@ -89,10 +89,11 @@ def resolve_feeds(graph: Graph, keys: Sequence[object]) -> tuple[Tensor, ...]:
 
 def signature_key(graph: Graph, fetches: object, feed_dict: object) -> tuple[Any, ...] | None:
     """A key under which a run's resolved plan can be cached, or None when the call is not
-    one ``Session.run`` caches: fetches other than a tensor, a name, or a plain list or
-    tuple of them (a dict or namedtuple would need its whole structure in the key), or
-    feeds other than a plain dict. The graph's size is part of the key because a graph
-    that grew may resolve a name differently ("y" for a node added since)."""
+    one ``Session.run`` caches: fetches other than a tensor, a name, or a plain list,
+    tuple or dict of them (a nested structure or a namedtuple would need its whole shape
+    in the key), or feeds other than a plain dict. The graph's size is part of the key
+    because a graph that grew may resolve a name differently ("y" for a node added
+    since)."""
     kind = type(fetches)
     if kind is Tensor or kind is str:
         fetch_key: object = fetches
@@ -101,6 +102,12 @@ def signature_key(graph: Graph, fetches: object, feed_dict: object) -> tuple[Any
         if not all(type(item) is Tensor or type(item) is str for item in items):
             return None
         fetch_key = (kind, *items)
+    elif kind is dict:  # a flat dict of tensors or names (a training loop's usual fetch)
+        named: dict[Any, object] = fetches  # type: ignore[assignment]
+        values = tuple(named.values())
+        if not all(type(item) is Tensor or type(item) is str for item in values):
+            return None
+        fetch_key = (dict, tuple(named), values)
     else:
         return None
     if feed_dict is None:
