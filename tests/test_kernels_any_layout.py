@@ -84,6 +84,8 @@ TRANSCENDENTAL = {
     "Sin",
     "Softplus",
     "Tanh",
+    "Xlogy",
+    "Xlog1py",
 }
 """Functions whose vectorized loop (contiguous operands) and strided loop (any other)
 may round differently, in torch (SLEEF) and in numpy's SIMD ufuncs alike: one ulp apart

@@ -152,7 +152,10 @@ class EinsumEquation:
     def parse(cls, ctx: Fails, equation: str) -> EinsumEquation:
         if equation.count("->") != 1:
             raise ctx.fail(f"einsum equation {equation!r} must contain exactly one '->'")
-        left, right = equation.replace(" ", "").split("->")
+        # No spaces stripped: TensorFlow's op reads a space as a label (tf.einsum's Python
+        # wrapper strips them before making the node), which kernloom refuses as it does
+        # every label that is not a letter.
+        left, right = equation.split("->")
         subscripts = left.split(",")
         if len(subscripts) not in (1, 2):
             raise ctx.fail(
@@ -309,7 +312,8 @@ def define(lib: OpLibrary) -> None:
         .doc(
             "Matrix products over the last two axes; the batch axes broadcast (numpy rules).",
             "An adjoint conjugates complex values as well as transposing. Integer products "
-            "wrap around on overflow.",
+            "wrap around on overflow. Deviation: the unsigned types, which TensorFlow's op "
+            "lists but its CPU has no kernel for (the node is refused), are computed.",
         )
     )
     (
@@ -326,7 +330,9 @@ def define(lib: OpLibrary) -> None:
             "subscript, broadcasting between the inputs; a label repeated in an input takes "
             "its diagonal and one repeated in the output writes one (zeros elsewhere); labels "
             "absent from the output are summed. Named dimensions must match exactly. "
-            "Deviation: T is limited to number types (TensorFlow's T: type has kernels only "
-            "for those).",
+            "Deviations: T is limited to number types, and takes int8, int16 and the unsigned "
+            "types, for which TensorFlow's CPU has no kernel (the products wrap around); "
+            "labels are letters, where TensorFlow's op takes any character but '.' (a digit, "
+            "'#', a space): kernloom refuses the others.",
         )
     )
