@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tf_edge_harness as harness
 
 import kernloom as kl
-import kernloom.plugin as klp
 from kernloom.graph.builder import apply_op
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tf_linalg_edge" / "cases.npz"
@@ -140,57 +140,19 @@ a sample of each op; the rest run with ``KERNLOOM_TF_EDGE_ALL=1``."""
 
 
 @cache
-def registry(backend: str) -> klp.Registry:
-    """``numpy``: the numpy CPU plugin alone; ``torch``: with the torch plugin's CPU
-    kernels (its GPU factory left out); ``torchgpu``: the numpy CPU and the torch GPU
-    kernels on a GPU bound to torch's CPU."""
-    from kernloom_cpu_numpy import plugin as cpu_plugin
-
-    if backend == "torch":
-        from test_torch_labelled_cpu import real_plugins
-
-        return real_plugins()
-    result = klp.Registry()
-    result.register_plugin(cpu_plugin, name="cpu_numpy")
-    if backend == "torchgpu":
-        from kernloom_gpu_torch.testing import cpu_bound_gpu_plugin
-
-        result.register_plugin(cpu_bound_gpu_plugin(), name="gpu_torch")
-    return result
-
-
-@cache
 def torch_labels() -> dict[str, str]:
     """Every op of the fixture with a CPU kernel labelled ``torch``, mapped to that label."""
-    kernels = registry("torch").kernels
-    return {
-        op: "torch"
-        for op in sorted({m["op"] for m in META})
-        if any(
-            k.kernel_def.device_type == "CPU" and k.kernel_def.label == "torch"
-            for k in kernels.kernels(op)
-        )
-    }
+    return harness.torch_labels({m["op"] for m in META})
 
 
 @cache
 def torch_cpu_ops() -> frozenset[str]:
-    """The fixture's ops for which the torch plugin adds CPU kernels: the others run the
-    numpy kernels under ``torch`` too, so they are not run twice."""
-
-    def cpu(backend: str, op: str) -> int:
-        kernels = registry(backend).kernels.kernels(op)
-        return sum(k.kernel_def.device_type == "CPU" for k in kernels)
-
-    ops = {m["op"] for m in META}
-    return frozenset(op for op in ops if cpu("torch", op) > cpu("numpy", op))
+    """The fixture's ops the torch plugin adds CPU kernels for (``harness.torch_cpu_ops``)."""
+    return harness.torch_cpu_ops({m["op"] for m in META})
 
 
 def _inputs(name: str) -> list[np.ndarray]:
-    out: list[np.ndarray] = []
-    while f"{name}|in{len(out)}" in ARRAYS:
-        out.append(ARRAYS[f"{name}|in{len(out)}"])
-    return out
+    return harness.fixture_inputs(ARRAYS, name)
 
 
 def _build(meta: dict[str, Any], dynamic: bool) -> tuple[list[kl.Tensor], dict[Any, Any]]:
@@ -216,7 +178,7 @@ def _build(meta: dict[str, Any], dynamic: bool) -> tuple[list[kl.Tensor], dict[A
 
 def run_kernloom(name: str, mode: str, backend: str, optimize: bool) -> list[np.ndarray]:
     meta = BY_NAME[name]
-    graph = kl.Graph(registry(backend))
+    graph = kl.Graph(harness.registry(backend))
     with graph.as_default():
         fetches, feeds = _build(meta, mode == "dynamic")
     if mode == "static" and not meta["errors"][mode]:

@@ -628,33 +628,19 @@ def _define_model_ops(lib: OpLibrary) -> None:
             "NaN or +inf gives 0. No complex (unordered)."
         )
     )
-    (
-        lib.register_op("Cumsum")
-        .input("x: T")
-        .input("axis: Tidx")
-        .output("out: T")
-        .attr("exclusive: bool = false")
-        .attr("reverse: bool = false")
-        .attr(f"T: {numbers}")
-        .attr(f"Tidx: {spec(INDEX)} = int32")
-        .shape_fn(_cumsum_shape)
-        .doc(
-            "The running sum along axis: exclusive starts at 0 (leaves out the element "
-            "itself), reverse runs from the end. Integers wrap on overflow."
+    for name, what, start in (("Cumsum", "sum", 0), ("Cumprod", "product", 1)):
+        (
+            lib.register_op(name)
+            .input("x: T")
+            .input("axis: Tidx")
+            .output("out: T")
+            .attr("exclusive: bool = false")
+            .attr("reverse: bool = false")
+            .attr(f"T: {numbers}")
+            .attr(f"Tidx: {spec(INDEX)} = int32")
+            .shape_fn(_cumsum_shape)
+            .doc(
+                f"The running {what} along axis: exclusive starts at {start} (leaves out the "
+                "element itself), reverse runs from the end. Integers wrap on overflow."
+            )
         )
-    )
-    (
-        lib.register_op("Cumprod")
-        .input("x: T")
-        .input("axis: Tidx")
-        .output("out: T")
-        .attr("exclusive: bool = false")
-        .attr("reverse: bool = false")
-        .attr(f"T: {numbers}")
-        .attr(f"Tidx: {spec(INDEX)} = int32")
-        .shape_fn(_cumsum_shape)
-        .doc(
-            "The running product along axis: exclusive starts at 1 (leaves out the element "
-            "itself), reverse runs from the end. Integers wrap on overflow."
-        )
-    )
