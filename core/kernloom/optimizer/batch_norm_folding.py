@@ -155,7 +155,10 @@ def _scale_layer(
     add = _only_reader(mul, consumers)
     if add is None or add.op not in ("Add", "AddV2") or not _affine_member(add, norm, frames, ctx):
         return None
-    if _constant_operand(mul, norm.outputs[0]) is None:
+    scale = _constant_operand(mul, norm.outputs[0])
+    if scale is None or not np.all(np.isfinite(scale.node.attrs["value"])):
+        # ``(x * s + b) * c`` is not ``x * (s * c) + b * c`` where c is infinite: inf
+        # where the norm's value is positive is NaN once split (inf - inf).
         return None
     if _constant_operand(add, mul.outputs[0]) is None:
         return None

@@ -36,14 +36,29 @@ class ConstantFolding(GraphPass):
     name = "constant_folding"
 
     def run(self, graph: Graph, ctx: PassContext) -> Graph:
-        evaluate = ctx.evaluate
-        if evaluate is None:
+        if ctx.evaluate is None:
             return graph
+        kept: set[str] = set()
+        while True:
+            try:
+                return self._fold(graph, ctx, kept)
+            except _Refused as refused:
+                # A constant made a reader's shape inference fail (a Reshape to a
+                # materialized shape its input cannot take): leave those unfolded, so the
+                # run reports the error when, and only if, the reader runs.
+                if not refused.inputs - kept:
+                    raise refused.error from None
+                kept |= refused.inputs
+
+    def _fold(self, graph: Graph, ctx: PassContext, kept: set[str]) -> Graph:
+        evaluate = ctx.evaluate
+        assert evaluate is not None
         frames = frame_nodes(graph)
         candidates = [
             n
             for n in graph.nodes
             if n.inputs
+            and n.name not in kept
             and may_rewrite(n, ctx.preserved, frames)
             and all(t.node.op == "Const" or _maybe_folded(t.node, ctx, frames) for t in n.inputs)
         ]
@@ -51,7 +66,8 @@ class ConstantFolding(GraphPass):
         shaped = {
             n.name: value
             for n in graph.nodes
-            if (value := _materialized(n, ctx, frames, consumers)) is not None
+            if n.name not in kept
+            and (value := _materialized(n, ctx, frames, consumers)) is not None
         }
         if not candidates and not shaped:
             return graph
@@ -68,27 +84,27 @@ class ConstantFolding(GraphPass):
                 folded.append(node.name)
                 continue
             if node.name not in wanted:
-                rewriter.copy(node)
+                _copy(rewriter, node, folded)
                 continue
             inputs = [rewriter.mapped(t) for t in node.inputs]
             if any(t.node.op != "Const" for t in inputs):
-                rewriter.copy(node)
+                _copy(rewriter, node, folded)
                 continue
             values = [t.node.attrs["value"] for t in inputs]
             # A value no larger than its inputs (a folded weight transform) never balloons.
             allowed = max(ctx.max_constant_bytes, sum(np.asarray(v).nbytes for v in values))
             if _inferred_bytes(node) > allowed:  # known too large: not computed at all
                 too_large.append(node.name)
-                rewriter.copy(node)
+                _copy(rewriter, node, folded)
                 continue
             try:
                 outputs = evaluate(_node_def(node), values)
             except KernloomError:
-                rewriter.copy(node)
+                _copy(rewriter, node, folded)
                 continue
             if any(o.nbytes > allowed for o in outputs):
                 too_large.append(node.name)
-                rewriter.copy(node)
+                _copy(rewriter, node, folded)
                 continue
             _to_constants(
                 rewriter, node, outputs, [c for t in inputs for c in t.node.control_inputs]
@@ -104,6 +120,24 @@ class ConstantFolding(GraphPass):
         if not folded:
             return graph
         return rewriter.finish(ctx.preserved)
+
+
+class _Refused(Exception):
+    """Copying a node failed (its shape inference, given inputs folded into constants)."""
+
+    def __init__(self, error: KernloomError, inputs: set[str]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.inputs = inputs
+        """The node's inputs that this pass folded."""
+
+
+def _copy(rewriter: GraphRewriter, node: Node, folded: list[str]) -> None:
+    try:
+        rewriter.copy(node)
+    except KernloomError as error:
+        names = set(folded)
+        raise _Refused(error, {t.node.name for t in node.inputs if t.node.name in names}) from None
 
 
 def _to_constants(

@@ -32,6 +32,7 @@ class DeadBranchRemoval(GraphPass):
         dead: set[str] = set()
         switches: dict[str, int] = {}
         merges: dict[str, int] = {}
+        anchored: dict[str, list[Node]] = {}  # a Merge -> the Switches whose region reaches it
         for node in graph.nodes:
             if node.op != "Switch" or node.name in frames or node.name in dead:
                 continue
@@ -44,6 +45,8 @@ class DeadBranchRemoval(GraphPass):
                 continue
             dead |= found[0]
             merges.update(found[1])
+            for merge in found[1]:
+                anchored.setdefault(merge, []).append(node)
             switches[node.name] = live
         if not switches:
             return graph
@@ -57,14 +60,19 @@ class DeadBranchRemoval(GraphPass):
                 rewriter.alias(node, outputs, data.node)
             elif node.name in merges:
                 chosen = rewriter.mapped(node.inputs[merges[node.name]])
-                if node.name in ctx.preserved:  # fetched: keep the name, as an Identity
+                anchors = _anchors(rewriter, anchored.get(node.name, []))
+                # Fetched: keep the name, as an Identity. Waiting for the Switches' data:
+                # the graph as built computes a Switch's data whichever side is taken, so
+                # its producer still runs first (and fails, dividing by zero, say, where
+                # the graph as built fails), and is dead with it inside an outer cond.
+                if node.name in ctx.preserved or anchors:
                     chosen = rewriter.add(
                         "Identity",
                         [chosen],
                         name=node.name,
                         exact_name=True,
                         device=node.requested_device,
-                        control_inputs=rewriter.controls(node),
+                        control_inputs=[*rewriter.controls(node), *anchors],
                     ).outputs[0]
                 rewriter.alias(node, [chosen, chosen], chosen.node)
             else:
@@ -74,6 +82,20 @@ class DeadBranchRemoval(GraphPass):
             f"predicate ({len(dead)} node(s)): {name_list(switches)}"
         )
         return rewriter.finish(ctx.preserved)
+
+
+def _anchors(rewriter: GraphRewriter, switches: list[Node]) -> list[Node]:
+    """The producers (in the new graph) of the removed ``switches``' data that may fail or
+    be dead: every one but a constant without control inputs."""
+    found: dict[str, Node] = {}
+    for switch in switches:
+        data = rewriter.get(switch.inputs[0])
+        if data is None:
+            continue
+        producer = data.node
+        if producer.op != "Const" or producer.control_inputs:
+            found[producer.name] = producer
+    return list(found.values())
 
 
 def _dead_region(

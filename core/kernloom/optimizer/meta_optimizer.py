@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, cast
 
-from kernloom.errors import Hint, InvalidArgumentError, Setting, did_you_mean
+from kernloom.errors import Hint, InvalidArgumentError, KernloomError, Setting, did_you_mean
 from kernloom.graph.graph import Graph
 from kernloom.optimizer.analysis import frame_nodes, node_signature
 from kernloom.optimizer.arithmetic import ArithmeticSimplification
@@ -151,13 +151,13 @@ class MetaOptimizer:
         for round_ in range(1, self.max_rounds + 1):
             changed = False
             for graph_pass in simplifying:
-                graph, did = self._run(graph_pass, graph, ctx, report, round_)
+                graph, did = self._run_builtin(graph_pass, graph, ctx, report, round_)
                 changed = changed or did
             if not changed:
                 break
         for graph_pass in FUSING:
             if graph_pass.name not in self.disabled:
-                graph, _ = self._run(graph_pass, graph, ctx, report, 1)
+                graph, _ = self._run_builtin(graph_pass, graph, ctx, report, 1)
         if self.plugin_passes:
             types = {likely_device_type(n, ctx) for n in graph.nodes}
             for plugin_pass in self.plugin_passes:
@@ -200,6 +200,31 @@ class MetaOptimizer:
             return result
         report.records[-1] = _skipped(graph_pass, graph, report.records[-1].seconds, why)
         return graph
+
+    def _run_builtin(
+        self,
+        graph_pass: GraphPass,
+        graph: Graph,
+        ctx: PassContext,
+        report: OptimizerReport,
+        round_: int,
+    ) -> tuple[Graph, bool]:
+        """A built-in pass; one whose rewrite cannot be built is skipped (the graph stays
+        as it was), never fatal to the run (grappler's meta-optimizer does the same). A
+        rewrite can make an input constant whose consumer's shape inference then finds an
+        error (a ``Reshape`` to a materialized shape its input cannot take, perhaps in a
+        branch that never runs): the graph as built reports that when, and only if, the
+        node runs."""
+        started = time.perf_counter()
+        try:
+            return self._run(graph_pass, graph, ctx, report, round_)
+        except KernloomError as exc:
+            why = f"failed and skipped: {type(exc).__name__}: {exc}"
+            seconds = time.perf_counter() - started
+            report.records.append(
+                PassRecord(graph_pass.name, round_, len(graph), len(graph), seconds, (why,), False)
+            )
+            return graph, False
 
     def _run(
         self,
