@@ -204,3 +204,33 @@ def test_rint_halves_to_even_and_integer_division_by_zero_is_an_error(backend: s
 def _run_any(backend: str, op: str, inputs: list[Any]) -> Array:
     registry, device = BACKENDS[backend]
     return run_kernel(op, inputs, {}, registry=registry, device=device).outputs[0]
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_euclidean_norm_matches_tensorflow(backend: str) -> None:
+    """TensorFlow's values: summed in the input's type (float32 squares overflow to inf,
+    int8 ones wrap and the NaN root casts to 0), an integer root truncated, |x| over no
+    axes, complex as sqrt(sum(x * conj(x)))."""
+    registry, device = BACKENDS[backend]
+
+    def norm(x: Array, axes: list[int], keep: bool = False) -> Array:
+        inputs = [x, np.array(axes, np.int32)]
+        attrs = {"keep_dims": keep}
+        return run_kernel("EuclideanNorm", inputs, attrs, registry=registry, device=device).outputs[
+            0
+        ]
+
+    np.testing.assert_array_equal(
+        norm(np.array([[3.0, 4.0], [6.0, 8.0]], np.float32), [1]), [5, 10]
+    )
+    np.testing.assert_array_equal(
+        norm(np.array([[3, 4], [7, 8]], np.int32), [1], True), [[5], [10]]
+    )
+    np.testing.assert_allclose(norm(np.array([3 + 4j, 1j], np.complex64), [0]), 5.0990195 + 0j)
+    np.testing.assert_array_equal(norm(np.zeros((0, 3), np.float32), [0]), [0, 0, 0])
+    assert norm(np.array([1e30, 1e30], np.float32), [0]) == np.inf
+    assert np.isnan(norm(np.array([NAN, INF], np.float32), [0]))
+    np.testing.assert_array_equal(norm(np.array([[-3.0, 4.0]], np.float32), []), [[3, 4]])
+    assert norm(np.array([-3.0], np.float32), [0]) == 3.0
+    if backend == "numpy":  # (int8 sums: the torch GPU's too, but its int8 input is the case)
+        assert norm(np.array([9, 12], np.int8), [0]) == 0

@@ -88,6 +88,7 @@ def every_op_graph() -> kl.Graph:
             kl.ops.xlogy(b, b),
             kl.ops.xlog1py(b, b),
             kl.ops.rint(b),
+            kl.ops.euclidean_norm(b, kl.constant(np.int32([1])), keep_dims=True),
         ]
         shape = kl.ops.shape(x, out_type=kl.int64)
         arg = kl.ops.arg_max(i, 1, output_type=kl.int32)

@@ -275,6 +275,7 @@ REDUCTIONS: dict[str, tuple[Any, ...]] = {
     "Sum": FLOATS + INTS + COMPLEX,
     "Mean": FLOATS + INTS + COMPLEX,
     "Prod": FLOATS + INTS + COMPLEX,
+    "EuclideanNorm": FLOATS + INTS + COMPLEX,
     "Max": FLOATS + INTS,
     "Min": FLOATS + INTS,
     "All": (np.bool_,),
@@ -305,7 +306,8 @@ def _reduction_cases() -> Iterator[DiffCase]:
                     {"keep_dims": keep},
                     host=frozenset({1}),
                     id=f"{op}-{name}-{np.asarray(axes).tolist()}-{keep}",
-                    approximate=op in ("Mean", "Sum", "Prod") and np.dtype(dtype).kind in "fc",
+                    approximate=op in ("Mean", "Sum", "Prod", "EuclideanNorm")
+                    and np.dtype(dtype).kind in "fc",
                 )
             for shape, axes in (((), []), ((), [0]), ((0, 3), [0]), ((0, 3), [1])):
                 yield DiffCase(

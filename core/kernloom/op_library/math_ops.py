@@ -602,6 +602,13 @@ def _define_model_ops(lib: OpLibrary) -> None:
         )
     )
     reduction("Prod", numbers, "The product over the given axes (1 over an empty dimension).")
+    reduction(
+        "EuclideanNorm",
+        numbers,
+        "sqrt(sum(x * conj(x))) over the given axes, summed as TensorFlow does: in the input's "
+        "type (a float32 sum of squares overflows to inf; integers wrap, and the root is "
+        "truncated to an integer); over no axes, |x|.",
+    )
     for name, what in (("All", "and"), ("Any", "or")):
         (
             lib.register_op(name)

@@ -107,6 +107,16 @@ def more_cases() -> Iterator[Case]:
                 yield Case(op, [x, y], reference=_keeping_zeros(fn), id=f"{op}-{dtype}")
             halves = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 2.4, np.nan, np.inf, -0.0], np_dtype)
             yield Case("Rint", [halves], reference=np.rint, id=f"Rint-{dtype}")
+        for dtype in (kl.float32, kl.float64, kl.int32, kl.complex64):
+            x = sample((2, 3), dtype)
+            for keep in (False, True):
+                yield Case(
+                    "EuclideanNorm",
+                    [x, np.array([1], np.int32)],
+                    {"keep_dims": keep},
+                    reference=_norm(keep),
+                    id=f"EuclideanNorm-{dtype}-keep_dims={keep}",
+                )
 
 
 def _truncate_div(x: Array, y: Array) -> Array:
@@ -131,5 +141,14 @@ def _keeping_zeros(fn: Callable[[Array, Array], Array]) -> Callable[[Array, Arra
         with np.errstate(all="ignore"):
             result: Array = np.where(x == 0, x * 0, fn(x, y)).astype(x.dtype)
         return result
+
+    return reference
+
+
+def _norm(keep: bool) -> Callable[[Array, Any], Array]:
+    def reference(x: Array, axis: Any) -> Array:
+        total = np.sum(np.abs(x) ** 2, axis=1, keepdims=keep)
+        root: Array = np.sqrt(total.astype(np.float64))
+        return (np.trunc(root) if x.dtype.kind in "iu" else root).astype(x.dtype)
 
     return reference

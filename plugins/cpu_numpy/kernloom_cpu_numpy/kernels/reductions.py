@@ -18,6 +18,7 @@ from kernloom.plugin import (
     axes_of,
     reduced_shape,
     reduction_axes,
+    tf_cast,
 )
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
@@ -40,6 +41,20 @@ def _reduction(fn: Any) -> Any:
         fn(x, axis=axes, keepdims=True, out=out.reshape(_kept(x, axes)))
 
     return compute
+
+
+def _euclidean_norm(x: Array, axis: tuple[int, ...], keepdims: bool, out: Array) -> None:
+    """sqrt(sum(x * conj(x))), the sum in x's type (TensorFlow's: float32 squares may
+    overflow, integer ones wrap); an integer root truncated as TF's cast does."""
+    if x.dtype.kind == "c":  # |x|^2 as reals: x * conj(x) may keep a rounding's imaginary part
+        squares = np.square(x.real) + np.square(x.imag)
+        np.copyto(out, np.sqrt(np.sum(squares, axis=axis, keepdims=keepdims)))
+        return
+    total = np.sum(x * x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+    if x.dtype.kind in "iu":
+        np.copyto(out, tf_cast(np, np.sqrt(total.astype(np.float64)), x.dtype))
+    else:
+        np.sqrt(total, out=out)
 
 
 def scalar_axis(ctx: OpKernelContext, shape: tuple[int, ...], value: Any, op: str) -> int:
@@ -163,6 +178,7 @@ def register(lib: KernelLibrary) -> None:
 
     reduction = {"host_memory": ["reduction_indices"]}
     cpu("Prod", t.OP_TYPES, **reduction)(_reduction(np.prod))
+    cpu("EuclideanNorm", t.OP_TYPES, **reduction)(_reduction(_euclidean_norm))
     cpu("All", (), **reduction)(_reduction(np.all))
     cpu("Any", (), **reduction)(_reduction(np.any))
     cpu("ArgMin", t.OP_TYPES, host_memory=["dimension"])(arg_min)

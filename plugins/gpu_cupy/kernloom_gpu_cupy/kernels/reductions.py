@@ -22,6 +22,7 @@ from kernloom.plugin import (
     axes_of,
     reduced_shape,
     reduction_axes,
+    tf_cast,
 )
 from kernloom.plugin import types as t
 
@@ -64,6 +65,17 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
 
     def prod(x: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
         return xp.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+    def euclidean_norm(x: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
+        """sqrt(sum(x * conj(x))), summed in x's type (TensorFlow's); an integer root
+        truncated as TF's cast does."""
+        if x.dtype.kind == "c":  # |x|^2 as reals (x * conj(x) may keep an imaginary part)
+            squares = xp.square(x.real) + xp.square(x.imag)
+            return xp.sqrt(xp.sum(squares, axis=axis, keepdims=keepdims)).astype(x.dtype)
+        total = xp.sum(x * x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+        if x.dtype.kind in "iu":
+            return tf_cast(xp, xp.sqrt(total.astype(np.float64)), x.dtype)
+        return xp.sqrt(total)
 
     def arg_min(ctx: OpKernelContext) -> None:
         x = ctx.input(0)
@@ -130,6 +142,7 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
 
     reduce = {"host_memory": ["reduction_indices"]}
     gpu("Prod", t.OP_TYPES, **reduce)(reduction(prod))
+    gpu("EuclideanNorm", t.OP_TYPES, **reduce)(reduction(euclidean_norm))
     gpu("All", (), **reduce)(reduction(xp.all))
     gpu("Any", (), **reduce)(reduction(xp.any))
     gpu("ArgMin", t.OP_TYPES, host_memory=["dimension"])(arg_min)

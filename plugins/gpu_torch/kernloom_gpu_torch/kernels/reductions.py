@@ -30,7 +30,7 @@ def _reduction(kind: str) -> Any:
         axes = reduction_axes(ctx, host_input(ctx, 1), x.ndim)
         out = output(ctx, 0, reduced_shape(x.shape, axes, bool(ctx.attr("keep_dims"))))
         kept = out.view(reduced_shape(x.shape, axes, True))
-        if not axes:
+        if not axes and kind != "euclidean":  # (a norm over no axes is |x|)
             kept.copy_(x)
             return
         rest = [i for i in range(x.ndim) if i not in axes]
@@ -38,6 +38,17 @@ def _reduction(kind: str) -> Any:
         flat = x.permute(*rest, *axes).reshape(*(x.shape[i] for i in rest), count)
         if kind == "prod":
             value = torch.prod(flat, dim=-1, dtype=x.dtype)
+        elif kind == "euclidean":  # summed in x's type, as TensorFlow's
+            if flat.is_complex():  # |x|^2 as reals (x * conj(x) may keep an imaginary part)
+                squares = flat.real * flat.real + flat.imag * flat.imag
+                value = torch.sqrt(torch.sum(squares, dim=-1)).to(x.dtype)
+                kept.copy_(value.reshape(kept.shape))
+                return
+            total = torch.sum(flat * flat, dim=-1, dtype=x.dtype)
+            if total.is_floating_point():
+                value = torch.sqrt(total)
+            else:  # the root truncated; NaN (a wrapped, negative sum) as TF's cast gives it
+                value = torch.sqrt(total.double()).nan_to_num(nan=float(-(2**31))).long()
         elif kind == "all":
             value = torch.all(flat, dim=-1)
         else:
@@ -130,6 +141,11 @@ def register(lib: KernelLibrary) -> None:
 
     reduction = {"host_memory": ["reduction_indices"]}
     gpu("Prod", d.NUMBERS, **reduction)(_reduction("prod"))
+    gpu(  # (torch has no sums of uint16/32/64)
+        "EuclideanNorm",
+        tuple(dt for dt in d.NUMBERS if dt.name not in ("uint16", "uint32", "uint64")),
+        **reduction,
+    )(_reduction("euclidean"))
     gpu("All", (), **reduction)(_reduction("all"))
     gpu("Any", (), **reduction)(_reduction("any"))
     ordered = tuple(t for t in d.ALL if not t.is_complex)  # the reals and bool
