@@ -85,7 +85,11 @@ def _target(path: _PathLike) -> Path:
     """The file to replace: a symlink's target, so that saving through a link updates the
     file it points at rather than replacing the link."""
     target = Path(os.path.realpath(path))
-    if target.is_dir():
+    try:
+        is_dir = target.is_dir()
+    except OSError as exc:  # ENAMETOOLONG, a symlink loop...: the name itself cannot be used
+        raise FileError(path, os.strerror(exc.errno or 0).lower(), exc.errno) from None
+    if is_dir:
         raise FileError(path, "is a directory; give a file name", errno_codes.EISDIR)
     problem = parent_problem(target)
     if problem is not None:
@@ -108,10 +112,17 @@ def parent_problem(path: Path) -> str | None:
     return f"directory {parent} does not exist"
 
 
+_NAME_MAX: Final = 255
+"""The longest file name (in characters; bytes on POSIX) common file systems take."""
+
+
 def _create_temporary(target: Path) -> tuple[int, Path]:
     """An exclusive new file beside ``target``; mode 0o666 less the umask, as ``open``."""
+    # ".<name>.<8 hex>.tmp" adds 14 characters: a legal name near the limit (255 bytes on
+    # most file systems) keeps only the room that leaves.
+    stem = target.name[: max(1, _NAME_MAX - 14)]
     for _ in range(100):
-        temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+        temporary = target.with_name(f".{stem}.{secrets.token_hex(4)}.tmp")
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
             return os.open(temporary, flags, 0o666), temporary

@@ -23,9 +23,11 @@ not cover are ignored, as in TensorFlow (restore part of a model from a whole on
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import struct
+import sys
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -33,12 +35,12 @@ from typing import IO, Any, Final, final
 
 import numpy as np
 
-from kernloom.dtypes import as_dtype
+from kernloom.dtypes import all_dtypes, as_dtype
 from kernloom.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
-from kernloom.fileio import atomic_write_with
+from kernloom.fileio import FileReadError, atomic_write_with, open_regular_file
 from kernloom.graph.builder import apply_op, placeholder
 from kernloom.graph.graph import Graph, Node
 from kernloom.graph.variables import Variable, existing_variables
@@ -61,6 +63,9 @@ _UNREADABLE: Final = (
     MemoryError,
 )
 """What numpy's and zipfile's readers raise for a damaged or crafted file."""
+_DTYPE_NAMES: Final = frozenset(d.name for d in all_dtypes())
+_KL_SPELLING: Final = {"bool": "bool_"}
+"""A dtype's attribute in ``kl`` where it is not its name (``bool`` is ``kl.bool_``)."""
 _MAX_MANIFEST_BYTES: Final = 64 << 20
 """A manifest larger than this is not one we wrote: refuse it before decoding."""
 
@@ -78,18 +83,17 @@ class _Slot:
         self.variable = variable
         graph = variable.graph
         safe = variable.name
-        with graph.name_scope("save"):
-            self.read = variable.value()
-            self.initialized = variable.is_initialized()
-            self.value = placeholder(
-                variable.dtype, variable.shape, name=f"{safe}/restore_value", graph=graph
-            )
-            node = apply_op(
-                "AssignVariableOp",
-                [variable.handle, self.value],
-                {"dtype": variable.dtype},
-                name=f"{safe}/restore",
-            )
+        self.read = variable.value()
+        self.initialized = variable.is_initialized()
+        self.value = placeholder(
+            variable.dtype, variable.shape, name=f"{safe}/restore_value", graph=graph
+        )
+        node = apply_op(
+            "AssignVariableOp",
+            [variable.handle, self.value],
+            {"dtype": variable.dtype},
+            name=f"{safe}/restore",
+        )
         assert isinstance(node, Node)
         self.assign = node
 
@@ -124,14 +128,45 @@ def _named_variables(
             )
         if not isinstance(name, str) or not name:
             raise TypeError(f"kl.train.Saver: checkpoint name {name!r} must be a non-empty string")
-    graphs = {id(v.graph): v.graph for _, v in named}
-    if len(graphs) > 1 or (graph is not None and id(graph) not in graphs):
-        raise InvalidArgumentError("kl.train.Saver: every variable must be in one graph (graph=)")
+    target = graph if graph is not None else named[0][1].graph
+    elsewhere = [name for name, v in named if v.graph is not target]
+    if elsewhere:
+        raise InvalidArgumentError(
+            f"kl.train.Saver: variable(s) {elsewhere} are in another graph than "
+            + ("graph=" if graph is not None else f"the variable {named[0][0]!r}")
+            + "; a saver covers the variables of one graph: build one saver per graph"
+        )
     names = [name for name, _ in named]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise InvalidArgumentError(f"kl.train.Saver: checkpoint names used twice: {twice}")
-    return next(iter(graphs.values())), named
+        raise InvalidArgumentError(
+            f"kl.train.Saver: checkpoint names used twice: {twice}; list each variable once"
+        )
+    # One variable under two names would be restored twice, from two values, in one step.
+    by_variable: dict[int, list[str]] = {}
+    for name, variable in named:
+        by_variable.setdefault(id(variable), []).append(name)
+    for _, variable in named:
+        aliases = by_variable[id(variable)]
+        if len(aliases) > 1:
+            raise InvalidArgumentError(
+                f"kl.train.Saver: the kl.Variable {variable.name!r} is in var_list under "
+                f"{len(aliases)} names {aliases}; give each variable one checkpoint name"
+            )
+    return target, named
+
+
+def _as_path(save_path: object, what: str) -> Path:
+    if save_path is None:
+        raise InvalidArgumentError(
+            f"Saver.{what}: save_path is None; pass the checkpoint's file name (the path "
+            f"saver.save(session, path) returned)"
+        )
+    if not isinstance(save_path, str | os.PathLike):
+        raise TypeError(
+            f"Saver.{what}: save_path must be a str or os.PathLike, got {type(save_path).__name__}"
+        )
+    return Path(save_path)
 
 
 @final
@@ -146,9 +181,10 @@ class Saver:
         graph: Graph | None = None,
     ) -> None:
         self.graph, named = _named_variables(var_list, graph)
-        self._slots = [_Slot(name, variable) for name, variable in named]
-        with self.graph.control_dependencies([s.assign for s in self._slots]):
-            self.restore_op: Node = self.graph.add_node("NoOp", [], {}, name="save/restore_all")
+        with self.graph.name_scope("save"):
+            self._slots = [_Slot(name, variable) for name, variable in named]
+            with self.graph.control_dependencies([s.assign for s in self._slots]):
+                self.restore_op: Node = self.graph.add_node("NoOp", [], {}, name="restore_all")
 
     @property
     def names(self) -> list[str]:
@@ -171,7 +207,7 @@ class Saver:
         """Write the variables' values in ``sess`` to ``save_path`` (atomically) and return
         the path. Every variable must be initialised."""
         session = self._check_session(sess, "save")
-        path = Path(save_path)
+        path = _as_path(save_path, "save")
         initialized = session.run([slot.initialized for slot in self._slots])
         missing = [s.name for s, ok in zip(self._slots, initialized, strict=True) if not ok]
         if missing:
@@ -212,7 +248,7 @@ class Saver:
         """Set the variables in ``sess`` to the values saved in ``save_path``; the
         checkpoint is checked against every variable before any of them changes."""
         session = self._check_session(sess, "restore")
-        path = Path(save_path)
+        path = _as_path(save_path, "restore")
         values = _read_checkpoint(path, self._slots)
         feeds = {slot.value: value for slot, value in zip(self._slots, values, strict=True)}
         session.run(self.restore_op, feeds)
@@ -233,12 +269,20 @@ def _checkpoint_error(path: Path, problem: str) -> InvalidArgumentError:
 
 @contextlib.contextmanager
 def _open(path: Path) -> Iterator[Any]:
-    """The checkpoint as numpy's lazy npz reader (no pickles), closed on leaving."""
-    if not path.exists():
-        raise NotFoundError(f"{path}: no such checkpoint file")
-    if not path.is_file():
-        raise InvalidArgumentError(f"{path}: not a regular file")
-    with open(path, "rb") as f:
+    """The checkpoint as numpy's lazy npz reader (no pickles), closed on leaving.
+
+    A path that cannot be opened (missing, a directory, a FIFO, a name too long, no
+    permission) is an error naming it, never a raw ``OSError`` or a hang."""
+    with contextlib.ExitStack() as stack:
+        try:
+            f = stack.enter_context(open_regular_file(path, max_bytes=sys.maxsize))
+        except FileReadError as exc:
+            if exc.errno == errno.ENOENT:
+                raise NotFoundError(
+                    f"{path}: no such checkpoint file; check the path, or write one with "
+                    f"saver.save(session, path)"
+                ) from None
+            raise
         try:
             archive = np.load(f, allow_pickle=False)
         except _UNREADABLE as exc:
@@ -298,6 +342,10 @@ def _manifest(archive: Any, path: Path) -> list[dict[str, Any]]:
         if not ok:
             raise _checkpoint_error(path, f"malformed manifest entry {str(entry)[:200]}")
         entries.append(entry)
+    names = [e["name"] for e in entries]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise _checkpoint_error(path, f"its manifest lists {str(twice)[:200]} more than once")
     return entries
 
 
@@ -306,14 +354,20 @@ def _read_checkpoint(path: Path, slots: Sequence[_Slot]) -> list[Array]:
     with _open(path) as archive:
         entries = {e["name"]: e for e in _manifest(archive, path)}
         problems: list[str] = []
+        missing: list[str] = []
         values: list[Array] = []
         for slot in slots:
             variable = slot.variable
             entry = entries.get(slot.name)
             if entry is None:
+                missing.append(slot.name)
                 problems.append(f"{slot.name!r}: not in the checkpoint")
                 continue
             value = _member(archive, path, entry["key"])
+            if entry["dtype"] not in _DTYPE_NAMES:
+                raise _checkpoint_error(
+                    path, f"member {entry['key']!r} is {str(entry['dtype'])[:40]}, not a kl dtype"
+                )
             if value.dtype.kind not in "biufc" or value.dtype.name != entry["dtype"]:
                 raise _checkpoint_error(
                     path,
@@ -326,20 +380,30 @@ def _read_checkpoint(path: Path, slots: Sequence[_Slot]) -> list[Array]:
                     f"manifest says {entry['shape']}",
                 )
             if entry["dtype"] != variable.dtype.name:
+                spelled = _KL_SPELLING.get(entry["dtype"], entry["dtype"])
                 problems.append(
                     f"{slot.name!r}: the checkpoint holds {entry['dtype']}, the variable is "
-                    f"{variable.dtype.name}"
+                    f"{variable.dtype.name} (create it with dtype=kl.{spelled})"
                 )
             if not variable.shape.is_compatible_with(TensorShape(entry["shape"])):
                 problems.append(
                     f"{slot.name!r}: the checkpoint holds shape {entry['shape']}, the variable "
-                    f"has shape {variable.shape}"
+                    f"has shape {variable.shape} (create it with shape {entry['shape']})"
                 )
             values.append(value)
+        held = sorted(entries)
     if problems:
         listed = "\n".join(f"  - {p}" for p in problems)
+        fix = (
+            "Restore only what the checkpoint holds with kl.train.Saver(var_list=[...]) or "
+            "kl.train.Saver({checkpoint_name: variable}), or build the variables as they "
+            "were saved"
+        )
+        if missing:
+            shown = held if len(held) <= 20 else [*held[:20], f"... {len(held) - 20} more"]
+            fix += f"; the checkpoint holds {shown}"
         raise InvalidArgumentError(
             f"cannot restore {path}: {len(problems)} mismatch(es) between the checkpoint and "
-            f"the saver's variables; nothing was restored:\n{listed}"
+            f"the saver's variables; nothing was restored:\n{listed}\n{fix}"
         )
     return values
