@@ -209,3 +209,25 @@ def test_a_bool_dtype_mismatch_spells_the_kl_name(registry: klp.Registry, tmp_pa
             saver.restore(s, path)
         assert kl.bool_.name == "bool"
         _assert_unchanged(s, a, b)
+
+
+def test_global_step_is_appended_to_the_file_name_as_tensorflow_s(
+    registry: klp.Registry, tmp_path: Path
+) -> None:
+    """``save(sess, path, global_step=...)``: an int, a scalar integer tensor or a variable,
+    read in the session; the returned path is the file written, and restores."""
+    g, a, b, saver = _model(registry)
+    with g.as_default():
+        step = kl.Variable(np.int64(7), name="step")
+    with kl.Session(g) as s:
+        s.run(kl.variables_initializer([a, b, step]))
+        assert saver.save(s, tmp_path / "model", global_step=3) == str(tmp_path / "model-3")
+        assert saver.save(s, tmp_path / "model", global_step=step) == str(tmp_path / "model-7")
+        doubled = step.value() * 2
+        written = saver.save(s, str(tmp_path / "model"), global_step=doubled)
+        assert written == str(tmp_path / "model-14") and Path(written).is_file()
+        saver.restore(s, written)
+        _assert_unchanged(s, a, b)
+        for bad in (1.5, True, np.array([1, 2])):
+            with pytest.raises(kl.InvalidArgumentError, match="global_step must be an integer"):
+                saver.save(s, tmp_path / "model", global_step=bad)

@@ -43,6 +43,7 @@ from kernloom.errors import (
 from kernloom.fileio import FileReadError, atomic_write_with, open_regular_file
 from kernloom.graph.builder import apply_op, placeholder
 from kernloom.graph.graph import Graph, Node
+from kernloom.graph.tensor import Tensor
 from kernloom.graph.variables import Variable, existing_variables
 from kernloom.runtime.session import Session
 from kernloom.shapes import TensorShape
@@ -156,6 +157,23 @@ def _named_variables(
     return target, named
 
 
+def _step_number(session: Session, global_step: object) -> int:
+    """``global_step`` as the int TensorFlow's Saver appends: an int, or a scalar integer
+    tensor (a variable's value included) evaluated in ``session``."""
+    value: Any = global_step
+    if isinstance(value, Variable):
+        value = value.value()
+    if isinstance(value, Tensor):
+        value = session.run(value)
+    array = np.asarray(value)
+    if array.ndim != 0 or array.dtype.kind not in "iu" or isinstance(global_step, bool):
+        raise InvalidArgumentError(
+            f"Saver.save: global_step must be an integer or a scalar integer tensor, got "
+            f"{global_step!r}"
+        )
+    return int(array)
+
+
 def _as_path(save_path: object, what: str) -> Path:
     if save_path is None:
         raise InvalidArgumentError(
@@ -203,11 +221,18 @@ class Saver:
 
     # -- saving -----------------------------------------------------------------------------
 
-    def save(self, sess: Session, save_path: str | os.PathLike[str]) -> str:
+    def save(
+        self, sess: Session, save_path: str | os.PathLike[str], global_step: object = None
+    ) -> str:
         """Write the variables' values in ``sess`` to ``save_path`` (atomically) and return
-        the path. Every variable must be initialised."""
+        the path. Every variable must be initialised. ``global_step`` (an int, or a scalar
+        integer tensor or variable, read in ``sess``) is appended to the file name as
+        TensorFlow's Saver does: ``save(sess, "model", global_step=3)`` writes
+        ``model-3``."""
         session = self._check_session(sess, "save")
         path = _as_path(save_path, "save")
+        if global_step is not None:
+            path = path.with_name(f"{path.name}-{_step_number(session, global_step)}")
         initialized = session.run([slot.initialized for slot in self._slots])
         missing = [s.name for s, ok in zip(self._slots, initialized, strict=True) if not ok]
         if missing:
