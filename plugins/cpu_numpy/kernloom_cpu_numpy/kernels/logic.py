@@ -18,7 +18,13 @@ from typing import Any, Final
 
 import numpy as np
 
-from kernloom.plugin import InvalidArgumentError, KernelLibrary, OpKernelContext, broadcast_shape
+from kernloom.plugin import (
+    InvalidArgumentError,
+    KernelLibrary,
+    OpKernelContext,
+    as_dtype,
+    broadcast_shape,
+)
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 from kernloom_cpu_numpy.kernels.elementwise import (
@@ -63,9 +69,8 @@ def _truncate_mod(x: Array, y: Array, out: Array) -> Array:
     return np.fmod(x, y, out=out)
 
 
-_TRUNC_MOD_TYPES: Final = tuple(dt for dt in t.REALS if dt.name in ("float32", "float64")) + tuple(
-    t.INDEX
-)
+_FLOAT32_64: Final = tuple(as_dtype(name) for name in ("float32", "float64"))
+_TRUNC_MOD_TYPES: Final = (*_FLOAT32_64, *t.INDEX)
 
 
 def _x_times(fn: Fn) -> Fn:
@@ -285,9 +290,7 @@ def register(lib: KernelLibrary) -> None:
         cpu(op, t.REALS)(_compare(fn))
     cpu("NotEqual", t.OP_TYPES)(_equality(np.not_equal, True))
     cpu("Equal", t.OP_TYPES)(_equality(np.equal, False))
-    cpu("Rint", _TRUNC_MOD_TYPES[:2], direct=_unary_in_place(np.rint), inplace_form=np.rint)(
-        _unary(np.rint)
-    )
+    cpu("Rint", _FLOAT32_64, direct=_unary_in_place(np.rint), inplace_form=np.rint)(_unary(np.rint))
     cpu("LogicalNot", (), direct=_unary_in_place(np.logical_not), inplace_form=np.logical_not)(
         _unary(np.logical_not)
     )

@@ -42,13 +42,12 @@ def _reduction(kind: str) -> Any:
             if flat.is_complex():  # |x|^2 as reals (x * conj(x) may keep an imaginary part)
                 squares = flat.real * flat.real + flat.imag * flat.imag
                 value = torch.sqrt(torch.sum(squares, dim=-1)).to(x.dtype)
-                kept.copy_(value.reshape(kept.shape))
-                return
-            total = torch.sum(flat * flat, dim=-1, dtype=x.dtype)
-            if total.is_floating_point():
-                value = torch.sqrt(total)
-            else:  # the root truncated; NaN (a wrapped, negative sum) as TF's cast gives it
-                value = torch.sqrt(total.double()).nan_to_num(nan=float(-(2**31))).long()
+            else:
+                total = torch.sum(flat * flat, dim=-1, dtype=x.dtype)
+                if total.is_floating_point():
+                    value = torch.sqrt(total)
+                else:  # the root truncated; NaN (a wrapped, negative sum) as TF's cast gives it
+                    value = torch.sqrt(total.double()).nan_to_num(nan=float(-(2**31))).long()
         elif kind == "all":
             value = torch.all(flat, dim=-1)
         else:
