@@ -37,7 +37,7 @@ from kernloom.errors import (
     did_you_mean,
 )
 from kernloom.framework.cancellation import CancellationManager
-from kernloom.framework.device import Device
+from kernloom.framework.device import Device, DeviceOptions
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.device_name import parse_device_name
 from kernloom.framework.op_kernel import CallFrame, OpKernel
@@ -270,8 +270,9 @@ class Session:
         self._closed = True  # until everything below exists: close() then has nothing to do
         self._check_labels()
         check_pass_names(self.config.disabled_passes, self.registry.graph_passes)
-        self._check_device_types()
-        devices = self.registry.create_devices(self.config.device_options(), source=_OVERRIDES)
+        device_options = self.config.device_options()
+        self._check_device_types(device_options)
+        devices = self.registry.create_devices(device_options, source=_OVERRIDES)
         try:
             self.devices = _filter_devices(devices, self.config.device_filters)
             self._pool = _start_pool(self.config.resolved_inter_op_threads() - 1)
@@ -320,11 +321,11 @@ class Session:
                     hint=source,
                 )
 
-    def _check_device_types(self) -> None:
+    def _check_device_types(self, options: DeviceOptions) -> None:
         """``memory_limit`` and ``device_count`` name device types the plugins provide: a
         typo would otherwise be ignored. (A count of 0 for a type that no plugin provides
         is fine: ``device_count={'GPU': 0}`` hides GPUs wherever the session runs.)"""
-        types = self.registry.placement_order(self.config.device_options(), source=_OVERRIDES)
+        types = self.registry.placement_order(options, source=_OVERRIDES)
         settings = {
             "memory_limit": self.config.memory_limit,
             "device_count": self.config.device_count,
