@@ -30,7 +30,7 @@ def _all_names(graph: Graph) -> list[str]:
     return names
 
 
-def _check_graph_of(graph: Graph, item: Tensor | Node, what: str) -> None:
+def check_graph_of(graph: Graph, item: Tensor | Node, what: str) -> None:
     """An error for a tensor or node of another graph than the session's (one with the
     same name in the session's graph is still another node)."""
     if item.graph is graph:
@@ -78,7 +78,7 @@ def resolve_node(graph: Graph, name: str, what: str) -> Node:
 def resolve_tensor(graph: Graph, key: object, what: str) -> Tensor:
     """The graph's tensor for a ``Tensor`` or a ``"node:index"``/``"node"`` name."""
     if isinstance(key, Tensor):
-        _check_graph_of(graph, key, what)
+        check_graph_of(graph, key, what)
         return key
     if not isinstance(key, str):
         raise _not_a_tensor(key, what)
@@ -119,7 +119,7 @@ def plan_fetches(graph: Graph, fetches: object) -> FetchPlan:
 
     def walk(item: object) -> Callable[[Mapping[str, Any]], Any]:
         if isinstance(item, Node):
-            _check_graph_of(graph, item, "fetch")
+            check_graph_of(graph, item, "fetch")
             targets[item.name] = None
             return lambda values: None
         if isinstance(item, str) and ":" not in item and item in graph:

@@ -51,6 +51,7 @@ from kernloom.registry import Registry, registry_of
 from kernloom.runtime.compiled_line import LineProgram
 from kernloom.runtime.control_flow import has_control_flow
 from kernloom.runtime.executor import Executor, ExecutorBarrier, RunArgs
+from kernloom.runtime.fetches import check_graph_of
 from kernloom.runtime.kernel_choice import describe_kernels
 from kernloom.runtime.label_compare import LabelComparison, compare_sessions
 from kernloom.runtime.partition import PartitionResult, partition
@@ -541,12 +542,8 @@ class Session:
         for target in targets:
             if isinstance(target, Tensor):  # run the node that computes it
                 target = target.node
-            if isinstance(target, Node) and target.graph is not self.graph:
-                raise InvalidArgumentError(
-                    f"target node {target.name!r} belongs to another graph than the "
-                    f"session's; build it in the session's graph, or run it in a kl.Session "
-                    f"of its own graph"
-                )
+            if isinstance(target, Node):
+                check_graph_of(self.graph, target, "target")
             name = target.name if isinstance(target, Node) else target
             if not isinstance(name, str):
                 raise TypeError(
