@@ -34,6 +34,7 @@ __all__ = [
     "Setting",
     "did_you_mean",
     "python_spelling",
+    "short_repr",
 ]
 
 
@@ -191,3 +192,10 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     if not close:
         return ""
     return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)`` cut to 60 characters: a bad argument named in a message without
+    pasting a whole array into it."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -25,7 +25,7 @@ from typing import Any, Final
 import numpy as np
 
 from kernloom.dtypes import DType, as_dtype
-from kernloom.errors import InvalidArgumentError
+from kernloom.errors import InvalidArgumentError, short_repr
 from kernloom.shapes import TensorShape, as_shape
 
 __all__ = ["INT_ATTR_RANGE", "AttrKind", "AttrType", "check_attr_value", "format_attr_value"]
@@ -92,7 +92,7 @@ def _check_scalar(kind: AttrKind, value: object) -> Any:
                 return float(value)
             except OverflowError:
                 raise _OutOfRange(
-                    f"{_short(value)} is out of range for a float attr (float64: at most "
+                    f"{short_repr(value)} is out of range for a float attr (float64: at most "
                     f"{np.finfo(np.float64).max:.6g} in magnitude)"
                 ) from None
     elif kind is AttrKind.STRING:
@@ -150,24 +150,19 @@ def check_attr_value(attr_type: AttrType, value: object) -> Any:
                     raise _OutOfRange(f"entry {index}: {exc.message}") from None
                 except TypeError:
                     raise TypeError(
-                        f"entry {index} is {_short(item)} ({type(item).__name__}), not "
+                        f"entry {index} is {short_repr(item)} ({type(item).__name__}), not "
                         f"of kind {attr_type.kind}"
                     ) from None
             return checked
         return _check_scalar(attr_type.kind, value)
     except _OutOfRange as exc:
-        raise InvalidArgumentError(f"value {_short(value)}: {exc.message}") from None
+        raise InvalidArgumentError(f"value {short_repr(value)}: {exc.message}") from None
     except (TypeError, InvalidArgumentError) as exc:
         detail = f": {exc}" if isinstance(exc, InvalidArgumentError) or exc.args else ""
         raise InvalidArgumentError(
-            f"expected a value of attr type {attr_type}, got {_short(value)} "
+            f"expected a value of attr type {attr_type}, got {short_repr(value)} "
             f"({type(value).__name__}){detail}"
         ) from None
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def format_attr_value(value: object) -> str:

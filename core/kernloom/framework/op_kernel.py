@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Final, Protocol
 import numpy as np
 
 from kernloom.dtypes import DType, as_dtype
-from kernloom.errors import CancelledError, KernelArgumentError
+from kernloom.errors import CancelledError, KernelArgumentError, short_repr
 from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import Device
 from kernloom.framework.kernel_def import KernelDef
@@ -571,12 +571,10 @@ class OpKernelContext:
             expected = self.signature.output_dtypes[index]
             actual = device.output_dtype(value)
             if actual is None:
-                shown = repr(value)
-                shown = shown if len(shown) <= 60 else shown[:57] + "..."
                 raise self.fail(
                     f"{self._blame()} produced output {self._output_name(index)} as a "
-                    f"{type(value).__name__} ({shown}), not an array of {device.name} or a "
-                    f"host array; the kernel must set a {expected.name} array "
+                    f"{type(value).__name__} ({short_repr(value)}), not an array of "
+                    f"{device.name} or a host array; the kernel must set a {expected.name} array "
                     f"(ctx.allocate_output or ctx.set_output with the device's array type)"
                 )
             if actual is not expected:

@@ -35,6 +35,7 @@ from kernloom.errors import (
     ResourceExhaustedError,
     Setting,
     did_you_mean,
+    short_repr,
 )
 from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import Device, DeviceOptions
@@ -181,9 +182,7 @@ def _check_run_arguments(
 
 
 def _kind_of(value: object) -> str:
-    text = repr(value)
-    shown = text if len(text) <= 60 else text[:57] + "..."
-    return f"{type(value).__name__} {shown}"
+    return f"{type(value).__name__} {short_repr(value)}"
 
 
 def _feed_out_of_memory(

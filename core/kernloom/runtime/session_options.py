@@ -18,7 +18,7 @@ from pydantic import (
     field_validator,
 )
 
-from kernloom.errors import Hint, InvalidArgumentError, Setting, did_you_mean
+from kernloom.errors import Hint, InvalidArgumentError, Setting, did_you_mean, short_repr
 from kernloom.framework.allocator import AllocatorStats
 from kernloom.framework.device import DeviceOptions
 
@@ -33,11 +33,6 @@ MAX_THREADS: Final = 1024
 """The most ``inter_op_threads`` or ``intra_op_threads`` a session takes: far beyond any
 machine's cores, low enough that a typo (``10**6``) is an error, not a process that
 exhausts its thread limit."""
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _invalid_arguments(model: type[BaseModel], exc: ValidationError) -> InvalidArgumentError:
@@ -61,7 +56,7 @@ def _invalid_arguments(model: type[BaseModel], exc: ValidationError) -> InvalidA
         message = message.replace("Input should be", "must be")
         if len(loc) > 1:  # an entry of a dict or tuple argument
             message = f"entry {'/'.join(loc[1:])!r}: {message}"
-        lines.append(f"{where}({name}={_shown(value)}): {message}")
+        lines.append(f"{where}({name}={short_repr(value)}): {message}")
     return InvalidArgumentError("\n".join(lines))
 
 
