@@ -83,8 +83,6 @@ class _Checked(BaseModel):
 class SessionConfig(_Checked):
     """TensorFlow's ``ConfigProto``, for the parts a single process has."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     inter_op_threads: PositiveInt | None = None
     """Threads that run one step's kernels, the caller's included; None: the number of
     cores. With 1, every kernel runs on the thread that called ``run``. At most
@@ -179,8 +177,6 @@ class SessionConfig(_Checked):
 
 class RunOptions(_Checked):
     """TensorFlow's ``RunOptions``: what one run asks for."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     trace: bool = False
     """Collect step stats (per node: device, thread, times, kernel, label, shapes)."""
