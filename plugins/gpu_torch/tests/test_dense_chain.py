@@ -336,3 +336,65 @@ def test_steps_of_other_shapes_at_the_same_time_each_get_their_own_values() -> N
         for worker in workers:
             worker.join()
     assert not failures, failures[0]
+
+
+@pytest.mark.parametrize("head", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("activation", ["", "Relu", "Elu"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_narrow_last_layer_before_a_head_runs_on_the_transpose(
+    head: str, activation: str, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A classifier's last layer (few columns, many rows) and its head run on the
+    transpose on oneDNN's path (``TRANSPOSED_HEAD_ROWS``): the same values as the unfused
+    layers and numpy's float64 ones, NaN and inf rows included, on the deciding run and on
+    the replayed ones; fewer rows, a wide layer or no head keep the direct product."""
+    from kernloom_gpu_torch.kernels import dense_chain
+
+    monkeypatch.setattr(packed_matmul, "GEMM_LIBRARY", packed_matmul.ONEDNN)
+    transposed: list[tuple[int, ...]] = []
+    real = dense_chain.onednn_linear
+    monkeypatch.setattr(
+        dense_chain,
+        "onednn_linear",
+        lambda a, w, b: transposed.append(tuple(a.shape)) or real(a, w, b),
+    )
+    g, x, y, reference = _mlp([96, 512, 10], ["Relu", activation], head, columns=None)
+    config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
+    unfused = kl.SessionConfig(inter_op_threads=1, disabled_passes=(PASS,))
+    with (
+        kl.Session(g, config, registry=REGISTRY) as session,
+        kl.Session(g, unfused, registry=REGISTRY) as plain,
+    ):
+        run, want = session.make_callable(y, [x]), plain.make_callable(y, [x])
+        for rows in (300, 300, 255, 1000):
+            xv = RNG.standard_normal((rows, 96)).astype(np.float32)
+            xv[1, 5], xv[7, 0] = np.nan, -np.inf
+            before = len(transposed)
+            got = run(xv)
+            assert got.shape == (rows, 10) and got.flags.c_contiguous
+            assert np.isnan(got[1]).all() and np.isnan(got[7]).all()
+            np.testing.assert_allclose(got, want(xv), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got, reference(xv), rtol=2e-4, atol=2e-5)
+            # the [10, 512] weight as oneDNN's source: the transposed product, once a run
+            on_transpose = rows >= dense_chain.TRANSPOSED_HEAD_ROWS
+            assert transposed[before:] == ([(10, 512)] if on_transpose else [])
+
+
+def test_a_wide_last_layer_or_one_without_a_head_keeps_the_direct_product(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kernloom_gpu_torch.kernels import dense_chain
+
+    monkeypatch.setattr(packed_matmul, "GEMM_LIBRARY", packed_matmul.ONEDNN)
+    calls: list[int] = []
+    real = dense_chain.onednn_linear
+    monkeypatch.setattr(
+        dense_chain, "onednn_linear", lambda a, w, b: calls.append(1) or real(a, w, b)
+    )
+    xv = RNG.standard_normal((400, 96)).astype(np.float32)
+    for sizes, head in (([96, 512, 16], "Softmax"), ([96, 512, 10], "")):
+        g, x, y, reference = _mlp(sizes, ["Relu", ""], head)
+        got, nodes = _run(g, y, {x: xv}, threads=2)
+        assert _chains(nodes) == [y.node.name]
+        np.testing.assert_allclose(got, reference(xv), rtol=2e-4, atol=2e-5)
+    assert calls == []

@@ -54,6 +54,7 @@ __all__ = [
     "PackedWeight",
     "Product",
     "for_numpy",
+    "onednn_linear",
     "register",
 ]
 
@@ -98,6 +99,13 @@ HAS_ONEDNN: Final = (
     and _reorder_linear_weight is not None
     and bool(torch.backends.mkldnn.is_available())  # type: ignore[no-untyped-call]
 )
+
+
+def onednn_linear(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """oneDNN's inner product ``a @ weight.T + bias`` (``weight`` [N, K], packed by
+    ``_reorder_linear_weight`` or plain; ``a`` [M, K] contiguous)."""
+    out: torch.Tensor = _linear_pointwise(a, weight, bias, "none", [], "")
+    return out
 
 
 def _gemm_library() -> str:
