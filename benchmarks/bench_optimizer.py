@@ -5,9 +5,10 @@ the same run (the machine is shared and noisy: compare ratios, not times).
     .venv/bin/python benchmarks/bench_optimizer.py chain     # one of them
     .venv/bin/python benchmarks/bench_optimizer.py gemm      # the GEMM libraries (not default)
 
-- chain: 1000 ``Add(x, c)`` on float32[16], ``c`` a vector or a scalar constant: the
-  step's time per *original* node with the optimizer on (the chain folds to one Add), and
-  off, next to a plain numpy loop of the same adds. Also the optimizer's own time.
+- chain: 1000 ``Add(x, c)`` on float32[16], ``c`` a vector or a scalar constant, and 1000
+  ``Add``/``Mul`` in turn (vector constants): the step's time per *original* node with the
+  optimizer on (an Add chain folds to one Add; the mixed one becomes one fused node), and
+  off, next to a plain numpy loop of the same ops. Also the optimizer's own time.
 - mlp: batch 256, 784-1024-1024-10 with MatMul+BiasAdd+Relu, at 1 and 2 threads: kernloom
   with the optimizer on (``_FusedMatMul``) and off, numpy by hand, ONNX Runtime and torch
   eager (where installed), interleaved in one process per thread count.
@@ -44,21 +45,38 @@ def best_of(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> float:
     return best
 
 
-def chain(scalar: bool) -> dict[str, float]:
+CHAINS = {"vector": "Add, vector c", "scalar": "Add, scalar c", "mixed": "Add/Mul in turn"}
+"""``chain_<kind>``: what the chain's nodes are. ``mixed`` alternates ``Add`` and ``Mul``
+(vector constants): it folds to nothing, so the optimizer's elementwise fusion makes it
+one ``_FusedElementwise`` of 1000 steps."""
+
+
+def chain(kind: str) -> dict[str, float]:
     import numpy as np
 
     import kernloom as kl
 
     g = kl.Graph()
-    constants = [
-        np.float32(0.001 * i) if scalar else np.full(16, 0.001 * i, np.float32) for i in range(N)
-    ]
+    scalar = kind == "scalar"
+    ops = [kl.ops.add, kl.ops.mul] if kind == "mixed" else [kl.ops.add]
+    ufuncs = [np.add, np.multiply] if kind == "mixed" else [np.add]
+    # Added 0.001 i, or (every other node of ``mixed``) multiplied by 1 + 1e-6 i: finite.
+    values = [1 + 1e-6 * i if i % len(ops) else 0.001 * i for i in range(N)]
+    constants = [np.float32(v) if scalar else np.full(16, v, np.float32) for v in values]
     with g.as_default():
         x = kl.placeholder(kl.float32, [16], name="x")
         y = x
-        for c in constants:
-            y = kl.ops.add(y, kl.constant(c))
+        for i, c in enumerate(constants):
+            y = ops[i % len(ops)](y, kl.constant(c))
     xv = np.ones(16, np.float32)
+
+    def loop() -> Any:
+        v = xv
+        for i, c in enumerate(constants):
+            v = ufuncs[i % len(ufuncs)](v, c)
+        return v
+
+    expected = loop()
     results: dict[str, float] = {}
     for label, on in (("on", True), ("off", False)):
         config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=on)
@@ -66,17 +84,12 @@ def chain(scalar: bool) -> dict[str, float]:
             started = time.perf_counter()
             run = sess.make_callable(y, [x])
             results[f"compile_{label}"] = time.perf_counter() - started
-            np.testing.assert_allclose(run(xv), xv + sum(constants), rtol=1e-4)
+            np.testing.assert_allclose(run(xv), expected, rtol=1e-4)
 
             def call(run: Callable[..., Any] = run) -> Any:
                 return run(xv)
 
             results[label] = best_of(call, 200 if on else 30) / N
-
-    def loop() -> None:
-        v = xv
-        for c in constants:
-            v = np.add(v, c)
 
     results["numpy"] = best_of(loop, 30) / N
     return results
@@ -240,7 +253,7 @@ def child(kind: str) -> dict[str, float]:
         return mlp(int(kind.removeprefix("mlp")))
     if kind == "elementwise":
         return elementwise()
-    return chain(scalar=kind == "chain_scalar")
+    return chain(kind.removeprefix("chain_"))
 
 
 def measure(kind: str, threads: int = 1) -> dict[str, float]:
@@ -262,10 +275,10 @@ def main(argv: list[str]) -> None:
         return
     wanted = argv or ["chain", "mlp", "elementwise"]
     if "chain" in wanted:
-        for kind, what in (("chain_vector", "vector c"), ("chain_scalar", "scalar c")):
-            r = measure(kind)
+        for kind, what in CHAINS.items():
+            r = measure(f"chain_{kind}")
             print(
-                f"chain of {N} Add, {what}: optimizer on {r['on'] * 1e6:.4f} us/original node "
+                f"chain of {N} {what}: optimizer on {r['on'] * 1e6:.4f} us/original node "
                 f"(compile {r['compile_on'] * 1e3:.0f} ms), off {r['off'] * 1e6:.3f} us/node "
                 f"(compile {r['compile_off'] * 1e3:.0f} ms), numpy loop "
                 f"{r['numpy'] * 1e6:.3f} us/node; off/numpy {r['off'] / r['numpy']:.2f}x"

@@ -55,7 +55,7 @@ PROJECT_NAME: Final = "kernloom"
 ENTRY_POINT_GROUP: Final = "kernloom"
 """The entry-point group plugins declare themselves in."""
 
-KERNLOOM_API_VERSION: Final = "1.7"
+KERNLOOM_API_VERSION: Final = "1.8"
 # 1.1: ``kernloom.plugin`` (the declared plugin surface), the array protocol on Device,
 # ProbedDeviceFactory, graph passes, device-independent kernels for every device type.
 # 1.2: whole-list attr constraints (``fused_ops`` forms: BIAS_FORMS, CONV_FORMS,
@@ -73,6 +73,8 @@ KERNLOOM_API_VERSION: Final = "1.7"
 # reshape rule without a context, for a kernel's direct entry).
 # 1.7: WindowAttrs.pool_window (a pool's geometry, its explicit padding checked as TF does);
 # Registry.factory_overrides/placement_order/resolve_factories/create_devices(source=).
+# 1.8: compile_fused_steps (a planned fused expression as one straight-line function),
+# OUT_BY_POSITION, elementwise_output(shapes=).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

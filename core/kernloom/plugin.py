@@ -64,6 +64,7 @@ from kernloom.framework.device_independent_kernels import (
 )
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.device_name import LOCAL_PREFIX
+from kernloom.framework.fused_evaluator import compile_steps as compile_fused_steps
 from kernloom.framework.inter_op import on_inter_op_worker
 from kernloom.framework.kernel_checks import (
     add_n_shape,
@@ -84,7 +85,7 @@ from kernloom.framework.kernel_checks import (
 )
 from kernloom.framework.kernel_def import KernelDef, KernelDefBuilder
 from kernloom.framework.kernel_registry import KernelLibrary, NoKernelError
-from kernloom.framework.numpy_elementwise import NUMPY_ELEMENTWISE
+from kernloom.framework.numpy_elementwise import NUMPY_ELEMENTWISE, OUT_BY_POSITION
 from kernloom.framework.op_def import ArgDef, AttrDef, OpDef, OpDefBuilder, OpLibrary
 from kernloom.framework.op_kernel import (
     AsyncOpKernel,
@@ -151,6 +152,7 @@ __all__ = [
     "KERNLOOM_API",
     "LOCAL_PREFIX",
     "NUMPY_ELEMENTWISE",
+    "OUT_BY_POSITION",
     "RESIDUAL_FORMS",
     "AllocatorStats",
     "ArgDef",
@@ -207,6 +209,7 @@ __all__ = [
     "broadcast_shapes",
     "check_bias",
     "check_permutation",
+    "compile_fused_steps",
     "concat_output",
     "concat_shape",
     "default_registry",

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import numpy as np
 
-__all__ = ["NUMPY_ELEMENTWISE", "relu", "sigmoid"]
+__all__ = ["NUMPY_ELEMENTWISE", "OUT_BY_POSITION", "relu", "sigmoid"]
 
 Array = np.ndarray[Any, Any]
 
@@ -51,3 +51,10 @@ NUMPY_ELEMENTWISE: Final[Mapping[str, Callable[..., Any]]] = MappingProxyType(
         "Relu": relu,
     }
 )
+
+OUT_BY_POSITION: Final = frozenset(
+    fn for fn in NUMPY_ELEMENTWISE.values() if fn not in (np.maximum, np.minimum)
+)
+"""The functions of the table that take ``out`` as the argument after their operands
+(``fused_evaluator.compile_steps``): every one but ``np.maximum`` and ``np.minimum``, for
+which numpy 2.4 deprecates it (and warns, at three times a call's cost)."""

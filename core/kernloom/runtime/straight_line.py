@@ -90,15 +90,27 @@ class Entry(NamedTuple):
 class StraightLine:
     """A partition compiled into one sequence of nodes; immutable, shared by all steps."""
 
-    __slots__ = ("_rows", "num_values", "program", "sequential", "view")
+    __slots__ = ("_rows", "_seeded", "num_values", "program", "sequential", "view")
 
     def __init__(
         self, view: GraphView, program: list[Entry], num_values: int, sequential: bool
     ) -> None:
         self.view = view
         self.program = program
-        self._rows = [tuple(entry) for entry in program]
+        # A constant's value is the same every step and no reader takes it from its slot
+        # (``compile``'s ``kept``): it is in the step's first list of values, not a row
+        # that stores it. A fused node of 1000 constant operands paid 0.15 µs a row.
+        seeded: list[Any] = [None] * num_values
+        self._rows = []
         """The program as exact tuples: CPython 3.11 specialises unpacking only for those."""
+        for entry in program:
+            if entry.kind == _CONST:
+                if entry.out >= 0:
+                    seeded[entry.out] = entry.a
+                continue
+            self._rows.append(tuple(entry))
+        self._seeded = seeded
+        """Every value slot: a constant's value, or None."""
         self.num_values = num_values
         self.sequential = sequential
         """Whether no two expensive nodes can ever run at once (each depends on the one
@@ -162,7 +174,7 @@ class StraightLine:
         items = view.items
         device = view.device
         step = args.step
-        values: list[Any] = [None] * self.num_values
+        values = self._seeded.copy()
         ctx: OpKernelContext | None = None  # made for the first node that runs compute
         frame = args.call_frame
         check_deadline = step.deadline is not None
@@ -232,9 +244,6 @@ class StraightLine:
                         for output, slot in out:
                             values[slot] = produced[output]
                         del produced
-                    elif kind == _CONST:
-                        if out >= 0:
-                            values[out] = a
                     elif kind == _ARG:
                         if frame is None:  # outside a session step: the kernel says why
                             ctx = ctx or step_context(view, args)

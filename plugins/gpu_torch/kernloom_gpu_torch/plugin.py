@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import kernloom.plugin
 
-KERNLOOM_API = ">=1.7,<2"  # WindowAttrs.pool_window (1.7)
+KERNLOOM_API = ">=1.8,<2"  # compile_fused_steps (1.8)
 
 PLUGIN_NAME = "gpu_torch"
 """The entry-point name: ``KERNLOOM_DEVICE_FACTORY=GPU=gpu_torch`` selects this factory."""

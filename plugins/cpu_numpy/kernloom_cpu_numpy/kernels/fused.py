@@ -11,7 +11,6 @@ the output reuses an input of its shape when the executor says nothing else hold
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -19,12 +18,14 @@ import numpy as np
 from kernloom.plugin import (
     CONV_FORMS,
     NUMPY_ELEMENTWISE,
+    OUT_BY_POSITION,
     KernelLibrary,
     OpKernel,
     OpKernelConstruction,
     OpKernelContext,
     broadcast_shape,
     check_bias,
+    compile_fused_steps,
     elementwise_output,
     matmul_shape,
     parse_fused_ops,
@@ -40,14 +41,16 @@ BLOCK_ELEMENTS: Final = 16384
 """Elements per block: 64 KiB of float32, within a core's L2 with a few temporaries."""
 
 
-Step = tuple[Callable[..., Any], tuple[tuple[bool, int], ...], int]
-"""(function, operands as (is_input, index), the temporary it writes; -1: the output)."""
-
-
 class FusedElementwise(OpKernel):
     def __init__(self, ctx: OpKernelConstruction) -> None:
-        steps, self._temps = plan_fused_expression(str(ctx.attr("expression")), int(ctx.attr("N")))
-        self._steps: list[Step] = [(NUMPY_ELEMENTWISE[op], refs, slot) for op, refs, slot in steps]
+        count = int(ctx.attr("N"))
+        steps, self._temps = plan_fused_expression(str(ctx.attr("expression")), count)
+        self._run = compile_fused_steps(
+            [(NUMPY_ELEMENTWISE[op], refs, slot) for op, refs, slot in steps],
+            count,
+            self._temps,
+            out_by_position=OUT_BY_POSITION,
+        )
 
     def compute(self, ctx: OpKernelContext) -> None:
         inputs = ctx.input_list("inputs")
@@ -55,7 +58,7 @@ class FusedElementwise(OpKernel):
         shape = shapes[0] if all(s == shapes[0] for s in shapes) else broadcast_shape(ctx, *shapes)
         # An input of the output's shape that nothing else holds may become the output:
         # its block is read only by the steps of that same block, before the last writes.
-        out = elementwise_output(ctx, inputs, shape)
+        out = elementwise_output(ctx, inputs, shape, shapes)
         if out.size == 0:
             return
         if out.ndim == 0 or out.size <= BLOCK_ELEMENTS or shape[0] == 1:
@@ -73,9 +76,7 @@ class FusedElementwise(OpKernel):
     def _evaluate(self, inputs: list[Array], out: Array, temps: list[Array] | None = None) -> None:
         if temps is None:
             temps = [np.empty_like(out) for _ in range(self._temps)]  # in out's memory order
-        for fn, refs, slot in self._steps:
-            args = [inputs[i] if is_input else temps[i] for is_input, i in refs]
-            fn(*args, out=out if slot < 0 else temps[slot])
+        self._run(inputs, out, temps)
 
 
 def bias_and_activation(

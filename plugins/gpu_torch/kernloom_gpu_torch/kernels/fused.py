@@ -15,12 +15,14 @@ import torch
 from kernloom.plugin import (
     CONV_FORMS,
     NUMPY_ELEMENTWISE,
+    OUT_BY_POSITION,
     KernelLibrary,
     OpKernel,
     OpKernelConstruction,
     OpKernelContext,
     broadcast_shape,
     check_bias,
+    compile_fused_steps,
     elementwise_output,
     matmul_shape,
     parse_fused_expression,
@@ -110,7 +112,12 @@ class CpuFusedElementwise(OpKernel):
         steps, self._temps = plan_fused_expression(str(ctx.attr("expression")), int(ctx.attr("N")))
         torch_steps = [(FUNCTIONS[op], refs, slot) for op, refs, slot in steps]
         self._torch = _multiply_adds(torch_steps) if MERGE_MULTIPLY_ADD else torch_steps
-        self._numpy = [(NUMPY_ELEMENTWISE[op], refs, slot) for op, refs, slot in steps]
+        self._numpy = compile_fused_steps(
+            [(NUMPY_ELEMENTWISE[op], refs, slot) for op, refs, slot in steps],
+            int(ctx.attr("N")),
+            self._temps,
+            out_by_position=OUT_BY_POSITION,
+        )
         self._shapes: dict[tuple[Any, ...], tuple[tuple[int, ...], bool]] = {}
         """Per input shapes: the output's shape and ``_first_slot_full`` (the same few every
         run; the broadcast was checked when an entry was made)."""
@@ -120,14 +127,14 @@ class CpuFusedElementwise(OpKernel):
 
     def compute(self, ctx: OpKernelContext) -> None:
         raw = ctx.input_list("inputs")
-        shapes = tuple(x.shape for x in raw)
+        shapes = tuple([x.shape for x in raw])
         shape, full = kept_per_shapes(self._shapes, shapes, lambda: self._plan(ctx, shapes))
-        out = elementwise_output(ctx, raw, shape)  # as numpy's kernel makes it
+        out = elementwise_output(ctx, raw, shape, shapes)  # as numpy's kernel makes it
         if out.size == 0:
             return
         if out.size < SMALL_ELEMENTWISE:
             temps = [np.empty_like(out) for _ in range(self._temps)]
-            _evaluate(self._numpy, raw, out, temps)  # only the last step writes ``out``
+            self._numpy(raw, out, temps)  # only the last step writes ``out``
             return
         use_session_threads(ctx)
         inputs = [kept.get(x) for kept, x in zip(self._inputs, raw, strict=True)]
@@ -204,13 +211,6 @@ def _dies(steps: list[Any], k: int, slot: int) -> bool:
         if written == slot:
             return True
     return True
-
-
-def _evaluate(steps: list[Any], inputs: list[Any], out: Any, temps: list[Any]) -> None:
-    """Run planned steps (function, operands, slot) into ``out`` and ``temps``."""
-    for fn, refs, slot in steps:
-        args = [inputs[i] if is_input else temps[i] for is_input, i in refs]
-        fn(*args, out=out if slot < 0 else temps[slot])
 
 
 def fused_matmul(ctx: OpKernelContext) -> None:
