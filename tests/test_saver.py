@@ -65,7 +65,8 @@ def test_save_then_restore_round_trips_every_dtype_into_another_session(
     assert manifest["layer/b"]["dtype"] == "float64"
     with np.load(path, allow_pickle=False) as archive:
         np.testing.assert_array_equal(archive[manifest["w"]["key"]], wv)
-    assert [p.name for p in tmp_path.iterdir()] == ["model.ckpt.npz"]  # no temporary left
+    # No temporary left: the checkpoint and the state file that records it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "model.ckpt.npz"]
 
 
 def test_a_saver_of_some_variables_under_its_own_names(
@@ -153,6 +154,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint(
     path = tmp_path / "model.npz"
     g, saver, w = _saved(registry, path)
     before = path.read_bytes()
+    state_before = (tmp_path / "checkpoint").read_bytes()
 
     def full_disk(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -169,7 +171,8 @@ def test_a_failed_save_leaves_the_previous_checkpoint(
         assert isinstance(info.value, kl.KernloomError)
         monkeypatch.undo()
     assert path.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["model.npz"]
+    assert (tmp_path / "checkpoint").read_bytes() == state_before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "model.npz"]
     with kl.Session(g) as s:
         for v in kl.global_variables(g):
             s.run(v.initializer)

@@ -5,9 +5,15 @@ Modelled on TensorFlow's ``tf.compat.v1.train.Saver``: the saver is built once f
 name scope ``save``), then ``saver.save(sess, path)`` and ``saver.restore(sess, path)``
 work on any session of that graph::
 
-    saver = kl.train.Saver()              # every kl.Variable of the default graph
-    saver.save(sess, "model.ckpt.npz")
-    saver.restore(other_sess, "model.ckpt.npz")
+    saver = kl.train.Saver(max_to_keep=5)  # every kl.Variable of the default graph
+    saver.save(sess, "ckpt/model", global_step=step)  # writes ckpt/model-<step>
+    saver.restore(other_sess, kl.train.latest_checkpoint("ckpt"))
+
+Checkpoint bookkeeping follows TensorFlow's: each ``save`` records the path in the state
+file ``checkpoint`` of the checkpoint's directory (``kernloom.train.checkpoint_management``;
+``latest_checkpoint`` reads it back), and once the saver has written more than
+``max_to_keep`` checkpoints it deletes its oldest, after the state file no longer lists
+them. ``save(..., write_state=False)`` does neither.
 
 The file is a numpy ``.npz`` archive, read with ``allow_pickle=False`` (loading a
 checkpoint never runs code): one member per variable (``v0``, ``v1``, ...) and a manifest
@@ -28,10 +34,11 @@ import json
 import os
 import struct
 import sys
+import warnings
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Final, final
+from typing import IO, Any, Final, NamedTuple, final
 
 import numpy as np
 
@@ -47,6 +54,12 @@ from kernloom.graph.tensor import Tensor
 from kernloom.graph.variables import Variable, existing_variables
 from kernloom.runtime.session import Session
 from kernloom.shapes import TensorShape
+from kernloom.train.checkpoint_management import (
+    checkpoint_exists,
+    state_file_name,
+    state_file_path,
+    write_checkpoint_state,
+)
 
 __all__ = ["CHECKPOINT_FORMAT", "Saver", "read_checkpoint_manifest"]
 
@@ -187,17 +200,73 @@ def _as_path(save_path: object, what: str) -> Path:
     return Path(save_path)
 
 
+def _checked_max_to_keep(max_to_keep: object) -> int:
+    """``max_to_keep`` as an int >= 0 (None is 0: keep every checkpoint, as TensorFlow)."""
+    if max_to_keep is None:
+        return 0
+    if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int | np.integer):
+        raise TypeError(
+            f"kl.train.Saver: max_to_keep must be an int or None, got "
+            f"{type(max_to_keep).__name__} {max_to_keep!r}"
+        )
+    index = int(max_to_keep)
+    if index < 0:
+        raise InvalidArgumentError(
+            f"kl.train.Saver: max_to_keep={index} is negative; pass how many recent "
+            f"checkpoints to keep (5 is the default), or 0 or None to keep them all"
+        )
+    return index
+
+
+class _Kept(NamedTuple):
+    """A checkpoint the saver wrote: its path as ``save`` returned it, and that path made
+    absolute when written (to compare and delete it even after a change of directory)."""
+
+    path: str
+    absolute: str
+
+
+def _kept(path: str | os.PathLike[str]) -> _Kept:
+    return _Kept(os.fspath(path), os.path.abspath(path))
+
+
+def _delete_checkpoint(kept: _Kept) -> None:
+    """Remove an old checkpoint the state file no longer lists. One already gone is fine;
+    one that cannot be removed is a warning, not an error: the new checkpoint and the state
+    file are written, and TensorFlow likewise logs and carries on."""
+    try:
+        os.unlink(kept.absolute)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        warnings.warn(
+            f"{kept.path}: could not delete this old checkpoint ({exc.strerror or exc}); it "
+            f"is no longer listed in the checkpoint state, delete it by hand",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
 @final
 class Saver:
     """Saves and restores ``var_list`` (every ``kl.Variable`` of ``graph``, or of the default
-    graph, when None; a dict names them in the checkpoint, else their own names do)."""
+    graph, when None; a dict names them in the checkpoint, else their own names do).
+
+    ``max_to_keep`` (default 5, as TensorFlow's): how many of the checkpoints this saver
+    wrote stay on disk; after a save beyond it the oldest are deleted. 0 or None keeps them
+    all, and then (as in TensorFlow) the state file lists only the newest and
+    ``last_checkpoints`` stays empty. TensorFlow's ``keep_checkpoint_every_n_hours`` is
+    left out: every checkpoint past the limit is deleted, however old."""
 
     def __init__(
         self,
         var_list: Sequence[Variable] | Mapping[str, Variable] | None = None,
         *,
         graph: Graph | None = None,
+        max_to_keep: int | None = 5,
     ) -> None:
+        self._max_to_keep = _checked_max_to_keep(max_to_keep)
+        self._last: list[_Kept] = []
         self.graph, named = _named_variables(var_list, graph)
         with self.graph.name_scope("save"):
             self._slots = [_Slot(name, variable) for name, variable in named]
@@ -208,6 +277,40 @@ class Saver:
     def names(self) -> list[str]:
         """The variables' names in the checkpoint, in the saver's order."""
         return [slot.name for slot in self._slots]
+
+    @property
+    def max_to_keep(self) -> int:
+        """How many recent checkpoints the saver keeps; 0 keeps every one."""
+        return self._max_to_keep
+
+    @property
+    def last_checkpoints(self) -> list[str]:
+        """The checkpoints this saver wrote and has not deleted, oldest first, as ``save``
+        returned them (each can be passed to ``restore``)."""
+        return [kept.path for kept in self._last]
+
+    def recover_last_checkpoints(self, checkpoint_paths: Sequence[str | os.PathLike[str]]) -> None:
+        """Adopt ``checkpoint_paths`` (oldest first) as the checkpoints this saver wrote,
+        after a restart, so that ``max_to_keep`` counts and deletes them too; paths whose
+        file no longer exists are left out (TensorFlow's ``recover_last_checkpoints``).
+        Typically ``kl.train.get_checkpoint_state(dir).all_model_checkpoint_paths``."""
+        if isinstance(checkpoint_paths, str | bytes | os.PathLike) or not isinstance(
+            checkpoint_paths, Sequence
+        ):
+            raise TypeError(
+                f"Saver.recover_last_checkpoints: checkpoint_paths must be a list of paths, "
+                f"got {type(checkpoint_paths).__name__}; wrap one path in a list"
+            )
+        for path in checkpoint_paths:
+            if not isinstance(path, str | os.PathLike):
+                raise TypeError(
+                    f"Saver.recover_last_checkpoints: each checkpoint path must be a str or "
+                    f"os.PathLike, got {type(path).__name__} {path!r}"
+                )
+        recovered: list[_Kept] = []
+        for kept in (_kept(p) for p in checkpoint_paths if checkpoint_exists(p)):
+            recovered = [k for k in recovered if k.absolute != kept.absolute] + [kept]
+        self._last = recovered
 
     def _check_session(self, sess: object, what: str) -> Session:
         if not isinstance(sess, Session):
@@ -222,17 +325,31 @@ class Saver:
     # -- saving -----------------------------------------------------------------------------
 
     def save(
-        self, sess: Session, save_path: str | os.PathLike[str], global_step: object = None
+        self,
+        sess: Session,
+        save_path: str | os.PathLike[str],
+        global_step: object = None,
+        latest_filename: str | None = None,
+        *,
+        write_state: bool = True,
     ) -> str:
         """Write the variables' values in ``sess`` to ``save_path`` (atomically) and return
         the path. Every variable must be initialised. ``global_step`` (an int, or a scalar
         integer tensor or variable, read in ``sess``) is appended to the file name as
         TensorFlow's Saver does: ``save(sess, "model", global_step=3)`` writes
-        ``model-3``."""
+        ``model-3``.
+
+        With ``write_state`` (the default) the path is then recorded in the state file
+        ``latest_filename`` (``"checkpoint"`` when None) beside it, and the checkpoints
+        beyond ``max_to_keep`` are deleted, in that order, so a failure deleting never
+        loses the new checkpoint or the state."""
         session = self._check_session(sess, "save")
         path = _as_path(save_path, "save")
+        latest = state_file_name(latest_filename, "Saver.save")
         if global_step is not None:
             path = path.with_name(f"{path.name}-{_step_number(session, global_step)}")
+        if write_state:
+            self._check_state_file_is_free(path, latest)
         initialized = session.run([slot.initialized for slot in self._slots])
         missing = [s.name for s, ok in zip(self._slots, initialized, strict=True) if not ok]
         if missing:
@@ -265,7 +382,42 @@ class Saver:
                         np.lib.format.write_array(member, array, allow_pickle=False)
 
         atomic_write_with(path, write)
+        if write_state:
+            self._record(path, latest)
         return str(path)
+
+    def _check_state_file_is_free(self, path: Path, latest_filename: str) -> None:
+        """Refuse, before writing anything, a save whose state file would overwrite the new
+        checkpoint or one the state file lists (TensorFlow finds this only afterwards)."""
+        state_file = os.path.abspath(state_file_path(os.path.dirname(path), latest_filename))
+        clashes = [str(path)] if os.path.abspath(path) == state_file else []
+        clashes += [k.path for k in self._last if k.absolute == state_file]
+        if clashes:
+            raise InvalidArgumentError(
+                f"Saver.save: checkpoint {clashes[0]!r} is where the checkpoint state file "
+                f"(latest_filename={latest_filename!r}) is written; save under another name "
+                f"or pass another latest_filename"
+            )
+
+    def _record(self, path: Path, latest_filename: str) -> None:
+        """Write the state file listing the kept checkpoints, then delete the rest."""
+        new = _kept(path)
+        kept, evicted = self._after_saving(new)
+        # The state lists the new checkpoint last, even when the saver keeps none.
+        listed = [k for k in kept if k.absolute != new.absolute] + [new]
+        write_checkpoint_state(os.path.dirname(path), [k.absolute for k in listed], latest_filename)
+        self._last = kept
+        for old in evicted:
+            _delete_checkpoint(old)
+
+    def _after_saving(self, new: _Kept) -> tuple[list[_Kept], list[_Kept]]:
+        """(kept, to delete) once ``new`` is saved: a path saved again moves to the end,
+        and the oldest beyond ``max_to_keep`` go (none when it is 0, as TensorFlow)."""
+        if not self._max_to_keep:
+            return self._last, []
+        kept = [k for k in self._last if k.absolute != new.absolute] + [new]
+        excess = max(0, len(kept) - self._max_to_keep)
+        return kept[excess:], kept[:excess]
 
     # -- restoring --------------------------------------------------------------------------
 
