@@ -220,6 +220,33 @@ def test_constant_push_down_combines_the_constants_of_a_chain() -> None:
     assert sorted(ops_of(nodes)) == ["Add", "Const", "Const", "Mul"]
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.uint8])
+def test_a_sub_from_a_constant_flips_the_sign_and_the_chain_still_folds(dtype: type) -> None:
+    """``c - x`` links anywhere in an additive chain: every sign pattern of x and of the
+    constants folds to one node (``x + k``, ``x - k`` or ``k - x``) with numpy's values
+    (integers wrap alike in either order)."""
+    k = [dtype(v) for v in (7, 3, 250, 9, 5, 100)]
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.as_dtype(dtype), [4], name="x")
+        c = [kl.constant(v) for v in k]
+        y = kl.ops.sub(c[0], kl.ops.sub(x, c[1]))  # 7 - (x - 3)
+        y = kl.ops.add(kl.ops.sub(c[2], y), c[3])  # (250 - y) + 9
+        y = kl.ops.sub(kl.ops.sub(y, c[4]), c[5])  # (y - 5) - 100
+        y = kl.ops.sub(c[1], kl.ops.add(c[0], y), name="y")  # 3 - (7 + y)
+    xv = np.array([0, 1, 2, 200], dtype)
+    with np.errstate(over="ignore"):
+        v = k[0] - (xv - k[1])
+        v = (k[2] - v) + k[3]
+        v = (v - k[4]) - k[5]
+        want = k[1] - (k[0] + v)
+    on, nodes = run_graph(g, y, {x: xv}, disabled_passes=("elementwise_fusion",))
+    off, _ = run_graph(g, y, {x: xv}, graph_optimizer=False)
+    np.testing.assert_array_equal(off, want)
+    np.testing.assert_allclose(on, want, rtol=1e-12)
+    assert [op for op in ops_of(nodes) if op != "Const"] == ["Sub"]  # k - x
+
+
 def test_integer_push_down_wraps_exactly_as_the_original() -> None:
     """(x + big) + big overflows int32 in both orders alike: modular arithmetic."""
     big = np.int32(2**31 - 10)

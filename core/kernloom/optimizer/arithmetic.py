@@ -6,7 +6,9 @@
   ``kl.cond`` branch) (``x + 0`` turns ``-0.0`` into ``0.0``; the values compare equal);
 - constant push-down: in a chain of ``Add``/``AddV2``/``Sub`` (or of ``Mul``) with a
   constant at each link, the constants are combined first, so ``((x + c1) - c2) + c3``
-  becomes ``x + ((c1 - c2) + c3)``, which constant folding then turns into one constant.
+  becomes ``x + ((c1 - c2) + c3)``, which constant folding then turns into one constant;
+  a ``Sub`` from a constant flips the sign of what follows: ``c1 - (c2 - x)`` becomes
+  ``x + (c1 - c2)`` and ``c1 - (x + c2)`` becomes ``(c1 - c2) - x``.
   Floats are reassociated (allowed); integer arithmetic wraps modulo 2^bits in numpy and
   TensorFlow alike, where reassociation is exact, so overflow cannot change a result;
 - AddN merging: a tree of ``Add``/``AddV2`` over same-shaped tensors becomes one ``AddN``.
@@ -161,7 +163,7 @@ class _Run:
         link = _link(node.op, inputs, self._is_constant)
         if link is None:
             return False
-        inner_tensor, c2, sign2 = link
+        inner_tensor, c2, x_sign2, sign2 = link
         inner = inner_tensor.node
         group = ADDITIVE if node.op in ADDITIVE else frozenset({"Mul"})
         if inner.op not in group or not self._absorbable(inner):
@@ -169,19 +171,29 @@ class _Run:
         inner_link = _link(inner.op, list(inner.inputs), self._is_constant)
         if inner_link is None:
             return False
-        x, c1, sign1 = inner_link
+        x, c1, x_sign1, sign1 = inner_link
         if self._is_constant(x):
             return False  # all constant: constant folding's job
         if node.op == "Mul":
             self._emit(node, "Mul", [x, self._constant("Mul", c1, c2, node.name)])
-        elif sign1 > 0 and sign2 > 0:
-            self._emit(node, _add_op(node, inner), [x, self._constant("AddV2", c1, c2, node.name)])
+            self.done["push-down"].append(node.name)
+            return True
+        # outer = x_sign2 * inner + sign2 * c2, inner = x_sign1 * x + sign1 * c1: the
+        # result is x's sign times x plus (x_sign2 * sign1) c1 + sign2 c2.
+        sign1 *= x_sign2
+        add = _add_op(node, inner)
+        if sign1 > 0 and sign2 > 0:
+            constant, negative = self._constant("AddV2", c1, c2, node.name), False
         elif sign1 > 0:
-            self._emit(node, _add_op(node, inner), [x, self._constant("Sub", c1, c2, node.name)])
+            constant, negative = self._constant("Sub", c1, c2, node.name), False
         elif sign2 > 0:
-            self._emit(node, _add_op(node, inner), [x, self._constant("Sub", c2, c1, node.name)])
-        else:
-            self._emit(node, "Sub", [x, self._constant("AddV2", c1, c2, node.name)])
+            constant, negative = self._constant("Sub", c2, c1, node.name), False
+        else:  # -(c1 + c2): only ever with x positive (the outer link is ``v - c2``)
+            constant, negative = self._constant("AddV2", c1, c2, node.name), True
+        if x_sign1 * x_sign2 > 0:
+            self._emit(node, "Sub" if negative else add, [x, constant])
+        else:  # constant - x
+            self._emit(node, "Sub", [constant, x])
         self.done["push-down"].append(node.name)
         return True
 
@@ -218,19 +230,25 @@ def _add_op(node: Node, inner: Node) -> str:
     return "AddV2"
 
 
-def _link(op: str, inputs: list[Tensor], is_constant: Any) -> tuple[Tensor, Tensor, int] | None:
-    """``op(inputs)`` as ``x (+|-|*) c`` with ``c`` constant: (x, c, sign), or None."""
+def _link(
+    op: str, inputs: list[Tensor], is_constant: Any
+) -> tuple[Tensor, Tensor, int, int] | None:
+    """``op(inputs)`` as ``(+|-) x (+|-|*) c`` with ``c`` constant: (x, c, x's sign, c's
+    sign), or None."""
     if len(inputs) != 2:
         return None
     a, b = inputs
     if op in ("Add", "AddV2", "Mul"):
         if is_constant(b) and not is_constant(a):
-            return a, b, 1
+            return a, b, 1, 1
         if is_constant(a) and not is_constant(b):
-            return b, a, 1
+            return b, a, 1, 1
         return None
-    if op == "Sub" and is_constant(b) and not is_constant(a):
-        return a, b, -1
+    if op == "Sub":
+        if is_constant(b) and not is_constant(a):
+            return a, b, 1, -1
+        if is_constant(a) and not is_constant(b):
+            return b, a, -1, 1
     return None
 
 
