@@ -340,9 +340,9 @@ def test_steps_of_other_shapes_at_the_same_time_each_get_their_own_values() -> N
 
 @pytest.mark.parametrize("head", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("activation", ["", "Relu", "Elu"])
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("threads", "transpose"), [(1, False), (2, False), (2, True)])
 def test_a_narrow_last_layer_before_a_head_runs_on_the_transpose(
-    head: str, activation: str, threads: int, monkeypatch: pytest.MonkeyPatch
+    head: str, activation: str, threads: int, transpose: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A classifier's last layer (few columns, many rows) and its head run on the
     transpose on oneDNN's path (``TRANSPOSED_HEAD_ROWS``): the same values as the unfused
@@ -358,7 +358,9 @@ def test_a_narrow_last_layer_before_a_head_runs_on_the_transpose(
         "onednn_linear",
         lambda a, w, b: transposed.append(tuple(a.shape)) or real(a, w, b),
     )
-    g, x, y, reference = _mlp([96, 512, 10], ["Relu", activation], head, columns=None)
+    g, x, y, reference = _mlp(
+        [96, 512, 10], ["Relu", activation], head, transpose=transpose, columns=None
+    )
     config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
     unfused = kl.SessionConfig(inter_op_threads=1, disabled_passes=(PASS,))
     with (
