@@ -45,10 +45,16 @@ def best_of(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> float:
     return best
 
 
-CHAINS = {"vector": "Add, vector c", "scalar": "Add, scalar c", "mixed": "Add/Mul in turn"}
+CHAINS = {
+    "vector": "Add, vector c",
+    "scalar": "Add, scalar c",
+    "mixed": "Add/Mul in turn",
+    "from_constant": "Sub from c (c - x)",
+}
 """``chain_<kind>``: what the chain's nodes are. ``mixed`` alternates ``Add`` and ``Mul``
 (vector constants): it folds to nothing, so the optimizer's elementwise fusion makes it
-one ``_FusedElementwise`` of 1000 steps."""
+one ``_FusedElementwise`` of 1000 steps. ``from_constant`` is ``c - x`` at every link
+(vector constants), which push-down folds to one ``Sub`` (x's sign flips at each)."""
 
 
 def chain(kind: str) -> dict[str, float]:
@@ -58,8 +64,12 @@ def chain(kind: str) -> dict[str, float]:
 
     g = kl.Graph()
     scalar = kind == "scalar"
-    ops = [kl.ops.add, kl.ops.mul] if kind == "mixed" else [kl.ops.add]
-    ufuncs = [np.add, np.multiply] if kind == "mixed" else [np.add]
+    ops: list[Callable[[Any, Any], Any]] = (
+        [kl.ops.add, kl.ops.mul] if kind == "mixed" else [kl.ops.add]
+    )
+    ufuncs: list[Callable[[Any, Any], Any]] = [np.add, np.multiply] if kind == "mixed" else [np.add]
+    if kind == "from_constant":
+        ops, ufuncs = [lambda v, c: kl.ops.sub(c, v)], [lambda v, c: np.subtract(c, v)]
     # Added 0.001 i, or (every other node of ``mixed``) multiplied by 1 + 1e-6 i: finite.
     values = [1 + 1e-6 * i if i % len(ops) else 0.001 * i for i in range(N)]
     constants = [np.float32(v) if scalar else np.full(16, v, np.float32) for v in values]
