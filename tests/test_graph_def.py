@@ -295,6 +295,15 @@ def _math_family_nodes(b: kl.Tensor) -> list[kl.Tensor]:
             ops.sin,
             ops.cos,
             ops.atan,
+            ops.tan,
+            ops.asin,
+            ops.acos,
+            ops.sinh,
+            ops.cosh,
+            ops.asinh,
+            ops.acosh,
+            ops.atanh,
+            ops.erfc,
             ops.expm1,
             ops.log1p,
             ops.is_inf,
@@ -313,6 +322,7 @@ def _math_family_nodes(b: kl.Tensor) -> list[kl.Tensor]:
             ops.add_v2,
             ops.div,
             ops.div_no_nan,
+            ops.atan2,
         )
     ]
     nan = ops.is_nan(b)

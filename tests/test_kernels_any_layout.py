@@ -70,10 +70,18 @@ INEXACT = {
 sum (a reduction, a product, a convolution's taps) or a library's blocking follows it."""
 
 TRANSCENDENTAL = {
+    "Acos",
+    "Acosh",
+    "Asin",
+    "Asinh",
     "Atan",
+    "Atan2",
+    "Atanh",
     "Cos",
+    "Cosh",
     "Elu",
     "Erf",
+    "Erfc",
     "Exp",
     "Expm1",
     "Log",
@@ -82,7 +90,9 @@ TRANSCENDENTAL = {
     "Selu",
     "Sigmoid",
     "Sin",
+    "Sinh",
     "Softplus",
+    "Tan",
     "Tanh",
     "Xlogy",
     "Xlog1py",

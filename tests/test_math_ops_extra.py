@@ -41,6 +41,16 @@ NEW_OPS = {
     "Sin": "sin",
     "Cos": "cos",
     "Atan": "atan",
+    "Tan": "tan",
+    "Asin": "asin",
+    "Acos": "acos",
+    "Sinh": "sinh",
+    "Cosh": "cosh",
+    "Asinh": "asinh",
+    "Acosh": "acosh",
+    "Atanh": "atanh",
+    "Atan2": "atan2",
+    "Erfc": "erfc",
     "Expm1": "expm1",
     "Log1p": "log1p",
     "IsNan": "is_nan",
@@ -98,7 +108,7 @@ def test_every_op_has_a_wrapper_with_tf_name_and_arguments() -> None:
 def test_kernloom_ops_shows_each_op(capsys: pytest.CaptureFixture[str]) -> None:
     from kernloom.cli import main
 
-    for op in ("TopKV2", "ClipByValue", "LeakyRelu"):
+    for op in ("TopKV2", "ClipByValue", "LeakyRelu", "Atan2", "Erfc"):
         assert main(["ops", op, "--json"]) == 0
         assert f'"{op}"' in capsys.readouterr().out
 
@@ -190,6 +200,10 @@ def test_bad_shapes_fail_when_the_node_is_built(g: kl.Graph, build: Any, message
         (lambda x: kl.ops.leaky_relu(x, name="n"), "int32"),
         (lambda x: kl.ops.is_nan(x, name="n"), "int32"),
         (lambda x: kl.ops.logical_not(x, name="n"), "bool"),
+        (lambda x: kl.ops.tan(x, name="n"), "int32"),
+        (lambda x: kl.ops.acosh(x, name="n"), "int32"),
+        (lambda x: kl.ops.atan2(x, x, name="n"), "int32"),
+        (lambda x: kl.ops.erfc(kl.ops.cast(x, DstT=kl.complex64), name="n"), "complex64"),
     ],
 )
 def test_types_outside_tf_lists_fail_when_built(g: kl.Graph, build: Any, message: str) -> None:
@@ -266,6 +280,35 @@ def test_bad_values_fail_at_run_time_naming_the_node(
     ):
         session.run(fetches, feeds, run_metadata=metadata)
     assert f"node 'op' (op {op})" in str(info.value)
+
+
+SIGNED_ZEROS = [
+    # (op, inputs, the sign bits of the result): C99's signed zeros, which the case
+    # table's closeness check cannot see.
+    ("Tan", [np.array([-0.0, 0.0])], [True, False]),
+    ("Asin", [np.array([-0.0, 0.0])], [True, False]),
+    ("Sinh", [np.array([-0.0, 0.0])], [True, False]),
+    ("Asinh", [np.array([-0.0, 0.0])], [True, False]),
+    ("Atanh", [np.array([-0.0, 0.0])], [True, False]),
+    (
+        "Atan2",
+        [np.array([-0.0, 0.0, -0.0, -1.0]), np.array([0.0, 0.0, 1.0, np.inf])],
+        [True, False, True, True],
+    ),
+]
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("op", "inputs", "negative"), SIGNED_ZEROS, ids=[z[0] for z in SIGNED_ZEROS]
+)
+def test_signed_zeros_keep_their_sign(
+    backend: str, dtype: Any, op: str, inputs: list[Any], negative: list[bool]
+) -> None:
+    values, _ = run_op(BACKENDS[backend](), op, [x.astype(dtype) for x in inputs])
+    assert np.all(values[0] == 0)
+    assert np.signbit(values[0]).tolist() == negative
 
 
 @pytest.mark.parametrize("backend", ["torch", "cupy"])

@@ -133,6 +133,16 @@ APPROXIMATE_UNARY_OPS: dict[str, tuple[Any, ...]] = {
     "Sin": FLOATS + COMPLEX,
     "Cos": FLOATS + COMPLEX,
     "Atan": FLOATS,
+    # Signed integers too: TensorFlow's op defs refuse them, so both must raise.
+    "Tan": FLOATS + COMPLEX + SIGNED,
+    "Asin": FLOATS + COMPLEX + SIGNED,
+    "Acos": FLOATS + COMPLEX + SIGNED,
+    "Sinh": FLOATS + COMPLEX + SIGNED,
+    "Cosh": FLOATS + COMPLEX + SIGNED,
+    "Asinh": FLOATS + COMPLEX + SIGNED,
+    "Acosh": FLOATS + COMPLEX + SIGNED,
+    "Atanh": FLOATS + COMPLEX + SIGNED,
+    "Erfc": FLOATS + COMPLEX,  # (complex: both must raise)
     "Expm1": FLOATS + COMPLEX,
     "Log1p": FLOATS + COMPLEX,
     "Erf": FLOATS,
@@ -177,6 +187,7 @@ APPROXIMATE_BINARY_OPS: dict[str, tuple[Any, ...]] = {
     "Pow": FLOATS + INTS + COMPLEX,
     "Xlogy": FLOATS,  # (a log: within a few ulps)
     "Xlog1py": FLOATS,
+    "Atan2": (*FLOATS, np.int32, np.complex64),  # (y, x); int32 and complex: both raise
 }
 
 UNARY_SHAPES: tuple[tuple[int, ...], ...] = ((), (0,), (2, 3))

@@ -427,6 +427,77 @@ def define(lib: OpLibrary) -> None:
     _define_model_ops(lib)
 
 
+def _define_trigonometric(lib: OpLibrary) -> None:
+    """Tan, the inverse and hyperbolic functions, Atan2 and Erfc, with TensorFlow's op-def
+    type lists (floating and complex, except Atan2 and Erfc: floating only). TensorFlow's
+    CPU registers a kernel for every type each list names, and so do kernloom's kernels;
+    an integer tensor fails when the node is built, as in TensorFlow."""
+    unary = functools.partial(_unary, lib)
+    inexact = spec(INEXACT)
+    unary("Tan", inexact, "The tangent of x; +-inf and NaN give NaN, -0.0 stays -0.0.")
+    unary(
+        "Asin",
+        inexact,
+        "The arcsine of x, in [-pi/2, pi/2]; NaN where |x| > 1 (and for +-inf), -0.0 "
+        "stays -0.0. Complex: the principal branch (C99 casin).",
+    )
+    unary(
+        "Acos",
+        inexact,
+        "The arccosine of x, in [0, pi]; NaN where |x| > 1 (and for +-inf). Complex: the "
+        "principal branch (C99 cacos).",
+    )
+    unary(
+        "Sinh",
+        inexact,
+        "The hyperbolic sine of x; overflows to +-inf (float32 past |x| ~ 89.4), -0.0 stays -0.0.",
+    )
+    unary(
+        "Cosh",
+        inexact,
+        "The hyperbolic cosine of x; overflows to +inf (float32 past |x| ~ 89.4), "
+        "cosh(+-inf) = +inf.",
+    )
+    unary(
+        "Asinh",
+        inexact,
+        "The inverse hyperbolic sine of x; asinh(+-inf) = +-inf, -0.0 stays -0.0.",
+    )
+    unary(
+        "Acosh",
+        inexact,
+        "The inverse hyperbolic cosine of x, >= 0; NaN for x < 1 (and for -inf), "
+        "acosh(1) = 0, acosh(inf) = inf.",
+    )
+    unary(
+        "Atanh",
+        inexact,
+        "The inverse hyperbolic tangent of x; atanh(+-1) = +-inf, NaN where |x| > 1, -0.0 "
+        "stays -0.0.",
+    )
+    unary(
+        "Erfc",
+        spec(FLOATS),
+        "The complementary error function 1 - erf(x), computed without the cancellation "
+        "(erfc(10) = 2.1e-45 in float64, 0 in float32); erfc(-inf) = 2, erfc(inf) = 0.",
+    )
+    (
+        lib.register_op("Atan2")
+        .input("y: T")
+        .input("x: T")
+        .output("z: T")
+        .attr(f"T: {spec(FLOATS)}")
+        .shape_fn(broadcast_binary_shape)
+        .doc(
+            "The angle of the point (x, y) from the positive x axis, in [-pi, pi]: "
+            "arctan(y / x) with the quadrant from both signs; broadcasting.",
+            "IEEE atan2 on every edge: signed zeros pick the half-plane (atan2(+-0, -0) "
+            "= +-pi, atan2(+-0, +0) = +-0), atan2(+-inf, +-inf) = +-pi/4 or +-3pi/4, and "
+            "NaN in either input gives NaN.",
+        )
+    )
+
+
 def _define_model_ops(lib: OpLibrary) -> None:
     """The math ops real models need (issue 18) and the names current TF emits (issue 21)."""
     unary = functools.partial(_unary, lib)
@@ -485,6 +556,7 @@ def _define_model_ops(lib: OpLibrary) -> None:
         "The arctangent of x. TF's op def takes complex too, its CPU kernels only floating "
         "types; so do kernloom's kernels.",
     )
+    _define_trigonometric(lib)
     unary(
         "Expm1",
         inexact,

@@ -131,6 +131,14 @@ _unary("Erf", 9, ops.erf)
 _unary("Sin", 7, ops.sin)
 _unary("Cos", 7, ops.cos)
 _unary("Atan", 7, ops.atan)
+_unary("Tan", 7, ops.tan)
+_unary("Asin", 7, ops.asin)
+_unary("Acos", 7, ops.acos)
+_unary("Sinh", 9, ops.sinh)
+_unary("Cosh", 9, ops.cosh)
+_unary("Asinh", 9, ops.asinh)
+_unary("Acosh", 9, ops.acosh)
+_unary("Atanh", 9, ops.atanh)
 _unary("Sign", 9, ops.sign)
 _unary("Round", 11, ops.round)
 _unary("Not", 1, ops.logical_not)
@@ -279,66 +287,8 @@ def _dropout(node: OnnxNode, ctx: ConversionContext) -> Result:
     return [ops.identity(x), mask]
 
 
-# -- functions kernloom has no single op for: compositions of exp, log, atan, sqrt --------
-
-
-def _compose(
-    op_type: str, first: int, build: Callable[[ConversionContext, Tensor], Tensor]
-) -> None:
-    @converter(op_type, first)
-    def convert(node: OnnxNode, ctx: ConversionContext) -> Result:
-        return [build(ctx, ctx.input(0))]
-
-
 def _half(ctx: ConversionContext, x: Tensor) -> Tensor:
     return ctx.const_like(0.5, x)
-
-
-def _asin(ctx: ConversionContext, x: Tensor) -> Tensor:
-    one = ctx.const_like(1, x)
-    return ops.atan(ops.real_div(x, ops.sqrt(ops.sub(one, ops.square(x)))))
-
-
-def _acos(ctx: ConversionContext, x: Tensor) -> Tensor:
-    return ops.sub(ctx.const_like(np.pi / 2, x), _asin(ctx, x))
-
-
-def _asinh(ctx: ConversionContext, x: Tensor) -> Tensor:
-    # sign(x) * log(|x| + sqrt(x^2 + 1)): exact for negative x too.
-    a = ops.abs(x)
-    magnitude = ops.log(ops.add_v2(a, ops.sqrt(ops.add_v2(ops.square(a), ctx.const_like(1, x)))))
-    return ops.mul(ops.sign(x), magnitude)
-
-
-def _acosh(ctx: ConversionContext, x: Tensor) -> Tensor:
-    return ops.log(ops.add_v2(x, ops.sqrt(ops.sub(ops.square(x), ctx.const_like(1, x)))))
-
-
-def _atanh(ctx: ConversionContext, x: Tensor) -> Tensor:
-    one = ctx.const_like(1, x)
-    return ops.mul(_half(ctx, x), ops.log(ops.real_div(ops.add_v2(one, x), ops.sub(one, x))))
-
-
-def _sinh(ctx: ConversionContext, x: Tensor) -> Tensor:
-    return ops.mul(_half(ctx, x), ops.sub(ops.exp(x), ops.exp(ops.neg(x))))
-
-
-def _cosh(ctx: ConversionContext, x: Tensor) -> Tensor:
-    return ops.mul(_half(ctx, x), ops.add_v2(ops.exp(x), ops.exp(ops.neg(x))))
-
-
-def _tan(ctx: ConversionContext, x: Tensor) -> Tensor:
-    return ops.real_div(ops.sin(x), ops.cos(x))
-
-
-_compose("Asin", 7, _asin)
-_compose("Acos", 7, _acos)
-_compose("Asinh", 9, _asinh)
-_compose("Acosh", 9, _acosh)
-_compose("Atanh", 9, _atanh)
-_compose("Sinh", 9, _sinh)
-_compose("Cosh", 9, _cosh)
-_compose("Tan", 7, _tan)
 
 
 @converter("Gelu", 20, attrs=("approximate",))

@@ -212,6 +212,7 @@ def _unary_table() -> list[UnaryRow]:
         ("Sin", _same(_complex_or_real(cmath.sin, _safe(math.sin, np.sin))), t.INEXACT, "any"),
         ("Cos", _same(_complex_or_real(cmath.cos, _safe(math.cos, np.cos))), t.INEXACT, "any"),
         ("Atan", _same(real(math.atan)), t.FLOATS, "any"),
+        *_trigonometric_table(),
         (
             "Expm1",
             _same(_complex_or_real(lambda z: cmath.exp(z) - 1, _safe(math.expm1, np.expm1))),
@@ -232,6 +233,55 @@ def _unary_table() -> list[UnaryRow]:
             t.FLOATS,
             "any",
         ),
+    ]
+
+
+def _nan(v: float) -> float:
+    return math.nan
+
+
+def _signed_inf(v: float) -> float:
+    return math.copysign(math.inf, v)
+
+
+def _atanh_edge(v: float) -> float:
+    """Where ``math.atanh`` raises: +-inf at +-1 (the pole), NaN beyond."""
+    return math.copysign(math.inf, v) if abs(v) == 1 else math.nan
+
+
+def _ieee(fn: Callable[[float], float], edge: Callable[[float], float]) -> Callable[[float], float]:
+    """``fn`` on a Python float; ``edge(v)`` where ``math`` raises instead of returning
+    C99's answer (NaN outside the domain, +-inf on overflow or at a pole), so that the
+    reference owes nothing to numpy's ufuncs."""
+
+    def apply(v: float) -> float:
+        if v != v:
+            return v
+        try:
+            return fn(v)
+        except (ValueError, OverflowError):
+            return edge(v)
+
+    return apply
+
+
+def _trigonometric_table() -> list[UnaryRow]:
+    """Tan, the inverse and hyperbolic functions and Erfc: cmath for complex, math for the
+    rest (math raises where C99 answers NaN or +-inf; ``_ieee`` gives those answers)."""
+
+    def both(complex_fn: Callable[[complex], complex], real_fn: Callable[[float], float]) -> Any:
+        return _same(_complex_or_real(complex_fn, real_fn))
+
+    return [
+        ("Tan", both(cmath.tan, _ieee(math.tan, _nan)), t.INEXACT, "any"),
+        ("Asin", both(cmath.asin, _ieee(math.asin, _nan)), t.INEXACT, "any"),
+        ("Acos", both(cmath.acos, _ieee(math.acos, _nan)), t.INEXACT, "any"),
+        ("Sinh", both(cmath.sinh, _ieee(math.sinh, _signed_inf)), t.INEXACT, "any"),
+        ("Cosh", both(cmath.cosh, _ieee(math.cosh, lambda v: math.inf)), t.INEXACT, "any"),
+        ("Asinh", both(cmath.asinh, math.asinh), t.INEXACT, "any"),
+        ("Acosh", both(cmath.acosh, _ieee(math.acosh, _nan)), t.INEXACT, "positive"),
+        ("Atanh", both(cmath.atanh, _ieee(math.atanh, _atanh_edge)), t.INEXACT, "any"),
+        ("Erfc", _same(_elementwise(math.erfc)), t.FLOATS, "any"),
     ]
 
 
@@ -281,6 +331,119 @@ def _unary_cases() -> Iterator[Case]:
         [np.array([-3, 0, 5, 6, 7, 127], np.int8)],
         reference=lambda x: np.array([0, 0, 5, 6, 6, 6], np.int8),
         id="Relu6-int8-by-hand",
+    )
+    yield from _trigonometric_cases()
+
+
+INF, NAN, PI = math.inf, math.nan, math.pi
+TRIG_BY_HAND: list[tuple[str, list[float], list[float]]] = [
+    # (op, x, the values worked by hand: C99 Annex F's special cases and exact points)
+    ("Tan", [-0.0, 0.0, PI / 4, INF, -INF, NAN], [-0.0, 0.0, 1.0, NAN, NAN, NAN]),
+    (
+        "Asin",
+        [-0.0, 0.0, 1.0, -1.0, 0.5, 2.0, -1.5, INF, -INF, NAN],
+        [-0.0, 0.0, PI / 2, -PI / 2, PI / 6, NAN, NAN, NAN, NAN, NAN],
+    ),
+    (
+        "Acos",
+        [1.0, -1.0, 0.0, -0.0, 0.5, 1.5, -2.0, INF, NAN],
+        [0.0, PI, PI / 2, PI / 2, PI / 3, NAN, NAN, NAN, NAN],
+    ),
+    (
+        "Sinh",
+        [-0.0, 0.0, 1.0, 1000.0, -1000.0, INF, -INF, NAN],
+        [-0.0, 0.0, (math.e - 1 / math.e) / 2, INF, -INF, INF, -INF, NAN],
+    ),
+    (
+        "Cosh",
+        [0.0, -0.0, 1.0, 1000.0, -1000.0, INF, -INF, NAN],
+        [1.0, 1.0, (math.e + 1 / math.e) / 2, INF, INF, INF, INF, NAN],
+    ),
+    (
+        "Asinh",
+        [-0.0, 0.0, 1.0, -1.0, INF, -INF, NAN],
+        [-0.0, 0.0, math.log(1 + 2**0.5), -math.log(1 + 2**0.5), INF, -INF, NAN],
+    ),
+    (
+        "Acosh",
+        [1.0, 2.0, 0.5, 0.0, -1.0, INF, -INF, NAN],
+        [0.0, math.log(2 + 3**0.5), NAN, NAN, NAN, INF, NAN, NAN],
+    ),
+    (
+        "Atanh",
+        [1.0, -1.0, -0.0, 0.0, 0.5, 2.0, -1.5, INF, NAN],
+        [INF, -INF, -0.0, 0.0, math.log(3) / 2, NAN, NAN, NAN, NAN],
+    ),
+    (
+        "Erfc",
+        [0.0, -0.0, INF, -INF, NAN, 30.0, -30.0, 300.0],
+        [1.0, 1.0, 0.0, 2.0, NAN, 0.0, 2.0, 0.0],  # erfc(30) = 2.6e-393: below float64
+    ),
+]
+"""Values every float dtype represents the same way, so one list serves float16 to
+float64 (1000 overflows sinh and cosh in each)."""
+
+
+def _trigonometric_cases() -> Iterator[Case]:
+    for op, x, expected in TRIG_BY_HAND:
+        for dtype in t.FLOATS:
+            np_dtype = dtype.numpy_dtype
+            yield Case(
+                op,
+                [np.array(x, np_dtype)],
+                reference=lambda x, e=expected: np.array(e, x.dtype),
+                id=f"{op}-{dtype}-by-hand",
+            )
+    for dtype in t.FLOATS:
+        np_dtype = dtype.numpy_dtype
+        inside = np.linspace(-0.95, 0.95, 9).astype(np_dtype)  # the domain of all three
+        for op, fn in (("Asin", math.asin), ("Acos", math.acos), ("Atanh", math.atanh)):
+            yield Case(op, [inside], reference=_same(_elementwise(fn)), id=f"{op}-{dtype}-domain")
+        above_one = (1 + np.abs(sample((2, 3), dtype))).astype(np_dtype)
+        yield Case(
+            "Acosh",
+            [above_one],
+            reference=_same(_elementwise(math.acosh)),
+            id=f"Acosh-{dtype}-domain",
+        )
+        # float16 overflows sinh past 11.1, float32 past 89.4: the values around each.
+        near = np.array([11.0, 11.5, 89.0, 89.5, -89.5], np_dtype)
+        for op, fn in (("Sinh", math.sinh), ("Cosh", math.cosh)):
+            yield Case(op, [near], reference=_same(_elementwise(fn)), id=f"{op}-{dtype}-overflow")
+        tail = np.array([0.5, 1.0, 2.0, 5.0, 9.0, 15.0, 26.0, -3.0, -0.25], np_dtype)
+        yield Case(
+            "Erfc", [tail], reference=_same(_elementwise(math.erfc)), id=f"Erfc-{dtype}-tail"
+        )
+    yield from _atan2_cases()
+
+
+def _atan2_cases() -> Iterator[Case]:
+    """Atan2(y, x): samples over the broadcast shapes (a scalar and a vector operand
+    included), every pair of IEEE edge values, and atan2's special cases by hand."""
+    reference = _same(_elementwise(math.atan2))  # CPython's atan2: C99 Annex F
+    for dtype in t.FLOATS:
+        for sy, sx in SHAPE_PAIRS:
+            y, x = sample(sy, dtype), sample(sx, dtype)
+            yield Case("Atan2", [y, x], reference=reference, id=f"Atan2-{dtype}-{sy}-{sx}")
+        values = np.array([NAN, INF, -INF, -0.0, 0.0, 1.0, -1.0, 0.5], dtype.numpy_dtype)
+        y, x = np.repeat(values, values.size), np.tile(values, values.size)
+        yield Case("Atan2", [y, x], reference=reference, id=f"Atan2-{dtype}-edge-pairs")
+    yield Case(
+        "Atan2",
+        [
+            np.array([0.0, -0.0, 0.0, -0.0, INF, -INF, 1.0, -1.0, 1.0, INF, NAN, 0.0]),
+            np.array([-0.0, -0.0, 0.0, 0.0, -INF, -INF, -INF, -INF, INF, 1.0, 0.0, NAN]),
+        ],
+        reference=lambda y, x: np.array(
+            [PI, -PI, 0.0, -0.0, 3 * PI / 4, -3 * PI / 4, PI, -PI, 0.0, PI / 2, NAN, NAN]
+        ),
+        id="Atan2-special-cases-by-hand",
+    )
+    yield Case(
+        "Atan2",
+        [np.float32(1.0), np.array([1.0, -1.0, 0.0], np.float32)],
+        reference=lambda y, x: np.array([PI / 4, 3 * PI / 4, PI / 2], np.float32),
+        id="Atan2-scalar-y-by-hand",
     )
 
 

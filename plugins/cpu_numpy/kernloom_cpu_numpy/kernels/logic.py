@@ -1,4 +1,4 @@
-"""Binary arithmetic, comparison and logic kernels: AddV2, Div, DivNoNan, FloorDiv,
+"""Binary arithmetic, comparison and logic kernels: AddV2, Atan2, Div, DivNoNan, FloorDiv,
 FloorMod, SquaredDifference, Equal, NotEqual, GreaterEqual, LessEqual, LogicalAnd, LogicalOr,
 LogicalNot, ClipByValue.
 
@@ -254,6 +254,7 @@ ARITHMETIC: tuple[tuple[str, Fn, tuple[Any, ...] | None], ...] = (
     ("Xdivy", _x_times(_xdivy), t.INEXACT),
     ("Xlogy", _x_times(_xlogy), t.INEXACT),
     ("Xlog1py", _x_times(_xlog1py), t.INEXACT),
+    ("Atan2", np.arctan2, t.OP_TYPES),  # (y, x): IEEE atan2's signed zeros and infinities
 )
 DIVISIONS: tuple[tuple[str, Fn, tuple[Any, ...] | None], ...] = (
     ("Div", _truncate_divide, t.REALS),  # complex: complex_rules

@@ -1,11 +1,12 @@
 """Activation and unary math kernels (Relu6, Elu, Selu, LeakyRelu, Softplus, Softsign,
-Erf, Rsqrt, Reciprocal, Abs, Sign, Floor, Ceil, Round, Sin, Cos, Atan, Expm1, Log1p,
-IsNan, IsInf, IsFinite).
+Erf, Erfc, Rsqrt, Reciprocal, Abs, Sign, Floor, Ceil, Round, Sin, Cos, Tan, Asin, Acos,
+Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Expm1, Log1p, IsNan, IsInf, IsFinite).
 
 Written over the array module ``xp`` (CuPy; numpy in tests), with ``xp.where`` rather than
 ufuncs' ``where=`` (CuPy's ufuncs have none). ``erf`` is computed from its series and a
 continued fraction of erfc in float64, as the numpy plugin does, so that the stand-in
-(numpy has no erf) runs the same code as a real GPU.
+(numpy has no erf) runs the same code as a real GPU; ``erfc`` too (the fraction from
+|x| = 1 on, where 1 - erf(x) would lose a small erfc's digits).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ ERF_TERMS = {8: (36, 24, 2.5), 4: (20, 8, 2.0), 2: (20, 8, 2.0)}
 """Per input itemsize: series terms, continued-fraction depth and the |x| where the second
 takes over (at most 1.3e-15 relative error for float64, 3e-8 for float32 and float16)."""
 SIGNED_REALS = tuple(d for d in t.SIGNED if not d.is_complex)
+ERFC_DEPTH = {8: 150, 4: 60, 2: 60}
+"""Per input itemsize: the continued fraction's depth for erfc at |x| >= 1 (at most 1e-14
+relative error for float64, 3e-9 for float32 and float16; the numpy plugin's)."""
+_SPLIT = 134217729.0
+"""2**27 + 1: Veltkamp's constant, which splits a float64 into two 26-bit halves."""
 _ROUND_TYPES = tuple(d for d in SIGNED_REALS if d.name not in ("int8", "int16"))  # as TF's CPU
 
 
@@ -52,6 +58,23 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
             fraction = b + (k / 2) / fraction
         tail = 1 - xp.exp(-b * b) / math.sqrt(math.pi) / fraction
         return xp.copysign(xp.where(small, series, tail), x.astype(np.float64))
+
+    def erfc(x: Any) -> Any:
+        """1 - erf(x) below |x| = 1; above, erfc(|x|) from the continued fraction with
+        exp(-b^2) split as exp(-hi^2) exp(-(2 hi + lo) lo) (b^2 rounded whole would cost
+        a tiny result digits), and erfc(-b) = 2 - erfc(b)."""
+        wide = x.astype(np.float64)
+        a = xp.abs(wide)
+        small = a < 1
+        b = xp.where(small, 1.0, xp.minimum(a, 30.0))  # NaN stays NaN; erfc(30) is 0
+        fraction = b.copy()
+        for k in range(ERFC_DEPTH[x.dtype.itemsize], 0, -1):
+            fraction = b + (k / 2) / fraction
+        head = b * _SPLIT - (b * _SPLIT - b)
+        tail = b - head
+        value = xp.exp(-head * head) * xp.exp(-(2 * head + tail) * tail) / math.sqrt(math.pi)
+        value = value / fraction
+        return xp.where(small, 1 - erf(wide), xp.where(wide < 0, 2 - value, value))
 
     def elu(x: Any) -> Any:
         return xp.where(x < 0, xp.expm1(x), x)
@@ -117,6 +140,16 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         ("Sin", xp.sin, t.OP_TYPES),
         ("Cos", xp.cos, t.OP_TYPES),
         ("Atan", xp.arctan, t.FLOATS),
+        # Floating and complex, as TensorFlow's CPU kernels (Erfc: floating, its op def's).
+        ("Tan", xp.tan, t.OP_TYPES),
+        ("Asin", xp.arcsin, t.OP_TYPES),
+        ("Acos", xp.arccos, t.OP_TYPES),
+        ("Sinh", xp.sinh, t.OP_TYPES),
+        ("Cosh", xp.cosh, t.OP_TYPES),
+        ("Asinh", xp.arcsinh, t.OP_TYPES),
+        ("Acosh", xp.arccosh, t.OP_TYPES),
+        ("Atanh", xp.arctanh, t.OP_TYPES),
+        ("Erfc", erfc, t.OP_TYPES),
         ("Expm1", xp.expm1, t.OP_TYPES),
         ("Log1p", xp.log1p, t.OP_TYPES),
         ("IsNan", xp.isnan, t.OP_TYPES),

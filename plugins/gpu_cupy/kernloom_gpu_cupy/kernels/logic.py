@@ -1,4 +1,4 @@
-"""Comparison, logic and binary arithmetic kernels: AddV2, Div, DivNoNan, FloorDiv,
+"""Comparison, logic and binary arithmetic kernels: AddV2, Atan2, Div, DivNoNan, FloorDiv,
 FloorMod, SquaredDifference, Equal, NotEqual, GreaterEqual, LessEqual, LogicalAnd, LogicalOr,
 LogicalNot, ClipByValue.
 
@@ -141,6 +141,7 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         ("Xdivy", x_times(xdivy), t.INEXACT, False),
         ("Xlogy", x_times(xlogy), t.INEXACT, False),
         ("Xlog1py", x_times(xlog1py), t.INEXACT, False),
+        ("Atan2", xp.arctan2, t.OP_TYPES, False),  # (y, x), IEEE atan2
         ("GreaterEqual", xp.greater_equal, t.OP_TYPES, False),
         ("LessEqual", xp.less_equal, t.OP_TYPES, False),
         ("LogicalAnd", xp.logical_and, (), False),

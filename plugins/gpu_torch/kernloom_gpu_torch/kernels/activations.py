@@ -1,6 +1,6 @@
 """Activation and unary math kernels with torch (Relu6, Elu, Selu, LeakyRelu, Softplus,
-Softsign, Erf, Rsqrt, Reciprocal, Abs, Sign, Floor, Ceil, Round, Sin, Cos, Atan, Expm1,
-Log1p, IsNan, IsInf, IsFinite).
+Softsign, Erf, Erfc, Rsqrt, Reciprocal, Abs, Sign, Floor, Ceil, Round, Sin, Cos, Tan, Asin,
+Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Expm1, Log1p, IsNan, IsInf, IsFinite).
 
 Where torch's function differs from TensorFlow's semantics the formula is spelled out:
 torch's sign of NaN is 0 (TF and numpy: NaN); Softplus uses TF's thresholds.
@@ -96,6 +96,16 @@ UNARY: tuple[tuple[str, Fn, tuple[Any, ...] | None], ...] = (
     ("Sin", torch.sin, t.OP_TYPES),
     ("Cos", torch.cos, t.OP_TYPES),
     ("Atan", torch.atan, d.FLOATS),
+    # Floating and complex, as TensorFlow's CPU kernels (Erfc: floating, its op def's list).
+    ("Tan", torch.tan, t.OP_TYPES),
+    ("Asin", torch.asin, t.OP_TYPES),
+    ("Acos", torch.acos, t.OP_TYPES),
+    ("Sinh", torch.sinh, t.OP_TYPES),
+    ("Cosh", torch.cosh, t.OP_TYPES),
+    ("Asinh", torch.asinh, t.OP_TYPES),
+    ("Acosh", torch.acosh, t.OP_TYPES),
+    ("Atanh", torch.atanh, t.OP_TYPES),
+    ("Erfc", torch.erfc, t.OP_TYPES),
     ("Expm1", torch.expm1, t.OP_TYPES),
     ("Log1p", torch.log1p, t.OP_TYPES),
     ("IsNan", torch.isnan, t.OP_TYPES),

@@ -1,4 +1,4 @@
-"""Binary arithmetic, comparison and logic kernels with torch: AddV2, Div, DivNoNan,
+"""Binary arithmetic, comparison and logic kernels with torch: AddV2, Atan2, Div, DivNoNan,
 FloorDiv, FloorMod, SquaredDifference, Equal, NotEqual, GreaterEqual, LessEqual, LogicalAnd,
 LogicalOr, LogicalNot, ClipByValue.
 
@@ -169,6 +169,7 @@ BINARY: tuple[tuple[str, Fn, tuple[Any, ...] | None, bool], ...] = (
     ("Xdivy", _x_times(_xdivy), d.INEXACT, False),
     ("Xlogy", _x_times(_xlogy), d.INEXACT, False),
     ("Xlog1py", _x_times(_xlog1py), d.INEXACT, False),
+    ("Atan2", torch.atan2, t.OP_TYPES, False),  # (y, x), IEEE atan2 on signed zeros and infs
     ("GreaterEqual", torch.ge, d.REALS, False),
     ("LessEqual", torch.le, d.REALS, False),
     ("LogicalAnd", torch.logical_and, (), False),
