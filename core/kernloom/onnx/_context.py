@@ -73,10 +73,12 @@ class ConversionContext:
     written by hand would have. A value computed at run time stays a tensor.
     """
 
-    __slots__ = ("defaults", "graph", "node", "pinned", "static", "values")
+    __slots__ = ("defaults", "graph", "node", "opsets", "pinned", "static", "values")
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, opsets: dict[str, int] | None = None) -> None:
         self.graph = graph
+        self.opsets: dict[str, int] = opsets if opsets is not None else {"": 1}
+        """The model's opset per domain (``""`` is ai.onnx): subgraph nodes use them too."""
         self.values: dict[str, Tensor] = {}
         self.static: dict[str, np.ndarray[Any, Any]] = {}
         self.defaults: dict[str, np.ndarray[Any, Any]] = {}
@@ -86,6 +88,18 @@ class ConversionContext:
         """Of ``defaults``, those a converter read (name -> the node that needed it): the
         importer converts the model again with them as constants."""
         self.node: OnnxNode | None = None
+
+    def child(self, bound: dict[str, Tensor]) -> ConversionContext:
+        """A context for a subgraph (an If branch, a Loop body): it sees every value of
+        this scope by name (ONNX's outer-scope references) except those ``bound`` shadows
+        (the subgraph's own inputs), and what it adds stays its own. What a converter
+        pins is still recorded for the whole import."""
+        inner = ConversionContext(self.graph, self.opsets)
+        inner.values = {**self.values, **bound}
+        inner.static = {k: v for k, v in self.static.items() if k not in bound}
+        inner.defaults = {k: v for k, v in self.defaults.items() if k not in bound}
+        inner.pinned = self.pinned
+        return inner
 
     # -- inputs ---------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from kernloom.graph.builder import constant, placeholder
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
+from kernloom.onnx._convert import convert_nodes, graph_nodes, node_name, with_subgraph_nodes
 from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import REGISTRY
 from kernloom.onnx.errors import OnnxImportError, Unsupported, UnsupportedOnnxError
@@ -37,7 +38,6 @@ __all__ = [
     "unsupported_nodes",
 ]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 _VALID_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
 
 
@@ -47,12 +47,6 @@ class ImportedModel(NamedTuple):
     graph: Graph
     inputs: dict[str, Tensor]
     outputs: dict[str, Tensor]
-
-
-def node_name(text: str, fallback: str) -> str:
-    """A valid kernloom node name for an ONNX name."""
-    safe = _UNSAFE.sub("_", text) or fallback
-    return safe if safe[0].isalnum() or safe[0] == "." else f"n{safe}"
 
 
 def value_name(graph: Graph, text: str, fallback: str) -> str:
@@ -88,18 +82,13 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _nodes(model: onnx.ModelProto, opsets: dict[str, int]) -> list[OnnxNode]:
-    nodes = []
-    for index, proto in enumerate(model.graph.node):
-        domain = proto.domain if proto.domain != "ai.onnx" else ""
-        name = proto.name or f"{proto.op_type}_{index}"
-        nodes.append(OnnxNode(proto, name, opsets.get(domain, 0)))
-    return nodes
+    return graph_nodes(model.graph, opsets)
 
 
-def _problems(nodes: list[OnnxNode]) -> list[Unsupported]:
+def _problems(nodes: list[OnnxNode], opsets: dict[str, int]) -> list[Unsupported]:
     """Every node whose op, version or attributes the importer does not handle."""
     problems = []
-    for node in nodes:
+    for node in with_subgraph_nodes(nodes, opsets):
 
         def report(missing: str, node: OnnxNode = node) -> None:
             problems.append(
@@ -149,13 +138,13 @@ def _type_code(kind: onnx.defs.OpSchema.AttrType) -> int:
     return int(kind)  # type: ignore[call-overload]  # a pybind11 enum; its stub has no __int__
 
 
-def _invalid_attributes(nodes: list[OnnxNode]) -> list[str]:
+def _invalid_attributes(nodes: list[OnnxNode], opsets: dict[str, int]) -> list[str]:
     """Every attribute whose type differs from what the op's schema declares, and every
     required attribute that is missing: what ``onnx.checker`` reports, said before a
     converter reads the attribute as something it is not (an INT axis given as FLOAT
     1.5 would silently be 1)."""
     found = []
-    for node in nodes:
+    for node in with_subgraph_nodes(nodes, opsets):
         try:
             schema = onnx.defs.get_schema(node.op_type, node.opset, node.domain)
         except onnx.defs.SchemaError:
@@ -186,7 +175,8 @@ def _invalid_attributes(nodes: list[OnnxNode]) -> list[str]:
 def unsupported_nodes(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> list[Unsupported]:
     """The nodes of ``model`` that would fail to import (empty when all convert)."""
     proto = load_model(model)
-    return _problems(_nodes(proto, _opsets(proto)))
+    opsets = _opsets(proto)
+    return _problems(_nodes(proto, opsets), opsets)
 
 
 def _input_shape(value: onnx.ValueInfoProto) -> TensorShape:
@@ -250,10 +240,10 @@ def _import(
     constants, and the overridable ones a converter needed the value of."""
     opsets = _opsets(proto)
     nodes = _nodes(proto, opsets)
-    problems = _problems(nodes)
+    problems = _problems(nodes, opsets)
     if problems:
         raise UnsupportedOnnxError(problems)
-    invalid = _invalid_attributes(nodes)
+    invalid = _invalid_attributes(nodes, opsets)
     if invalid:
         lines = "\n".join(f"  - {line}" for line in invalid)
         raise OnnxImportError(
@@ -262,7 +252,7 @@ def _import(
             "(onnx.checker.check_model(model) reports the same)."
         )
     graph = Graph()
-    ctx = ConversionContext(graph)
+    ctx = ConversionContext(graph, opsets)
     initializers = {init.name: init for init in proto.graph.initializer}
     overridable = overridable_initializers(proto) - constants
     defaults: dict[str, Tensor] = {}
@@ -295,9 +285,7 @@ def _import(
                 tensor = placeholder(dtype, _input_shape(value), name=name)
             ctx.values[value.name] = tensor
             inputs[value.name] = tensor
-        producers = {out: node for node in nodes for out in node.outputs if out}
-        for node in nodes:
-            _convert(ctx, node, producers)
+        convert_nodes(ctx, nodes)
         outputs: dict[str, Tensor] = {}
         for value in proto.graph.output:
             if value.name not in ctx.values:
@@ -313,38 +301,3 @@ def _import(
                 produced if produced.node.name == name else identity(produced, name=name)
             )
     return ImportedModel(graph, inputs, outputs), frozenset(ctx.pinned)
-
-
-def _convert(ctx: ConversionContext, node: OnnxNode, producers: dict[str, OnnxNode]) -> None:
-    found = REGISTRY.lookup(node.op_type, node.opset, node.domain)
-    assert found is not None  # _problems checked every node
-    for name in node.inputs:
-        if name and name not in ctx.values:
-            later = producers.get(name)
-            if later is not None:
-                raise node.fail(
-                    f"input {name!r} is the output of node {later.describe()}, which comes "
-                    "later: ONNX lists a graph's nodes in topological order (a producer "
-                    "before its consumers); re-export the model or sort its nodes"
-                )
-            raise node.fail(
-                f"input {name!r} is produced by no node and is neither a graph input nor an "
-                "initializer: add it as one of those, or name an existing value instead"
-            )
-    ctx.node = node
-    with ctx.graph.name_scope(node_name(node.name, node.op_type)):
-        try:
-            results = list(found.fn(node, ctx))
-        except OnnxImportError:
-            raise
-        except (ValueError, TypeError, KeyError) as exc:
-            raise node.fail(f"{type(exc).__name__}: {exc}") from exc
-    for index, name in enumerate(node.outputs):
-        if not name:
-            continue
-        if index >= len(results) or results[index] is None:
-            raise node.fail(f"output {index} ({name!r}) is not supported")
-        tensor = results[index]
-        assert tensor is not None
-        ctx.values[name] = tensor
-    ctx.node = None

@@ -2,6 +2,7 @@
 
 from kernloom.onnx.ops import (
     attention,
+    control_flow,
     elementwise,
     indexing,
     loss,
@@ -15,6 +16,7 @@ from kernloom.onnx.ops import (
 
 __all__ = [
     "attention",
+    "control_flow",
     "elementwise",
     "indexing",
     "loss",

@@ -1,0 +1,372 @@
+"""ONNX control flow: If and Loop, onto kernloom's TensorFlow-style ``kl.cond`` and
+``kl.while_loop``.
+
+A subgraph (If's branches, Loop's body) is converted node by node with the ordinary
+converters while the branch or body function runs, so kernloom's control-flow context is
+open: a value of an enclosing scope that a subgraph names (an ONNX outer-scope reference)
+is routed in by a Switch or an Enter like any tensor from outside a branch or loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+import kernloom.dtypes as d
+from kernloom import ops
+from kernloom.errors import InvalidArgumentError
+from kernloom.graph.control_flow import cond, while_loop
+from kernloom.graph.tensor import Tensor
+from kernloom.onnx._context import ConversionContext, OnnxNode
+from kernloom.onnx._convert import convert_nodes, graph_nodes
+from kernloom.onnx._dtypes import ONNX_TO_KERNLOOM, kernloom_dtype
+from kernloom.onnx._registry import converter
+from kernloom.onnx.errors import OnnxImportError
+from kernloom.op_library.control_flow_ops import relaxed_shape
+from kernloom.shapes import TensorShape
+
+__all__ = ["convert_subgraph"]
+
+Result = Sequence[Tensor | None]
+
+ONNX_OF = {dtype: elem for elem, dtype in ONNX_TO_KERNLOOM.items()}
+"""kernloom dtype -> ONNX element type, to ask onnx's type inference about a body."""
+
+
+# -- subgraphs -------------------------------------------------------------------------------
+
+
+def convert_subgraph(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    attr: str,
+    bound: dict[str, Tensor],
+) -> list[Tensor]:
+    """The outputs of the subgraph attribute ``attr`` of ``node``, built into the graph
+    where the caller stands (inside a branch or a loop body), with the subgraph's inputs
+    bound to ``bound`` and every other name looked up in the enclosing scopes."""
+    inner = _built_subgraph(ctx, node, attr, bound)
+    return [inner.values[value.name] for value in _subgraph(node, attr).output]
+
+
+def _built_subgraph(
+    ctx: ConversionContext, node: OnnxNode, attr: str, bound: dict[str, Tensor]
+) -> ConversionContext:
+    """The context the subgraph ``attr`` was converted in (its values and those known at
+    import time), after checking that each of its outputs has a value."""
+    graph = _subgraph(node, attr)
+    inner = ctx.child(bound)
+    for init in graph.initializer:
+        array = onnx.numpy_helper.to_array(init)
+        kernloom_dtype(init.data_type, f"ONNX node {node.describe()}: {attr}'s initializer")
+        inner.static[init.name] = array
+        inner.values[init.name] = inner.const(array, kernloom_dtype(init.data_type, init.name))
+    if graph.sparse_initializer:
+        raise node.fail(f"{attr} has sparse initializers, which the importer does not support")
+    convert_nodes(inner, graph_nodes(graph, ctx.opsets, f"{node.name}/{attr}/"))
+    for value in graph.output:
+        if value.name not in inner.values:
+            raise node.fail(
+                f"{attr}'s output {value.name!r} is produced by no node of the subgraph and "
+                "is no input or value of an enclosing scope: name an existing value"
+            )
+    return inner
+
+
+def _scalar(ctx: ConversionContext, node: OnnxNode, x: Tensor, what: str, dtype: d.DType) -> Tensor:
+    """``x`` as a scalar of ``dtype``: ONNX lets a condition or trip count be a tensor of
+    one element (shape [1]), kernloom's cond and while_loop want a scalar."""
+    if x.dtype is not dtype:
+        raise node.fail(f"{what} ({x.name!r}) is {x.dtype.name}; it must be {dtype.name}")
+    if x.shape.rank == 0:
+        return x
+    if x.shape.rank is not None and x.shape.num_elements() not in (None, 1):
+        raise node.fail(f"{what} must hold one element, got shape {x.shape}")
+    return ops.reshape(x, ctx.int64s([]))
+
+
+def _subgraph(node: OnnxNode, attr: str) -> onnx.GraphProto:
+    graph = node.attr(attr)
+    if not isinstance(graph, onnx.GraphProto):
+        raise node.fail(f"attribute {attr!r} must be a graph")
+    return graph
+
+
+# -- If --------------------------------------------------------------------------------------
+
+
+@converter("If", 1, attrs=("then_branch", "else_branch"))
+def _if(node: OnnxNode, ctx: ConversionContext) -> Result:
+    pred = _scalar(ctx, node, ctx.input(0), "the condition (input 0)", d.bool_)
+    wanted = len(node.outputs)
+    for attr in ("then_branch", "else_branch"):
+        given = len(_subgraph(node, attr).output)
+        if given != wanted:
+            raise node.fail(f"{attr} has {given} output(s); the node has {wanted}")
+
+    known = ctx.static.get(node.inputs[0])
+    if known is not None and np.size(known) == 1:
+        return _taken_branch(ctx, node, "then_branch" if bool(known.reshape(())) else "else_branch")
+
+    def branch(attr: str) -> Any:
+        return lambda: convert_subgraph(ctx, node, attr, {})
+
+    try:
+        merged = cond(pred, branch("then_branch"), branch("else_branch"), name="if")
+    except OnnxImportError:
+        raise
+    except InvalidArgumentError as exc:
+        raise node.fail(
+            f"then_branch and else_branch do not give outputs kl.cond can merge: {exc}"
+        ) from exc
+    return list(merged)
+
+
+def _taken_branch(ctx: ConversionContext, node: OnnxNode, attr: str) -> Result:
+    """The branch an If whose condition is known at import time takes, built inline (as
+    TensorFlow's ``smart_cond``): the other branch may not even build for these inputs
+    (the expanded AffineGrid splits a 4-element size into 5 there), and what the taken
+    one knows at import time stays known to the nodes after the If."""
+    inner = _built_subgraph(ctx, node, attr, {})
+    outputs = []
+    for name, value in zip(node.outputs, _subgraph(node, attr).output, strict=False):
+        if name and value.name in inner.static:
+            ctx.static[name] = inner.static[value.name]
+        outputs.append(inner.values[value.name])
+    return outputs
+
+
+# -- Loop ------------------------------------------------------------------------------------
+
+
+def _carried_invariant(initial: Tensor, declared: onnx.ValueInfoProto) -> TensorShape:
+    """The shape a loop-carried value keeps over the iterations: its initial shape, with
+    the dimensions the body's input declares as unknown or symbolic (or that differ)
+    left open, so a body that grows a value along such a dimension converts."""
+    if not declared.type.tensor_type.HasField("shape"):
+        return initial.shape
+    dims = declared.type.tensor_type.shape.dim
+    shape = TensorShape([int(v.dim_value) if v.HasField("dim_value") else None for v in dims])
+    return relaxed_shape(initial.shape, shape)
+
+
+def _elem_type(value: onnx.ValueInfoProto) -> int:
+    """A value's declared tensor element type, 0 when it declares none."""
+    if value.type.WhichOneof("value") != "tensor_type":
+        return 0
+    return int(value.type.tensor_type.elem_type)
+
+
+def _outer_names(graph: onnx.GraphProto) -> set[str]:
+    """The names ``graph`` (and the subgraphs in it) reads but defines nowhere inside:
+    its outer-scope references."""
+    defined = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+    read: set[str] = set()
+    for proto in graph.node:
+        read.update(name for name in proto.input if name)
+        for attr in proto.attribute:
+            inner = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in inner:
+                read |= _outer_names(sub)
+        defined.update(proto.output)
+    return read - defined
+
+
+def _inferred_types(
+    ctx: ConversionContext, body: onnx.GraphProto, inputs: list[d.DType]
+) -> list[int]:
+    """The element types of the body's outputs by onnx's type inference, given the
+    dtypes of the body's inputs and of the outer values it reads: a body may leave its
+    outputs' types undeclared (the expanded Range function does)."""
+    typed = [
+        onnx.helper.make_tensor_value_info(value.name, ONNX_OF[dtype], None)
+        for value, dtype in zip(body.input, inputs, strict=True)
+    ]
+    typed += [
+        onnx.helper.make_tensor_value_info(name, ONNX_OF[ctx.values[name].dtype], None)
+        for name in sorted(_outer_names(body))
+        if name in ctx.values and ctx.values[name].dtype in ONNX_OF
+    ]
+    probe = onnx.helper.make_graph(
+        list(body.node), "body", typed, list(body.output), list(body.initializer)
+    )
+    opsets = [onnx.helper.make_opsetid(domain, v) for domain, v in ctx.opsets.items()]
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            onnx.helper.make_model(probe, opset_imports=opsets)
+        )
+    except Exception:  # onnx raises its own errors on graphs it cannot type
+        return [0] * len(body.output)
+    return [_elem_type(value) for value in inferred.graph.output]
+
+
+def _scan_dtype(node: OnnxNode, value: onnx.ValueInfoProto, inferred: int, index: int) -> d.DType:
+    """The dtype of a scan output, from the body's declaration or onnx's type inference:
+    the accumulator that collects it must exist before the body is built."""
+    elem = _elem_type(value) or inferred
+    if not elem:
+        raise node.fail(
+            f"scan output {index} (body output {value.name!r}) has no tensor element type "
+            "and onnx's type inference finds none: the importer creates the output before "
+            "converting the body; declare the body output's type"
+        )
+    return kernloom_dtype(elem, f"ONNX node {node.describe()}: scan output {index}")
+
+
+def _declared_dims(value: onnx.ValueInfoProto) -> list[int]:
+    """A scan output's per-iteration shape when the body declares it fully, else []:
+    the shape a loop of zero iterations gives its (empty) scan output after axis 0."""
+    tensor_type = value.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return []
+    dims = tensor_type.shape.dim
+    if not all(v.HasField("dim_value") for v in dims):
+        return []
+    return [int(v.dim_value) for v in dims]
+
+
+class _LoopPlan:
+    """What a Loop node's body takes and gives, checked against the node before any op
+    is built: ``carried`` loop-carried values, then ``scans`` scan outputs."""
+
+    def __init__(self, node: OnnxNode, body: onnx.GraphProto) -> None:
+        self.carried = len(node.inputs) - 2
+        if self.carried < 0:
+            raise node.fail("Loop takes at least two inputs (M and cond, either may be empty)")
+        if len(body.input) != self.carried + 2:
+            raise node.fail(
+                f"the body has {len(body.input)} input(s); a Loop with {self.carried} "
+                f"loop-carried value(s) needs {self.carried + 2} (iteration_num, cond_in, "
+                "then one per loop-carried value)"
+            )
+        self.scans = len(body.output) - 1 - self.carried
+        if self.scans < 0:
+            raise node.fail(
+                f"the body has {len(body.output)} output(s); it needs at least "
+                f"{self.carried + 1} (cond_out, then one per loop-carried value)"
+            )
+        if len(node.outputs) > self.carried + self.scans:
+            raise node.fail(
+                f"the node has {len(node.outputs)} outputs but the body gives only "
+                f"{self.carried} loop-carried value(s) and {self.scans} scan output(s)"
+            )
+        self.input_names = [value.name for value in body.input]
+        self.scan_values = list(body.output[1 + self.carried :])
+
+
+@converter("Loop", 1, attrs=("body",))
+def _loop(node: OnnxNode, ctx: ConversionContext) -> Result:
+    body = _subgraph(node, "body")
+    plan = _LoopPlan(node, body)
+    trip_count = ctx.optional(0)
+    limit = None if trip_count is None else _scalar(ctx, node, trip_count, "M (input 0)", d.int64)
+    has_cond = ctx.has_input(1)
+    keep0 = (
+        _scalar(ctx, node, ctx.input(1), "cond (input 1)", d.bool_)
+        if has_cond
+        else ctx.const(np.bool_(True))
+    )
+    carried = []
+    for index in range(plan.carried):
+        if not ctx.has_input(2 + index):
+            raise node.fail(f"loop-carried input {2 + index} is empty; give it a value")
+        carried.append(ctx.input(2 + index))
+    inferred = [0] * plan.scans
+    if any(not _elem_type(value) for value in plan.scan_values):
+        given = [d.int64, d.bool_, *(t.dtype for t in carried)]
+        inferred = _inferred_types(ctx, body, given)[1 + plan.carried :]
+    dtypes = [_scan_dtype(node, value, inferred[i], i) for i, value in enumerate(plan.scan_values)]
+    accumulators = [ctx.const(np.zeros(0, dtype.numpy_dtype), dtype) for dtype in dtypes]
+    elements = [ctx.int64s(_declared_dims(value)) for value in plan.scan_values]
+    invariants = [
+        TensorShape([]),
+        TensorShape([]),
+        *(_carried_invariant(t, v) for t, v in zip(carried, body.input[2:], strict=True)),
+        *([TensorShape([None])] * (2 * plan.scans)),
+    ]
+    recorded: list[TensorShape] = []
+
+    def keep_going(step: Tensor, keep: Tensor, *_: Tensor) -> Tensor:
+        return keep if limit is None else ops.logical_and(ops.less(step, limit), keep)
+
+    def iterate(step: Tensor, keep: Tensor, *state: Tensor) -> list[Tensor]:
+        values, accs, _ = _split(state, plan)
+        bound = dict(zip(plan.input_names, [step, keep, *values], strict=True))
+        outputs = convert_subgraph(ctx, node, "body", bound)
+        keep_out = (
+            _scalar(ctx, node, outputs[0], "the body's cond_out", d.bool_) if has_cond else keep
+        )
+        scanned = outputs[1 + plan.carried :]
+        recorded[:] = [t.shape for t in scanned]
+        grown = [
+            _append(ctx, node, acc, t, i)
+            for i, (acc, t) in enumerate(zip(accs, scanned, strict=True))
+        ]
+        sizes = [ops.shape(t, out_type=d.int64) for t in scanned]
+        return [
+            ops.add(step, ctx.const(np.int64(1))),
+            keep_out,
+            *outputs[1 : 1 + plan.carried],
+            *grown,
+            *sizes,
+        ]
+
+    try:
+        final = while_loop(
+            keep_going,
+            iterate,
+            [ctx.const(np.int64(0)), keep0, *carried, *accumulators, *elements],
+            shape_invariants=invariants,
+        )
+    except OnnxImportError:
+        raise
+    except InvalidArgumentError as exc:
+        raise node.fail(
+            f"the body does not keep its loop-carried values' dtypes and shapes: {exc} (loop "
+            "variables 0 and 1 are the iteration count and the condition; a loop-carried "
+            "value whose shape changes converts when the body's input declares the "
+            "changing dimensions as symbolic)"
+        ) from exc
+    count, values, accs, shapes = final[0], *_split(final[2:], plan)
+    scans = [
+        _stacked(ctx, count, acc, shape, recorded[i] if recorded else TensorShape(None))
+        for i, (acc, shape) in enumerate(zip(accs, shapes, strict=True))
+    ]
+    return [*values, *scans]
+
+
+def _split(
+    state: Sequence[Tensor], plan: _LoopPlan
+) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """Loop variables after the counter and condition: (carried, accumulators, shapes)."""
+    carried, rest = list(state[: plan.carried]), list(state[plan.carried :])
+    return carried, rest[: plan.scans], rest[plan.scans :]
+
+
+def _append(
+    ctx: ConversionContext, node: OnnxNode, acc: Tensor, value: Tensor, index: int
+) -> Tensor:
+    """``acc`` (the scan output so far, flat) with this iteration's value appended: a flat
+    accumulator has one shape whatever the value's, so it is a plain loop variable."""
+    if value.dtype is not acc.dtype:
+        raise node.fail(
+            f"scan output {index} is {value.dtype.name} but the body declares it "
+            f"{acc.dtype.name}; fix the body output's declared type"
+        )
+    flat = ops.reshape(value, ctx.int64s([-1]))
+    return ops.concat_v2([acc, flat], ctx.const(np.int32(0)))
+
+
+def _stacked(
+    ctx: ConversionContext, count: Tensor, acc: Tensor, shape: Tensor, element: TensorShape
+) -> Tensor:
+    """A scan output as ONNX gives it: the iterations' values stacked along a new axis
+    0. The per-iteration shape is a constant where the body's value had a static shape
+    (so the output's static shape is known), else the last iteration's, carried."""
+    if element.rank is not None and element.is_fully_defined():
+        shape = ctx.int64s([int(v) for v in element.as_tuple()])
+    dims = ops.concat_v2([ops.reshape(count, ctx.int64s([1])), shape], ctx.const(np.int32(0)))
+    return ops.reshape(acc, dims)
