@@ -60,11 +60,12 @@ head (a classifier's logits and softmax) runs on the transpose: oneDNN's product
 ``W^T h^T`` ([N, M], the M rows now the wide side its kernels vectorise along, where a
 packed narrow weight pads N to 64), the bias down its columns, the head along dim 0 (one
 vector across many rows, where torch's row kernel goes row by row), then one transposing
-copy into the output. The same products and the same normalisation per row; in place of
-the last product, bias and head after an MLP's 1024-wide layer, median µs direct /
-transposed, 2 threads: 256 rows 73 / 62, 1024 rows 215 / 144; 1 thread 126 / 94, 435 /
-285. Below 256 rows, at two threads, the transpose lost (64 rows 35 / 42)
-(``benchmarks/OPTIMIZER.md``, "MLP: the classifier on the transpose")."""
+copy into the output. The same products and the same normalisation per row. The last
+product, bias and softmax of 10 columns after a 1024-wide layer, median µs direct /
+transposed (``benchmarks/bench_classifier_head.py``): 2 threads, 256 rows 67 / 51, 1024
+rows 259 / 214; 1 thread 116 / 86, 468 / 341. Below 256 rows it does not pay at two
+threads (64 rows 30 / 33). In the whole MLP of issue 20 that is 0.3-0.5 %
+(``benchmarks/OPTIMIZER.md``, "The classifier on the transpose")."""
 
 
 class _LayerErrors:
