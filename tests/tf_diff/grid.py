@@ -132,7 +132,7 @@ APPROXIMATE_UNARY_OPS: dict[str, tuple[Any, ...]] = {
     "Sigmoid": FLOATS + COMPLEX,
     "Sin": FLOATS + COMPLEX,
     "Cos": FLOATS + COMPLEX,
-    "Atan": FLOATS,
+    "Atan": FLOATS + COMPLEX + SIGNED,
     # Signed integers too: TensorFlow's op defs refuse them, so both must raise.
     "Tan": FLOATS + COMPLEX + SIGNED,
     "Asin": FLOATS + COMPLEX + SIGNED,

@@ -24,7 +24,7 @@ TensorFlow's CPU kernels do. The cases that still differ are listed in
 The ops added for real models (issue 18) and those current TensorFlow emits (issue 21:
 AddV2, Div, DivNoNan) take TensorFlow's op-def type lists (without bfloat16, which
 kernloom has no dtype for); where TensorFlow's CPU kernels cover fewer types than its op
-def (Reciprocal and Atan on integers, FloorDiv on complex...), kernloom's kernels cover
+def (Reciprocal on integers, FloorDiv on complex...), kernloom's kernels cover
 the same fewer types, so such a node fails at kernel lookup exactly as it does in
 TensorFlow. Each op's doc names its edge cases (integer division by zero, NaN, -0.0).
 """
@@ -553,8 +553,8 @@ def _define_model_ops(lib: OpLibrary) -> None:
     unary(
         "Atan",
         inexact,
-        "The arctangent of x. TF's op def takes complex too, its CPU kernels only floating "
-        "types; so do kernloom's kernels.",
+        "The arctangent of x, floating and complex (principal value), as TensorFlow 2.21's "
+        "CPU kernels.",
     )
     _define_trigonometric(lib)
     unary(

@@ -211,7 +211,7 @@ def _unary_table() -> list[UnaryRow]:
         ),
         ("Sin", _same(_complex_or_real(cmath.sin, _safe(math.sin, np.sin))), t.INEXACT, "any"),
         ("Cos", _same(_complex_or_real(cmath.cos, _safe(math.cos, np.cos))), t.INEXACT, "any"),
-        ("Atan", _same(real(math.atan)), t.FLOATS, "any"),
+        ("Atan", _same(_complex_or_real(cmath.atan, math.atan)), t.INEXACT, "any"),
         *_trigonometric_table(),
         (
             "Expm1",

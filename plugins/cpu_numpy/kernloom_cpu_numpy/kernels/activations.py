@@ -209,7 +209,7 @@ UNARY: tuple[tuple[str, Callable[..., Any], tuple[Any, ...] | None], ...] = (
     ("Round", _round, t.FLOATS),
     ("Sin", np.sin, t.OP_TYPES),
     ("Cos", np.cos, t.OP_TYPES),
-    ("Atan", np.arctan, t.FLOATS),
+    ("Atan", np.arctan, t.OP_TYPES),  # floating and complex, as TF 2.21's CPU
     # TensorFlow's CPU has floating and complex kernels for all of these (its op defs'
     # lists): numpy's ufuncs follow C99 on edges (asin(-0.0) = -0.0, acosh(x < 1) = NaN,
     # atanh(+-1) = +-inf) and its complex branches (principal values).

@@ -139,7 +139,7 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         ("Round", round_half_even, _ROUND_TYPES),
         ("Sin", xp.sin, t.OP_TYPES),
         ("Cos", xp.cos, t.OP_TYPES),
-        ("Atan", xp.arctan, t.FLOATS),
+        ("Atan", xp.arctan, t.OP_TYPES),  # floating and complex, as TF 2.21's CPU
         # Floating and complex, as TensorFlow's CPU kernels (Erfc: floating, its op def's).
         ("Tan", xp.tan, t.OP_TYPES),
         ("Asin", xp.arcsin, t.OP_TYPES),

@@ -95,7 +95,7 @@ UNARY: tuple[tuple[str, Fn, tuple[Any, ...] | None], ...] = (
     ),
     ("Sin", torch.sin, t.OP_TYPES),
     ("Cos", torch.cos, t.OP_TYPES),
-    ("Atan", torch.atan, d.FLOATS),
+    ("Atan", torch.atan, t.OP_TYPES),  # floating and complex, as TF 2.21's CPU
     # Floating and complex, as TensorFlow's CPU kernels (Erfc: floating, its op def's list).
     ("Tan", torch.tan, t.OP_TYPES),
     ("Asin", torch.asin, t.OP_TYPES),
