@@ -103,6 +103,30 @@ def test_an_input_nothing_else_holds_becomes_the_output(size: int) -> None:
     np.testing.assert_allclose(run.outputs[0], np.maximum(np.tanh(z) * z + z, 0), rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_ops_numpy_runs_on_torch_s_path_broadcast_and_strided(dtype: type) -> None:
+    """Above ``SMALL_ELEMENTWISE`` Exp, Log and Tanh take numpy's ufuncs (``ON_NUMPY``) on
+    the tensors' memory: as a new temporary, into the output, from a transposed input and
+    from a broadcast row, NaN and infinities among the values."""
+    from kernloom_gpu_torch.kernels.fused import ON_NUMPY
+
+    assert {"Exp", "Log", "Tanh"} <= ON_NUMPY
+    rng = np.random.default_rng(4)
+    rows, cols = 256, 200
+    assert rows * cols >= SMALL_ELEMENTWISE
+    x = rng.standard_normal((cols, rows)).astype(dtype).T  # a transposed view
+    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    row = np.abs(rng.standard_normal((1, cols))).astype(dtype) + 0.5
+    expression = "Exp(i0); Log(i1); Tanh(i0); Mul(t0, t1); AddV2(t3, t2); Tanh(t4)"
+    run = run_kernel("_FusedElementwise", [[x, row]], {"expression": expression}, registry=REGISTRY)
+    assert type(run.kernel).__name__ == "CpuFusedElementwise"
+    with np.errstate(all="ignore"):
+        z, r = x.astype(np.float64), row.astype(np.float64)
+        want = np.tanh(np.exp(z) * np.log(r) + np.tanh(z))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(run.outputs[0], want, rtol=tol, atol=tol)
+
+
 def test_a_large_chain_peaks_at_one_tensor_beyond_the_feed() -> None:
     """The torch path keeps a chain's intermediates in the output buffer: the allocator
     sees the output and nothing more (numpy's kernel: the output and block temporaries)."""

@@ -70,6 +70,28 @@ FUNCTIONS: Final[dict[str, Callable[..., torch.Tensor]]] = {
 }
 """Each fusable op as a torch function; every one takes ``out=`` (None: a new tensor)."""
 
+ON_NUMPY: Final = frozenset({"Exp", "Log", "Tanh"})
+"""Ops the CPU kernel runs with numpy's ufunc on the tensors' memory even over large
+tensors: torch's CPU kernels for them were slower than numpy's on one thread and no faster
+on two (float32[1 Mi], ms, numpy / torch: Tanh 0.16 / 2.12, Log 0.25 / 0.79, Exp 0.33 /
+0.63; torch's two threads halve at best). A chain with a Tanh ran fused at twice the
+op-by-op time (``benchmarks/bench_optimizer.py elementwise``). The values are the numpy
+kernels', which the same ops run unfused."""
+
+
+def _on_numpy(fn: Callable[..., Any]) -> Callable[..., torch.Tensor]:
+    """``fn`` (a numpy ufunc) called on the numpy views of CPU tensors, with torch's
+    ``out=`` convention (None: a new tensor)."""
+
+    def call(*args: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        operands = [a.numpy() for a in args]
+        if out is None:
+            return torch.from_numpy(np.asarray(fn(*operands)))
+        fn(*operands, out=out.numpy())
+        return out
+
+    return call
+
 
 def fused_elementwise(ctx: OpKernelContext) -> None:
     inputs = tensor_inputs(ctx, "inputs")
@@ -110,7 +132,10 @@ class CpuFusedElementwise(OpKernel):
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
         steps, self._temps = plan_fused_expression(str(ctx.attr("expression")), int(ctx.attr("N")))
-        torch_steps = [(FUNCTIONS[op], refs, slot) for op, refs, slot in steps]
+        torch_steps = [
+            (_on_numpy(NUMPY_ELEMENTWISE[op]) if op in ON_NUMPY else FUNCTIONS[op], refs, slot)
+            for op, refs, slot in steps
+        ]
         self._torch = _multiply_adds(torch_steps) if MERGE_MULTIPLY_ADD else torch_steps
         self._numpy = compile_fused_steps(
             [(NUMPY_ELEMENTWISE[op], refs, slot) for op, refs, slot in steps],
