@@ -28,8 +28,35 @@ def sigmoid(x: Array, out: Array) -> Array:
     return np.reciprocal(out, out=out)
 
 
+_ROW: Final = 1024
+"""The row length ``relu`` lays a contiguous tensor out in (see there)."""
+_zeros: dict[np.dtype[Any], Array] = {}
+"""A read-only row of zeros per dtype (made once; a race makes two equal rows)."""
+
+
 def relu(x: Array, out: Array) -> Array:
-    return np.maximum(x, 0, out=out)
+    """``max(x, 0)``, NaN kept (``maximum`` propagates it; -0.0 gives +0.0). numpy's
+    ``maximum`` against a scalar runs a loop 2-3 times slower than against an array
+    (float32[1 Mi]: 0.31 against 0.13 ms; float64 0.48 / 0.25; int32 0.28 / 0.14), so a
+    contiguous tensor is taken as rows of ``_ROW`` against one row of zeros."""
+    size = x.size
+    if (
+        size < 4 * _ROW
+        or x.dtype != out.dtype
+        or not (x.flags.c_contiguous and out.flags.c_contiguous)
+    ):
+        return np.maximum(x, 0, out=out)
+    zeros = _zeros.get(x.dtype)
+    if zeros is None:
+        zeros = np.zeros(_ROW, x.dtype)
+        zeros.flags.writeable = False
+        _zeros[x.dtype] = zeros
+    flat, target = x.reshape(-1), out.reshape(-1)
+    whole = size - size % _ROW
+    np.maximum(flat[:whole].reshape(-1, _ROW), zeros, out=target[:whole].reshape(-1, _ROW))
+    if whole < size:
+        np.maximum(flat[whole:], 0, out=target[whole:])
+    return out
 
 
 NUMPY_ELEMENTWISE: Final[Mapping[str, Callable[..., Any]]] = MappingProxyType(

@@ -93,7 +93,7 @@ def bias_and_activation(
     if residual is not None:
         out += residual
     if activation == "Relu":
-        np.maximum(out, 0, out=out)
+        NUMPY_ELEMENTWISE["Relu"](out, out)  # NaN stays NaN
     elif activation == "Relu6":
         np.clip(out, 0, 6, out=out)
     elif activation == "Elu":
