@@ -1,5 +1,6 @@
-"""ONNX control flow: If and Loop, onto kernloom's TensorFlow-style ``kl.cond`` and
-``kl.while_loop``.
+"""ONNX control flow: If, Loop and Scan, onto kernloom's TensorFlow-style ``kl.cond`` and
+``kl.while_loop`` (a Scan is a while_loop over its scan axis with the Loop's scan-output
+accumulators).
 
 A subgraph (If's branches, Loop's body) is converted node by node with the ordinary
 converters while the branch or body function runs, so kernloom's control-flow context is
@@ -274,13 +275,10 @@ def _loop(node: OnnxNode, ctx: ConversionContext) -> Result:
         if not ctx.has_input(2 + index):
             raise node.fail(f"loop-carried input {2 + index} is empty; give it a value")
         carried.append(ctx.input(2 + index))
-    inferred = [0] * plan.scans
-    if any(not _elem_type(value) for value in plan.scan_values):
-        given = [d.int64, d.bool_, *(t.dtype for t in carried)]
-        inferred = _inferred_types(ctx, body, given)[1 + plan.carried :]
-    dtypes = [_scan_dtype(node, value, inferred[i], i) for i, value in enumerate(plan.scan_values)]
-    accumulators = [ctx.const(np.zeros(0, dtype.numpy_dtype), dtype) for dtype in dtypes]
-    elements = [ctx.int64s(_declared_dims(value)) for value in plan.scan_values]
+    given = [d.int64, d.bool_, *(t.dtype for t in carried)]
+    accumulators, elements = _accumulators(
+        ctx, node, body, plan.scan_values, given, 1 + plan.carried
+    )
     invariants = [
         TensorShape([]),
         TensorShape([]),
@@ -299,49 +297,102 @@ def _loop(node: OnnxNode, ctx: ConversionContext) -> Result:
         keep_out = (
             _scalar(ctx, node, outputs[0], "the body's cond_out", d.bool_) if has_cond else keep
         )
-        scanned = outputs[1 + plan.carried :]
-        recorded[:] = [t.shape for t in scanned]
-        grown = [
-            _append(ctx, node, acc, t, i)
-            for i, (acc, t) in enumerate(zip(accs, scanned, strict=True))
-        ]
-        sizes = [ops.shape(t, out_type=d.int64) for t in scanned]
+        grown = _grown(ctx, node, accs, outputs[1 + plan.carried :], recorded)
         return [
             ops.add(step, ctx.const(np.int64(1))),
             keep_out,
             *outputs[1 : 1 + plan.carried],
             *grown,
-            *sizes,
         ]
 
+    final = _run_while(
+        node,
+        keep_going,
+        iterate,
+        [ctx.const(np.int64(0)), keep0, *carried, *accumulators, *elements],
+        invariants,
+        "0 and 1 are the iteration count and the condition",
+    )
+    count, values, accs, shapes = final[0], *_split(final[2:], plan)
+    return [*values, *_all_stacked(ctx, count, accs, shapes, recorded)]
+
+
+def _accumulators(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    body: onnx.GraphProto,
+    scan_values: list[onnx.ValueInfoProto],
+    given: list[d.DType],
+    first: int,
+) -> tuple[list[Tensor], list[Tensor]]:
+    """The initial loop variables of the scan outputs (body outputs ``first`` on, fed
+    inputs of dtypes ``given``): an empty flat accumulator each, of the dtype the body
+    declares or onnx infers, and its per-iteration shape as far as declared."""
+    inferred = [0] * len(scan_values)
+    if any(not _elem_type(value) for value in scan_values):
+        inferred = _inferred_types(ctx, body, given)[first:]
+    dtypes = [_scan_dtype(node, value, inferred[i], i) for i, value in enumerate(scan_values)]
+    accumulators = [ctx.const(np.zeros(0, dtype.numpy_dtype), dtype) for dtype in dtypes]
+    return accumulators, [ctx.int64s(_declared_dims(value)) for value in scan_values]
+
+
+def _grown(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    accs: list[Tensor],
+    scanned: Sequence[Tensor],
+    recorded: list[TensorShape],
+) -> list[Tensor]:
+    """The accumulators with this iteration's scan-output values appended, then those
+    values' shapes (loop variables too); their static shapes go to ``recorded``."""
+    recorded[:] = [t.shape for t in scanned]
+    grown = [
+        _append(ctx, node, acc, t, i) for i, (acc, t) in enumerate(zip(accs, scanned, strict=True))
+    ]
+    return [*grown, *(ops.shape(t, out_type=d.int64) for t in scanned)]
+
+
+def _run_while(
+    node: OnnxNode,
+    keep_going: Any,
+    iterate: Any,
+    variables: list[Tensor],
+    invariants: list[TensorShape],
+    leading: str,
+) -> list[Tensor]:
+    """``kl.while_loop`` over ``variables``, its shape and dtype errors reported on the
+    node (``leading`` says what the first loop variables are)."""
     try:
-        final = while_loop(
-            keep_going,
-            iterate,
-            [ctx.const(np.int64(0)), keep0, *carried, *accumulators, *elements],
-            shape_invariants=invariants,
-        )
+        return list(while_loop(keep_going, iterate, variables, shape_invariants=invariants))
     except OnnxImportError:
         raise
     except InvalidArgumentError as exc:
         raise node.fail(
             f"the body does not keep its loop-carried values' dtypes and shapes: {exc} (loop "
-            "variables 0 and 1 are the iteration count and the condition; a loop-carried "
-            "value whose shape changes converts when the body's input declares the "
-            "changing dimensions as symbolic)"
+            f"variable {leading}; a loop-carried value whose shape changes converts when "
+            "the body's input declares the changing dimensions as symbolic)"
         ) from exc
-    count, values, accs, shapes = final[0], *_split(final[2:], plan)
-    scans = [
+
+
+def _all_stacked(
+    ctx: ConversionContext,
+    count: Tensor,
+    accs: list[Tensor],
+    shapes: list[Tensor],
+    recorded: list[TensorShape],
+) -> list[Tensor]:
+    """Every scan output stacked along a new axis 0 (see :func:`_stacked`)."""
+    return [
         _stacked(ctx, count, acc, shape, recorded[i] if recorded else TensorShape(None))
         for i, (acc, shape) in enumerate(zip(accs, shapes, strict=True))
     ]
-    return [*values, *scans]
 
 
 def _split(
-    state: Sequence[Tensor], plan: _LoopPlan
+    state: Sequence[Tensor], plan: _LoopPlan | _ScanPlan
 ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
-    """Loop variables after the counter and condition: (carried, accumulators, shapes)."""
+    """Loop variables after the counter (and a Loop's condition): (carried,
+    accumulators, shapes)."""
     carried, rest = list(state[: plan.carried]), list(state[plan.carried :])
     return carried, rest[: plan.scans], rest[plan.scans :]
 
@@ -370,3 +421,267 @@ def _stacked(
         shape = ctx.int64s([int(v) for v in element.as_tuple()])
     dims = ops.concat_v2([ops.reshape(count, ctx.int64s([1])), shape], ctx.const(np.int32(0)))
     return ops.reshape(acc, dims)
+
+
+# -- Scan ------------------------------------------------------------------------------------
+
+
+def _ints(node: OnnxNode, attr: str, count: int, what: str) -> list[int]:
+    """The per-input or per-output list attribute ``attr``, zeros when absent: ONNX
+    lets Scan leave its axes and directions out (axis 0, forward)."""
+    given = node.attr(attr)
+    if given is None:
+        return [0] * count
+    values = [int(v) for v in given]
+    if len(values) != count:
+        raise node.fail(f"{attr} has {len(values)} value(s); give one per {what} ({count})")
+    return values
+
+
+def _directions(node: OnnxNode, attr: str, count: int, what: str) -> list[int]:
+    values = _ints(node, attr, count, what)
+    if any(v not in (0, 1) for v in values):
+        raise node.fail(f"{attr} must hold 0 (forward) or 1 (reverse) only, got {values}")
+    return values
+
+
+class _ScanPlan:
+    """What a Scan node's body takes and gives, checked against the node before any op
+    is built: ``carried`` state values, ``inputs`` scan inputs, ``scans`` scan outputs.
+    ``carried`` and ``scans`` name the same counts as :class:`_LoopPlan`'s, so the
+    Loop's helpers (``_split``) serve the Scan's while_loop as well."""
+
+    def __init__(self, node: OnnxNode, body: onnx.GraphProto, given: int) -> None:
+        count = node.attr("num_scan_inputs")
+        if count is None or int(count) < 1:
+            raise node.fail("num_scan_inputs must be given and at least 1")
+        self.inputs = int(count)
+        self.carried = given - self.inputs
+        if self.carried < 0:
+            raise node.fail(
+                f"num_scan_inputs is {self.inputs} but the node has only {given} state and "
+                "scan input(s)"
+            )
+        if len(body.input) != given:
+            raise node.fail(
+                f"the body has {len(body.input)} input(s); this Scan needs {given} (one per "
+                f"state value, {self.carried}, then one per scan input, {self.inputs})"
+            )
+        self.scans = len(body.output) - self.carried
+        if self.scans < 0:
+            raise node.fail(
+                f"the body has {len(body.output)} output(s); it needs at least one per state "
+                f"value ({self.carried})"
+            )
+        if len(node.outputs) > self.carried + self.scans:
+            raise node.fail(
+                f"the node has {len(node.outputs)} outputs but the body gives only "
+                f"{self.carried} state value(s) and {self.scans} scan output(s)"
+            )
+        self.input_names = [value.name for value in body.input]
+        self.scan_values = list(body.output[self.carried :])
+        self.input_dirs = [0] * self.inputs
+        self.output_axes = [0] * self.scans
+        self.output_dirs = [0] * self.scans
+
+
+def _scan_length(
+    ctx: ConversionContext, node: OnnxNode, xs: list[Tensor], axes: list[int]
+) -> Tensor:
+    """The number of iterations: the scan inputs' common length along their scan axes,
+    a constant where the first input's is known at import time."""
+    known = [
+        x.shape.as_list()[a] if x.shape.rank is not None else None
+        for x, a in zip(xs, axes, strict=True)
+    ]
+    lengths = {n for n in known if n is not None}
+    if len(lengths) > 1:
+        raise node.fail(
+            f"the scan inputs have different lengths along their scan axes ({known}); "
+            "they must all have the same"
+        )
+    if known[0] is not None:
+        return ctx.const(np.int64(known[0]))
+    return ops.gather_v2(
+        ops.shape(xs[0], out_type=d.int64), ctx.const(np.int64(axes[0])), ctx.const(np.int32(0))
+    )
+
+
+def _scan_axis(node: OnnxNode, x: Tensor, axis: int, what: str) -> int:
+    """``axis`` of ``x`` made non-negative (opset 11 allows negative axes)."""
+    rank = x.shape.rank
+    if rank is None:
+        if axis < 0:
+            raise node.fail(f"{what} has a negative axis {axis} and a rank unknown at import time")
+        return axis
+    if not -rank <= axis < rank:
+        raise node.fail(
+            f"{what}'s axis {axis} is out of range for its rank {rank}: give one in "
+            f"[{-rank}, {rank - 1}]"
+        )
+    return axis % rank
+
+
+def _scan_loop(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    plan: _ScanPlan,
+    states: list[Tensor],
+    xs: list[Tensor],
+    axes: list[int],
+    length: Tensor,
+) -> tuple[list[Tensor], list[Tensor]]:
+    """The states after ``length`` iterations of the body, and each scan output stacked
+    along a new axis 0 in iteration order: one while_loop over the scan axis whose body
+    binds the states and this iteration's slice of every scan input (from the end for a
+    reversed input) and grows the scan outputs as the Loop's accumulators do."""
+    body = _subgraph(node, "body")
+    given = [*(t.dtype for t in states), *(x.dtype for x in xs)]
+    accumulators, elements = _accumulators(ctx, node, body, plan.scan_values, given, plan.carried)
+    invariants = [
+        TensorShape([]),
+        *(_carried_invariant(t, v) for t, v in zip(states, body.input, strict=False)),
+        *([TensorShape([None])] * (2 * plan.scans)),
+    ]
+    last = ops.sub(length, ctx.const(np.int64(1)))
+    recorded: list[TensorShape] = []
+
+    def keep_going(step: Tensor, *_: Tensor) -> Tensor:
+        return ops.less(step, length)
+
+    def iterate(step: Tensor, *state: Tensor) -> list[Tensor]:
+        values, accs, _ = _split(state, plan)
+        slices = [
+            ops.gather_v2(x, ops.sub(last, step) if reverse else step, ctx.const(np.int32(axis)))
+            for x, axis, reverse in zip(xs, axes, plan.input_dirs, strict=True)
+        ]
+        bound = dict(zip(plan.input_names, [*values, *slices], strict=True))
+        outputs = convert_subgraph(ctx, node, "body", bound)
+        grown = _grown(ctx, node, accs, outputs[plan.carried :], recorded)
+        return [ops.add(step, ctx.const(np.int64(1))), *outputs[: plan.carried], *grown]
+
+    final = _run_while(
+        node,
+        keep_going,
+        iterate,
+        [ctx.const(np.int64(0)), *states, *accumulators, *elements],
+        invariants,
+        "0 is the iteration count",
+    )
+    count, values, accs, shapes = final[0], *_split(final[1:], plan)
+    return values, _all_stacked(ctx, count, accs, shapes, recorded)
+
+
+def _placed(
+    ctx: ConversionContext, node: OnnxNode, stacked: Tensor, axis: int, reverse: int, index: int
+) -> Tensor:
+    """A scan output stacked along axis 0 in iteration order, moved where the node's
+    ``scan_output_axes`` and ``scan_output_directions`` put it (a reversed one has the
+    last iteration's value first)."""
+    if reverse:
+        stacked = ops.reverse_v2(stacked, ctx.int32s([0]))
+    if axis == 0:
+        return stacked
+    rank = stacked.shape.rank
+    if rank is None:
+        raise node.fail(
+            f"scan output {index} goes along axis {axis}, but the body's value has a rank "
+            "unknown at import time: declare the body output's shape"
+        )
+    if not -rank <= axis < rank:
+        raise node.fail(f"scan_output_axes[{index}] = {axis} is out of range for rank {rank}")
+    axis %= rank
+    perm = [*range(1, axis + 1), 0, *range(axis + 1, rank)]
+    return ops.transpose(stacked, ctx.int32s(perm))
+
+
+_SCAN_ATTRS = ("body", "num_scan_inputs")
+
+
+@converter(
+    "Scan",
+    9,
+    attrs=(
+        *_SCAN_ATTRS,
+        "scan_input_axes",
+        "scan_input_directions",
+        "scan_output_axes",
+        "scan_output_directions",
+    ),
+)
+def _scan(node: OnnxNode, ctx: ConversionContext) -> Result:
+    plan = _ScanPlan(node, _subgraph(node, "body"), len(node.inputs))
+    plan.input_dirs = _directions(node, "scan_input_directions", plan.inputs, "scan input")
+    plan.output_axes = _ints(node, "scan_output_axes", plan.scans, "scan output")
+    plan.output_dirs = _directions(node, "scan_output_directions", plan.scans, "scan output")
+    values = [ctx.input(i) for i in range(len(node.inputs))]
+    states, xs = values[: plan.carried], values[plan.carried :]
+    axes = [
+        _scan_axis(node, x, axis, f"scan input {i}")
+        for i, (x, axis) in enumerate(
+            zip(xs, _ints(node, "scan_input_axes", plan.inputs, "scan input"), strict=True)
+        )
+    ]
+    finals, stacked = _scan_loop(
+        ctx, node, plan, states, xs, axes, _scan_length(ctx, node, xs, axes)
+    )
+    scans = [
+        _placed(ctx, node, t, axis, reverse, i)
+        for i, (t, axis, reverse) in enumerate(
+            zip(stacked, plan.output_axes, plan.output_dirs, strict=True)
+        )
+    ]
+    return [*finals, *scans]
+
+
+@converter("Scan", 8, 8, attrs=(*_SCAN_ATTRS, "directions"))
+def _scan8(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """Scan-8: every state and scan input has a batch axis 0 and scans along axis 1; the
+    body sees one batch entry. Each entry (the batch size must be known at import time)
+    runs its own while_loop, for ``sequence_lens[b]`` iterations where that input is
+    given, its scan outputs zero-padded to the inputs' length as onnxruntime does."""
+    plan = _ScanPlan(node, _subgraph(node, "body"), len(node.inputs) - 1)
+    plan.input_dirs = _directions(node, "directions", plan.inputs, "scan input")
+    values = [ctx.input(i) for i in range(1, len(node.inputs))]
+    batch = values[0].shape.as_list()[0] if values[0].shape.rank else None
+    if batch is None or batch < 1:
+        raise node.fail(
+            f"the batch size (axis 0 of {node.inputs[1]!r}) is {batch}; Scan-8 converts "
+            "for a batch size known at import time and at least 1 (or export with opset 9+)"
+        )
+    lengths = ctx.optional(0)
+    xs = values[plan.carried :]
+    axes = [_scan_axis(node, x, 1, f"scan input {i}") for i, x in enumerate(xs)]
+    full = _scan_length(ctx, node, xs, axes)
+    entries = []
+    for b in range(batch):
+        index = ctx.const(np.int64(b))
+        picked = [ops.gather_v2(v, index, ctx.const(np.int32(0))) for v in values]
+        length = full if lengths is None else ops.gather_v2(lengths, index, ctx.const(np.int32(0)))
+        finals, stacked = _scan_loop(
+            ctx,
+            node,
+            plan,
+            picked[: plan.carried],
+            picked[plan.carried :],
+            [0] * plan.inputs,
+            length,
+        )
+        if lengths is not None:
+            stacked = [_padded(ctx, node, t, ops.sub(full, length)) for t in stacked]
+        entries.append([*finals, *stacked])
+    return [ops.pack(list(column), axis=0) for column in zip(*entries, strict=True)]
+
+
+def _padded(ctx: ConversionContext, node: OnnxNode, stacked: Tensor, extra: Tensor) -> Tensor:
+    """``stacked`` with ``extra`` zero rows appended along axis 0: a batch entry whose
+    sequence is shorter than the inputs' scan axis."""
+    rank = stacked.shape.rank
+    if rank is None:
+        raise node.fail(
+            "with sequence_lens, a scan output's rank must be known at import time to pad "
+            "it: declare the body output's shape"
+        )
+    first = ops.pack([ctx.const(np.int64(0)), extra], axis=0)
+    rows = [ops.reshape(first, ctx.int64s([1, 2])), ctx.const(np.zeros((rank - 1, 2), np.int64))]
+    return ops.pad(stacked, ops.concat_v2(rows, ctx.const(np.int32(0))))
