@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 import kernloom.onnx as ko
 
@@ -47,6 +48,39 @@ def run_both(
         proto.SerializeToString(), providers=["CPUExecutionProvider"]
     ).run(None, feeds)
     return ours, [np.asarray(v) for v in ort]
+
+
+def check_against_oracle(
+    proto: onnx.ModelProto,
+    feeds: dict[str, Any],
+    *,
+    oracle: str = "reference",
+    empty_by_size: bool = False,
+) -> list[np.ndarray[Any, Any]]:
+    """Run ``proto`` on kernloom and on ``oracle`` -- onnx's reference evaluator
+    ("reference") or onnxruntime ("onnxruntime"), for the cases the evaluator cannot run --
+    and assert that they agree in dtype, shape and value; kernloom's outputs.
+    ``empty_by_size``: an empty output need only be empty with the oracle's first
+    dimension (onnxruntime gives a zero-iteration Loop's scan output as [0] where the body
+    leaves the per-iteration shape undeclared; the importer may know it)."""
+    ours = ko.InferenceSession(proto.SerializeToString()).run(None, feeds)
+    if oracle == "reference":
+        expected = ReferenceEvaluator(proto).run(None, feeds)
+    else:
+        session = onnxruntime.InferenceSession(
+            proto.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        expected = session.run(None, feeds)
+    assert len(ours) == len(expected)
+    for got, want in zip(ours, expected, strict=True):
+        want = np.asarray(want)
+        assert got.dtype == want.dtype
+        if empty_by_size and want.size == 0:
+            assert got.size == 0 and got.shape[:1] == want.shape[:1]
+            continue
+        assert got.shape == want.shape, (got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    return ours
 
 
 FLOAT = TensorProto.FLOAT

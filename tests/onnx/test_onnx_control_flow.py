@@ -11,8 +11,7 @@ import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
-from onnx_helpers import FLOAT, INT64, model
+from onnx_helpers import FLOAT, INT64, check_against_oracle, model
 
 import kernloom.onnx as ko
 
@@ -22,30 +21,10 @@ BOOL = TensorProto.BOOL
 def _check(
     proto: onnx.ModelProto, feeds: dict[str, Any], *, oracle: str = "reference"
 ) -> list[np.ndarray[Any, Any]]:
-    """Run ``proto`` on kernloom and on ``oracle``: onnx's reference evaluator, or
-    onnxruntime where the evaluator is wrong (a Loop with an empty cond input runs no
-    iteration there, and zero iterations with scan outputs fail to stack); assert they
-    agree."""
-    ours = ko.InferenceSession(proto.SerializeToString()).run(None, feeds)
-    if oracle == "reference":
-        expected = ReferenceEvaluator(proto).run(None, feeds)
-    else:
-        session = onnxruntime.InferenceSession(
-            proto.SerializeToString(), providers=["CPUExecutionProvider"]
-        )
-        expected = session.run(None, feeds)
-    assert len(ours) == len(expected)
-    for got, want in zip(ours, expected, strict=True):
-        want = np.asarray(want)
-        assert got.dtype == want.dtype
-        if want.size == 0:
-            # Zero iterations: onnxruntime gives a scan output [0] where the body leaves
-            # the per-iteration shape undeclared; the importer knows it ([0, 2] here).
-            assert got.size == 0 and got.shape[:1] == want.shape[:1]
-            continue
-        assert got.shape == want.shape, (got.shape, want.shape)
-        np.testing.assert_allclose(got, want, rtol=1e-6)
-    return ours
+    """``check_against_oracle``: onnxruntime where the evaluator is wrong (a Loop with an
+    empty cond input runs no iteration there, and zero iterations with scan outputs fail
+    to stack)."""
+    return check_against_oracle(proto, feeds, oracle=oracle, empty_by_size=True)
 
 
 def _graph(

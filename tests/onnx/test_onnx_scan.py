@@ -9,11 +9,9 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 from onnx import helper
-from onnx.reference import ReferenceEvaluator
-from onnx_helpers import FLOAT, INT64, model
+from onnx_helpers import FLOAT, INT64, check_against_oracle, model
 
 import kernloom.onnx as ko
 
@@ -21,23 +19,7 @@ Shape = list[int | str | None] | None
 
 
 def _check(proto: onnx.ModelProto, feeds: dict[str, Any], *, oracle: str) -> list[Any]:
-    """Run ``proto`` on kernloom and on ``oracle`` ("reference" or "onnxruntime") and
-    assert that they agree in dtype, shape and value."""
-    ours = ko.InferenceSession(proto.SerializeToString()).run(None, feeds)
-    if oracle == "reference":
-        expected = ReferenceEvaluator(proto).run(None, feeds)
-    else:
-        session = onnxruntime.InferenceSession(
-            proto.SerializeToString(), providers=["CPUExecutionProvider"]
-        )
-        expected = session.run(None, feeds)
-    assert len(ours) == len(expected)
-    for got, want in zip(ours, expected, strict=True):
-        want = np.asarray(want)
-        assert got.dtype == want.dtype
-        assert got.shape == want.shape, (got.shape, want.shape)
-        np.testing.assert_allclose(got, want, rtol=1e-6)
-    return ours
+    return check_against_oracle(proto, feeds, oracle=oracle)
 
 
 def _v(name: str, shape: Shape, elem: int = FLOAT) -> onnx.ValueInfoProto:
