@@ -21,12 +21,13 @@ from kernloom.testing import run_kernel
 from kernloom.testing.cases.image_linalg import (
     brute_einsum,
     reference_batch_matmul,
+    reference_bicubic,
     reference_bilinear,
     reference_nearest,
 )
 from kernloom_cpu_numpy import plugin as cpu_plugin
 
-OPS = ["ResizeBilinear", "ResizeNearestNeighbor", "SpaceToDepth", "DepthToSpace"]
+OPS = ["ResizeBilinear", "ResizeBicubic", "ResizeNearestNeighbor", "SpaceToDepth", "DepthToSpace"]
 OPS += ["BatchMatMulV2", "Einsum"]
 
 
@@ -58,6 +59,7 @@ def size(h: int, w: int) -> kl.Tensor:
     ("wrapper", "arguments"),
     [
         ("resize_bilinear", ["images", "size", "align_corners", "half_pixel_centers", "name"]),
+        ("resize_bicubic", ["images", "size", "align_corners", "half_pixel_centers", "name"]),
         (
             "resize_nearest_neighbor",
             ["images", "size", "align_corners", "half_pixel_centers", "name"],
@@ -95,6 +97,9 @@ def test_resize_shapes(g: kl.Graph) -> None:
     assert (nearest.shape.as_list(), nearest.dtype) == ([None, 1, 9, 3], kl.uint8)
     fed = kl.placeholder(kl.int32, [2])
     assert kl.ops.resize_bilinear(images, fed).shape.as_list() == [None, None, None, 3]
+    bicubic = kl.ops.resize_bicubic(images, size(1, 7), half_pixel_centers=True)
+    assert (bicubic.shape.as_list(), bicubic.dtype) == ([None, 1, 7, 3], kl.float32)
+    assert kl.ops.resize_bicubic(images, fed).shape.as_list() == [None, None, None, 3]
 
 
 def test_space_depth_shapes(g: kl.Graph) -> None:
@@ -187,6 +192,24 @@ IMAGE = [2, 4, 6, 3]
 )
 def test_resize_bilinear_rejects_at_build_time(g: kl.Graph, build: Any, message: str) -> None:
     _fails(build, message, "ResizeBilinear")
+
+
+def test_resize_bicubic_rejects_at_build_time(g: kl.Graph) -> None:
+    images = kl.placeholder(kl.float32, IMAGE)
+    _fails(
+        lambda: kl.ops.resize_bicubic(images, size(3, 0), name="bad"),
+        "size must be positive",
+        "ResizeBicubic",
+    )
+    _fails(
+        lambda: kl.ops.resize_bicubic(
+            images, size(3, 3), align_corners=True, half_pixel_centers=True, name="bad"
+        ),
+        "half_pixel_centers=True needs align_corners=False",
+        "ResizeBicubic",
+    )
+    with pytest.raises(kl.InvalidArgumentError, match="bool"):  # T is TensorFlow's list
+        kl.ops.resize_bicubic(kl.placeholder(kl.bool_, IMAGE), size(2, 2))
 
 
 def test_resize_nearest_rejects_at_build_time(g: kl.Graph) -> None:
@@ -299,6 +322,18 @@ def test_einsum_rejects_at_build_time(
             {},
             "non-zero size",
         ),
+        (
+            "ResizeBicubic",
+            [np.zeros((1, 2, 0, 1)), np.array([2, 2], np.int32)],
+            {},
+            "non-zero size",
+        ),
+        (
+            "ResizeBicubic",
+            [np.zeros((1, 2, 2, 1)), np.array([2, 2, 2], np.int32)],
+            {},
+            "size must be a vector of 2 elements",
+        ),
         ("SpaceToDepth", [np.zeros((1, 3, 4, 1))], {"block_size": 2}, "height 3 must be evenly"),
         ("DepthToSpace", [np.zeros((1, 1, 1, 6))], {"block_size": 2}, "depth 6 must be evenly"),
         ("BatchMatMulV2", [np.zeros((2, 3, 4)), np.zeros((3, 4, 5))], {}, "cannot be broadcast"),
@@ -357,6 +392,32 @@ def test_resizes_match_a_pixel_loop(
         "ResizeNearestNeighbor", [images, target], attrs, registry=NUMPY
     ).outputs
     np.testing.assert_array_equal(nearest, reference_nearest(*mode)(images, target))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    mode=st.sampled_from([(False, False), (True, False), (False, True)]),
+    dtype=st.sampled_from([np.float32, np.uint8, np.int64, np.float64]),
+)
+def test_resize_bicubic_matches_keys_cubic_in_float64(
+    data: st.DataObject, mode: tuple[bool, bool], dtype: Any
+) -> None:
+    """Every shape from 1 pixel up, up- and downsampling, against Keys' polynomial
+    evaluated per output pixel in float64 (the kernel works in float32 from a table)."""
+    shape = data.draw(
+        st.tuples(st.integers(0, 2), st.integers(1, 7), st.integers(1, 7), st.integers(1, 3))
+    )
+    target = np.array(data.draw(st.tuples(st.integers(1, 9), st.integers(1, 9))), np.int32)
+    floats = st.floats(-1e3, 1e3, width=32).filter(lambda v: v == 0 or abs(v) >= 1e-30)
+    elements = floats if np.dtype(dtype).kind == "f" else st.integers(0, 255)
+    images = data.draw(hnp.arrays(dtype, shape, elements=elements))
+    attrs = {"align_corners": mode[0], "half_pixel_centers": mode[1]}
+    (out,) = run_kernel("ResizeBicubic", [images, target], attrs, registry=NUMPY).outputs
+    assert out.dtype == np.float32
+    expected = reference_bicubic(*mode)(images, target)
+    scale = max(1.0, float(np.abs(images).max(initial=0)))
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5 * scale)
 
 
 @settings(max_examples=40, deadline=None)

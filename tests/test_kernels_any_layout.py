@@ -572,7 +572,7 @@ def test_top_k_one_hot_and_where_in_every_order() -> None:
     check_layouts("Where", [floats(3, 4, 5) > 0])
 
 
-@pytest.mark.parametrize("op", ["ResizeBilinear", "ResizeNearestNeighbor"])
+@pytest.mark.parametrize("op", ["ResizeBilinear", "ResizeBicubic", "ResizeNearestNeighbor"])
 @pytest.mark.parametrize("dtype", FLOAT_TYPES)
 def test_resizes_in_every_order(op: str, dtype: Any) -> None:
     x = floats(2, 5, 6, 3, dtype=dtype)

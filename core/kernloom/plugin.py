@@ -126,6 +126,7 @@ from kernloom.op_library.fused_ops import (
 from kernloom.op_library.fused_ops import parse_expression as parse_fused_expression
 from kernloom.op_library.fused_ops import plan_expression as plan_fused_expression
 from kernloom.op_library.image_ops import (
+    bicubic_weights,
     bilinear_weights,
     depth_to_space_shape,
     nearest_indices,
@@ -203,6 +204,7 @@ __all__ = [
     "axes_of",
     "batch_matmul_shape",
     "bias_channel",
+    "bicubic_weights",
     "bilinear_weights",
     "broadcast_binary_shape",
     "broadcast_shape",

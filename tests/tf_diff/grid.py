@@ -530,6 +530,59 @@ def _new_op_cases() -> Iterator[DiffCase]:
             )
 
 
+def _bicubic_cases() -> Iterator[DiffCase]:
+    """ResizeBicubic over its dtypes, the three coordinate modes, up- and downsampling,
+    1-pixel sides, edge values (NaN and infinities spread through the 4x4 taps), an
+    empty batch and the run-time errors (bad sizes, an empty image, both modes)."""
+    modes = [(False, False), (True, False), (False, True)]
+    sizes = [
+        ((2, 4, 5, 3), (7, 3)),
+        ((1, 6, 7, 2), (3, 9)),
+        ((1, 1, 1, 2), (3, 4)),
+        ((1, 5, 1, 1), (1, 4)),
+        ((0, 2, 2, 1), (3, 3)),
+    ]
+    dtypes = (*FLOATS, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.int64)
+    for dtype, (shape, size), (align, half) in itertools.product(dtypes, sizes, modes):
+        yield DiffCase(
+            "ResizeBicubic",
+            [sample(shape, dtype), np.array(size, np.int32)],
+            {"align_corners": align, "half_pixel_centers": half},
+            host=frozenset({1}),
+            id=f"ResizeBicubic-{np.dtype(dtype).name}-{shape}-{size}-ac{int(align)}-hp{int(half)}",
+        )
+    for dtype in (*FLOATS, np.int8, np.uint16, np.int64):
+        values = edges(dtype)
+        image = np.resize(values, (1, 2, values.size, 1))
+        for align, half in modes:
+            yield DiffCase(
+                "ResizeBicubic",
+                [image, np.array([3, 2 * values.size + 1], np.int32)],
+                {"align_corners": align, "half_pixel_centers": half},
+                host=frozenset({1}),
+                id=f"ResizeBicubic-{np.dtype(dtype).name}-edges-ac{int(align)}-hp{int(half)}",
+            )
+    image = sample((1, 3, 3, 1), np.float32)
+    for size, attrs in (
+        ((0, 2), {}),
+        ((2, -1), {}),
+        ((2, 2), {"align_corners": True, "half_pixel_centers": True}),
+    ):
+        yield DiffCase(
+            "ResizeBicubic",
+            [image, np.array(size, np.int32)],
+            attrs,
+            host=frozenset({1}),
+            id=f"ResizeBicubic-bad-{size}-{len(attrs)}",
+        )
+    yield DiffCase(
+        "ResizeBicubic",
+        [np.zeros((1, 0, 2, 1), np.float32), np.array([2, 2], np.int32)],
+        host=frozenset({1}),
+        id="ResizeBicubic-empty-image",
+    )
+
+
 def _type_list_cases() -> Iterator[DiffCase]:
     """IdentityN and Assert: lists of tensors of different dtypes (``T: list(type)``)."""
     lists: tuple[tuple[tuple[Any, tuple[int, ...]], ...], ...] = (
@@ -565,4 +618,5 @@ def cases() -> Iterator[DiffCase]:
     yield from _select_cases()
     yield from _shape_op_cases()
     yield from _new_op_cases()
+    yield from _bicubic_cases()
     yield from _type_list_cases()

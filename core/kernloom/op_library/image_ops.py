@@ -1,6 +1,6 @@
 """Image ops: resizing and space/depth rearrangement (TensorFlow's image_ops and array_ops).
 
-dtypes: ResizeBilinear and ResizeNearestNeighbor take the real types TensorFlow lists
+dtypes: ResizeBilinear, ResizeBicubic and ResizeNearestNeighbor take the real types TensorFlow lists
 (int8, uint8, int16, uint16, int32, int64, float16, float32, float64; no bfloat16, which
 numpy cannot hold); SpaceToDepth and DepthToSpace take every type.
 
@@ -24,6 +24,7 @@ from kernloom.framework.shape_inference import InferenceContext
 from kernloom.shapes import Dim, TensorShape
 
 __all__ = [
+    "bicubic_weights",
     "bilinear_weights",
     "define",
     "depth_to_space_shape",
@@ -131,6 +132,64 @@ def bilinear_weights(
     lower = np.maximum(floor.astype(np.int64), 0)
     upper = np.minimum(np.ceil(source).astype(np.int64), in_size - 1)
     return lower, upper, (source - floor).astype(np.float32)
+
+
+CUBIC_TABLE_SIZE = 1024
+"""TensorFlow's kTableSize: the Keys kernel is sampled at 1/1024 steps, and each output's
+fractional source offset is rounded to the nearest step before its weights are read."""
+
+
+def _cubic_table(a: float) -> tuple[Array, Array]:
+    """TensorFlow's InitCoeffsTable: for offsets ``t = i / 1024``, the Keys kernel's float32
+    values at ``t`` (the near taps, ``|x| <= 1``) and at ``t + 1`` (the far taps), each
+    evaluated in double precision from a float32 ``t`` and stored as float32."""
+    t = (np.arange(CUBIC_TABLE_SIZE + 1, dtype=np.float64) / CUBIC_TABLE_SIZE).astype(np.float32)
+    near = t.astype(np.float64)
+    near_values = (((a + 2) * near - (a + 3)) * near * near + 1).astype(np.float32)
+    far = (near + 1.0).astype(np.float32).astype(np.float64)
+    far_values = (((a * far - 5 * a) * far + 8 * a) * far - 4 * a).astype(np.float32)
+    return near_values, far_values
+
+
+_CUBIC_TABLES: dict[bool, tuple[Array, Array]] = {}
+
+
+def bicubic_weights(
+    in_size: int, out_size: int, align_corners: bool, half_pixel_centers: bool
+) -> tuple[Array, Array]:
+    """For each output row (or column): the four source rows ResizeBicubic reads, shape
+    ``[out_size, 4]`` (int64, clamped to the image), and their float32 weights.
+
+    TensorFlow's GetWeightsAndIndices: the source coordinate is ``x * scale`` (legacy and
+    align_corners; Keys' a = -0.75, and a clamped tap repeats the edge pixel with its full
+    weight) or ``(x + 0.5) * scale - 0.5`` (half-pixel centres; a = -0.5, a tap outside the
+    image gets weight 0 and the four are renormalised to sum to 1). The taps are
+    ``floor(src) - 1 .. floor(src) + 2``; the weights are read from the 1/1024 table at the
+    fraction rounded half to even (``lrintf``)."""
+    if half_pixel_centers not in _CUBIC_TABLES:
+        _CUBIC_TABLES[half_pixel_centers] = _cubic_table(-0.5 if half_pixel_centers else -0.75)
+    near, far = _CUBIC_TABLES[half_pixel_centers]
+    # A 1-pixel side under align_corners reads at x * (1 / out_size), not at 0: what
+    # TensorFlow 2.21's kernel gives (its weights then sum to 1 only within rounding).
+    scale = resize_scale(in_size, out_size, align_corners and in_size > 1)
+    x = np.arange(out_size, dtype=np.float32)
+    half = np.float32(0.5)
+    source = (x + half) * scale - half if half_pixel_centers else x * scale
+    floor = np.floor(source)
+    delta = (source - floor).astype(np.float32)
+    offset = np.rint(delta * np.float32(CUBIC_TABLE_SIZE)).astype(np.int64)
+    mirrored = CUBIC_TABLE_SIZE - offset
+    weights = np.stack([far[offset], near[offset], near[mirrored], far[mirrored]], axis=1)
+    taps = floor.astype(np.int64)[:, None] + np.arange(-1, 3, dtype=np.int64)
+    indices = np.clip(taps, 0, in_size - 1)
+    if half_pixel_centers:
+        weights = np.where(indices == taps, weights, np.float32(0))
+        total = ((weights[:, 0] + weights[:, 1]) + weights[:, 2]) + weights[:, 3]
+        usable = np.abs(total) >= np.float32(1000) * np.finfo(np.float32).tiny
+        with np.errstate(divide="ignore"):
+            inverse = np.where(usable, np.float32(1) / total, np.float32(1))
+        weights = weights * inverse[:, None]
+    return indices, weights.astype(np.float32, copy=False)
 
 
 def _spatial(data_format: str) -> tuple[int, int, int]:
@@ -257,6 +316,17 @@ def define(lib: OpLibrary) -> None:
         "float32 exactly as TensorFlow's CPU kernel does; the four neighbours are cast to "
         "float32 and interpolated along the width, then the height. A resize to the same "
         "size is a cast.",
+    )
+    resize(
+        "ResizeBicubic",
+        "resized_images: float32",
+        "Resize images to size by bicubic (Keys cubic convolution) interpolation; the "
+        "output is float32.",
+        "Each output reads a 4x4 neighbourhood: the source coordinate is computed in float32 "
+        "as TensorFlow's CPU kernel does, and the kernel is Keys' cubic with a = -0.5 under "
+        "half_pixel_centers (taps outside the image weigh 0, the rest are renormalised) and "
+        "a = -0.75 otherwise (taps clamped to the edge pixel), sampled from a 1/1024 table. "
+        "Columns are interpolated along the height first, then the width, in float32.",
     )
     resize(
         "ResizeNearestNeighbor",

@@ -2,7 +2,9 @@
 
 Every reference is a second formulation that shares no code with the kernels: the resizes
 walk the output pixel by pixel with TensorFlow's float32 coordinate arithmetic written
-out (C's ``roundf`` as ``floor(v + 0.5)`` in double precision), SpaceToDepth and
+out (C's ``roundf`` as ``floor(v + 0.5)`` in double precision; the bicubic one evaluates
+Keys' polynomial directly in float64 at the offset TensorFlow's 1/1024 table rounds to,
+so it agrees with the float32 kernels to a few ulps), SpaceToDepth and
 DepthToSpace index element by element, BatchMatMulV2 loops over the broadcast batch with
 ``np.dot`` in a wide type, and Einsum sums every label assignment by brute force. A few
 cases carry values worked by hand.
@@ -24,6 +26,7 @@ __all__ = [
     "brute_einsum",
     "cases",
     "reference_batch_matmul",
+    "reference_bicubic",
     "reference_bilinear",
     "reference_nearest",
 ]
@@ -116,6 +119,111 @@ def reference_bilinear(align: bool, half: bool) -> Callable[..., Array]:
         return out
 
     return reference
+
+
+def _keys(a: float, distance: float) -> float:
+    """Keys' cubic convolution kernel at ``distance`` (0 beyond 2)."""
+    d = abs(distance)
+    if d <= 1:
+        return (a + 2) * d**3 - (a + 3) * d**2 + 1
+    if d < 2:
+        return a * d**3 - 5 * a * d**2 + 8 * a * d - 4 * a
+    return 0.0
+
+
+def _bicubic_taps(i: int, in_size: int, out_size: int, align: bool, half: bool) -> Any:
+    """The (source index, weight) pairs of output ``i``, in float64 from TensorFlow's float32
+    source coordinate, its fraction rounded to 1/1024 (half to even, as ``lrintf``)."""
+    # TensorFlow 2.21 reads a 1-pixel side under align_corners at i / out_size.
+    scale = _scale(in_size, out_size, align and in_size > 1)
+    v = (f32(i) + f32(0.5)) * scale - f32(0.5) if half else f32(i) * scale
+    base = math.floor(float(v))
+    fraction = round(float(f32(f32(v - f32(base)) * f32(1024)))) / 1024  # round(): to even
+    a = -0.5 if half else -0.75
+    taps = []
+    for k in (-1, 0, 1, 2):
+        index = min(max(base + k, 0), in_size - 1)
+        weight = _keys(a, fraction - k)
+        if half and index != base + k:
+            weight = 0.0  # outside the image: dropped, the rest renormalised below
+        taps.append((index, weight))
+    if half:
+        total = sum(w for _, w in taps)
+        taps = [(index, w / total) for index, w in taps]
+    return taps
+
+
+def reference_bicubic(align: bool, half: bool) -> Callable[..., Array]:
+    def reference(images: Array, size: Array) -> Array:
+        b, h, w, c = images.shape
+        oh, ow = (int(s) for s in size)
+        source = images.astype(np.float64)
+        out = np.empty((b, oh, ow, c), np.float64)
+        for y in range(oh):
+            rows = _bicubic_taps(y, h, oh, align, half)
+            for x in range(ow):
+                columns = _bicubic_taps(x, w, ow, align, half)
+                total = np.zeros((b, c), np.float64)
+                for (row, wy), (column, wx) in itertools.product(rows, columns):
+                    total = total + source[:, row, column] * (wy * wx)
+                out[:, y, x] = total
+        return out.astype(f32)
+
+    return reference
+
+
+def _bicubic_cases() -> Iterator[Case]:
+    # Up- and downsampling, 1-pixel images, and a size of 1 under align_corners.
+    sizes = [
+        ((2, 4, 5, 3), (7, 3)),
+        ((1, 6, 7, 2), (3, 9)),
+        ((1, 3, 3, 2), (3, 3)),
+        ((1, 1, 1, 2), (3, 4)),
+        ((1, 5, 1, 1), (2, 4)),
+        ((1, 4, 3, 1), (1, 1)),
+    ]
+    for dtype in RESIZE_TYPES:
+        for (shape, size), (align, half) in itertools.product(sizes, MODES):
+            yield Case(
+                "ResizeBicubic",
+                [sample(shape, dtype), np.array(size, np.int32)],
+                {"align_corners": align, "half_pixel_centers": half},
+                reference_bicubic(align, half),
+                id=f"ResizeBicubic-{dtype}-{shape}-{size}-ac{int(align)}-hp{int(half)}",
+            )
+    # Worked by hand on the row [0, 1, 2, 3]. Legacy, to 8 (scale 0.5): the half-way
+    # outputs read taps clamped to the row with Keys' a = -0.75 weights -3/32, 19/32,
+    # 19/32, -3/32 (at 0.5: taps 0, 0, 1, 2, so 19/32 - 6/32 = 13/32); the others read
+    # one pixel. Half-pixel centres, to 2 (sources 0.5 and 2.5): a = -0.5 weights -1/16,
+    # 9/16, 9/16, -1/16, the tap outside the row dropped and the rest divided by 17/16.
+    line = np.arange(4, dtype=np.uint8).reshape(1, 1, 4, 1)
+    by_hand: list[tuple[dict[str, Any], list[float]]] = [
+        ({}, [0, 13 / 32, 1, 48 / 32, 2, 83 / 32, 3, 99 / 32]),
+        ({"half_pixel_centers": True}, [7 / 17, 44 / 17]),
+    ]
+    for attrs, row in by_hand:
+        yield Case(
+            "ResizeBicubic",
+            [line, np.array([1, len(row)], np.int32)],
+            attrs,
+            lambda i, s, e=row: np.array(e, np.float32).reshape(1, 1, -1, 1),
+            id=f"ResizeBicubic-by-hand-{'-'.join(attrs) or 'legacy'}",
+        )
+    special = np.array([0, np.inf, np.nan, 1, -np.inf, 2], np.float32).reshape(1, 2, 3, 1)
+    for align, half in MODES:
+        yield Case(
+            "ResizeBicubic",
+            [special, np.array([3, 5], np.int32)],
+            {"align_corners": align, "half_pixel_centers": half},
+            reference_bicubic(align, half),
+            id=f"ResizeBicubic-nan-inf-ac{int(align)}-hp{int(half)}",
+        )
+    yield Case(
+        "ResizeBicubic",
+        [np.zeros((0, 2, 2, 3), np.int32), np.array([4, 1], np.int32)],
+        reference=lambda i, s: np.zeros((0, 4, 1, 3), np.float32),
+        id="ResizeBicubic-empty-batch",
+    )
 
 
 def _resize_cases() -> Iterator[Case]:
@@ -457,6 +565,7 @@ def _einsum_cases() -> Iterator[Case]:
 
 def cases() -> Iterator[Case]:
     yield from _resize_cases()
+    yield from _bicubic_cases()
     yield from _space_depth_cases()
     yield from _batch_matmul_cases()
     yield from _einsum_cases()

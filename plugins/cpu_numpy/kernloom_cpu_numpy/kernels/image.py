@@ -1,10 +1,12 @@
-"""Image kernels (ResizeBilinear, ResizeNearestNeighbor, SpaceToDepth, DepthToSpace).
+"""Image kernels (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor, SpaceToDepth,
+DepthToSpace).
 
 The resizes gather whole rows, then whole columns, with index vectors computed once per
-call by the op's rules (``bilinear_weights``, ``nearest_indices``: TensorFlow's float32
-coordinate transforms); the interpolation is three vectorised lerps in float32, in the
-order TensorFlow's kernel computes them. SpaceToDepth and DepthToSpace are one reshape,
-transpose and copy.
+call by the op's rules (``bilinear_weights``, ``bicubic_weights``, ``nearest_indices``:
+TensorFlow's float32 coordinate transforms); the bilinear interpolation is three
+vectorised lerps in float32, the bicubic one two 4-tap weighted sums (heights, then
+widths), each in the order TensorFlow's kernel computes them. SpaceToDepth and
+DepthToSpace are one reshape, transpose and copy.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import kernloom as kl
 from kernloom.plugin import (
     KernelLibrary,
     OpKernelContext,
+    bicubic_weights,
     bilinear_weights,
     depth_to_space_shape,
     nearest_indices,
@@ -58,6 +61,30 @@ def resize_bilinear(ctx: OpKernelContext) -> None:
     lower -= upper
     lower *= y_lerp[:, None, None]
     np.add(upper, lower, out=out)
+
+
+def _taps(values: Any, axis: int, indices: Any, weights: Any) -> Any:
+    """TensorFlow's Interpolate1D along ``axis`` for every output at once: the four taps
+    gathered whole, weighted and summed left to right in float32 (the kernel's order, so
+    the roundings agree). ``weights`` broadcast against the gathered values."""
+    total = values.take(indices[:, 0], axis=axis) * weights[0]
+    for k in range(1, 4):
+        total += values.take(indices[:, k], axis=axis) * weights[k]
+    return total
+
+
+def resize_bicubic(ctx: OpKernelContext) -> None:
+    images, out, align, half = _resize_setup(ctx)
+    (_, in_h, in_w, _), (_, out_h, out_w, _) = images.shape, out.shape
+    if out.size == 0:
+        return
+    rows, row_weights = bicubic_weights(in_h, out_h, align, half)
+    columns, column_weights = bicubic_weights(in_w, out_w, align, half)
+    source = images.astype(np.float32, copy=False)
+    with np.errstate(all="ignore"):  # inf * 0 is NaN, as in TensorFlow
+        # Along the height first (every source column), then the width, as TensorFlow does.
+        heights = _taps(source, 1, rows, row_weights.T[:, :, None, None])
+        out[...] = _taps(heights, 2, columns, column_weights.T[:, :, None])
 
 
 def resize_nearest_neighbor(ctx: OpKernelContext) -> None:
@@ -120,6 +147,7 @@ def register(lib: KernelLibrary) -> None:
         return lib.kernel(op, device=CPU, backend="numpy", type_constraints={"T": types}, **kw)
 
     cpu("ResizeBilinear", RESIZE_TYPES, host_memory=["size"])(resize_bilinear)
+    cpu("ResizeBicubic", RESIZE_TYPES, host_memory=["size"])(resize_bicubic)
     cpu("ResizeNearestNeighbor", RESIZE_TYPES, host_memory=["size"])(resize_nearest_neighbor)
     cpu("SpaceToDepth", t.ALL)(space_to_depth)
     cpu("DepthToSpace", t.ALL)(depth_to_space)

@@ -1,4 +1,5 @@
-"""Image kernels (ResizeBilinear, ResizeNearestNeighbor, SpaceToDepth, DepthToSpace).
+"""Image kernels (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor, SpaceToDepth,
+DepthToSpace).
 
 Written over the array module ``xp`` (CuPy; numpy in tests). The source rows, columns
 and weights come from the op's rules (TensorFlow's float32 coordinate transforms,
@@ -18,6 +19,7 @@ import kernloom as kl
 from kernloom.plugin import (
     KernelLibrary,
     OpKernelContext,
+    bicubic_weights,
     bilinear_weights,
     depth_to_space_shape,
     nearest_indices,
@@ -96,6 +98,30 @@ class _Kernels:
             lower = lerp_columns(xp.take(source, bottom, axis=1))
             xp.add(upper, (lower - upper) * y_lerp[:, None, None], out=out)
 
+    def _taps(self, values: Any, axis: int, indices: Any, weights: Any) -> Any:
+        """TensorFlow's Interpolate1D along ``axis`` for every output at once: the four
+        taps gathered whole, weighted and summed left to right in float32 (the kernel's
+        order, so the roundings agree)."""
+        xp = self.xp
+        total = xp.take(values, indices[:, 0], axis=axis) * weights[0]
+        for k in range(1, 4):
+            total += xp.take(values, indices[:, k], axis=axis) * weights[k]
+        return total
+
+    def resize_bicubic(self, ctx: OpKernelContext) -> None:
+        xp = self.xp
+        images, out, align, half = self._setup(ctx)
+        (_, in_h, in_w, _), (_, out_h, out_w, _) = images.shape, out.shape
+        if out.size == 0:
+            return
+        rows, row_weights = (xp.asarray(v) for v in bicubic_weights(in_h, out_h, align, half))
+        columns, column_weights = (xp.asarray(v) for v in bicubic_weights(in_w, out_w, align, half))
+        source = images.astype(np.float32, copy=False)
+        with np.errstate(all="ignore"):  # numpy in tests: inf * 0 is NaN, as in TensorFlow
+            # Along the height first (every source column), then the width, as TensorFlow.
+            heights = self._taps(source, 1, rows, row_weights.T[:, :, None, None])
+            xp.copyto(out, self._taps(heights, 2, columns, column_weights.T[:, :, None]))
+
     def resize_nearest_neighbor(self, ctx: OpKernelContext) -> None:
         xp = self.xp
         images, out, align, half = self._setup(ctx)
@@ -135,6 +161,7 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         return lib.kernel(op, device=GPU, backend=BACKEND, type_constraints={"T": types}, **kw)
 
     gpu("ResizeBilinear", RESIZE_TYPES, host_memory=["size"])(kernels.resize_bilinear)
+    gpu("ResizeBicubic", RESIZE_TYPES, host_memory=["size"])(kernels.resize_bicubic)
     gpu("ResizeNearestNeighbor", RESIZE_TYPES, host_memory=["size"])(
         kernels.resize_nearest_neighbor
     )

@@ -1,5 +1,5 @@
-"""Image kernels with torch (ResizeBilinear, ResizeNearestNeighbor, SpaceToDepth,
-DepthToSpace).
+"""Image kernels with torch (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor,
+SpaceToDepth, DepthToSpace).
 
 The source rows, columns and weights come from the op's rules (TensorFlow's float32
 coordinate transforms, computed on the host); the kernels gather with ``index_select`` and
@@ -18,6 +18,7 @@ import kernloom as kl
 from kernloom.plugin import (
     KernelLibrary,
     OpKernelContext,
+    bicubic_weights,
     bilinear_weights,
     depth_to_space_shape,
     nearest_indices,
@@ -69,6 +70,31 @@ def resize_bilinear(ctx: OpKernelContext) -> None:
     upper = lerp_columns(source.index_select(1, top))
     lower = lerp_columns(source.index_select(1, bottom))
     torch.add(upper, (lower - upper) * y_lerp[:, None, None], out=out)
+
+
+def _taps(values: torch.Tensor, axis: int, indices: torch.Tensor, weights: torch.Tensor) -> Any:
+    """TensorFlow's Interpolate1D along ``axis`` for every output at once: the four taps
+    gathered whole, weighted and summed left to right in float32, the kernel's order, so
+    the roundings agree with TensorFlow's and the numpy kernel's."""
+    total = values.index_select(axis, indices[:, 0]) * weights[0]
+    for k in range(1, 4):
+        total += values.index_select(axis, indices[:, k]) * weights[k]
+    return total
+
+
+def resize_bicubic(ctx: OpKernelContext) -> None:
+    images, out, align, half = _resize_setup(ctx)
+    (_, in_h, in_w, _), (_, out_h, out_w, _) = images.shape, out.shape
+    if out.numel() == 0:
+        return
+    rows, row_weights = (_on(images.device, v) for v in bicubic_weights(in_h, out_h, align, half))
+    columns, column_weights = (
+        _on(images.device, v) for v in bicubic_weights(in_w, out_w, align, half)
+    )
+    source = images.to(torch.float32)
+    # Along the height first (every source column), then the width, as TensorFlow does.
+    heights = _taps(source, 1, rows, row_weights.T[:, :, None, None])
+    out.copy_(_taps(heights, 2, columns, column_weights.T[:, :, None]))
 
 
 def resize_nearest_neighbor(ctx: OpKernelContext) -> None:
@@ -128,6 +154,7 @@ def register(lib: KernelLibrary) -> None:
         return lib.kernel(op, device=GPU, backend=BACKEND, type_constraints={"T": types}, **kw)
 
     gpu("ResizeBilinear", RESIZE_TYPES, host_memory=["size"])(resize_bilinear)
+    gpu("ResizeBicubic", RESIZE_TYPES, host_memory=["size"])(resize_bicubic)
     gpu("ResizeNearestNeighbor", RESIZE_TYPES, host_memory=["size"])(resize_nearest_neighbor)
     gpu("SpaceToDepth", d.ALL)(space_to_depth)
     gpu("DepthToSpace", d.ALL)(depth_to_space)
