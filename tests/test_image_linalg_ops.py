@@ -23,12 +23,13 @@ from kernloom.testing.cases.image_linalg import (
     reference_batch_matmul,
     reference_bicubic,
     reference_bilinear,
+    reference_crop_and_resize,
     reference_nearest,
 )
 from kernloom_cpu_numpy import plugin as cpu_plugin
 
 OPS = ["ResizeBilinear", "ResizeBicubic", "ResizeNearestNeighbor", "SpaceToDepth", "DepthToSpace"]
-OPS += ["BatchMatMulV2", "Einsum"]
+OPS += ["CropAndResize", "BatchMatMulV2", "Einsum"]
 
 
 def numpy_only() -> klp.Registry:
@@ -63,6 +64,10 @@ def size(h: int, w: int) -> kl.Tensor:
         (
             "resize_nearest_neighbor",
             ["images", "size", "align_corners", "half_pixel_centers", "name"],
+        ),
+        (
+            "crop_and_resize",
+            ["image", "boxes", "box_ind", "crop_size", "method", "extrapolation_value", "name"],
         ),
         ("space_to_depth", ["input", "block_size", "data_format", "name"]),
         ("depth_to_space", ["input", "block_size", "data_format", "name"]),
@@ -100,6 +105,16 @@ def test_resize_shapes(g: kl.Graph) -> None:
     bicubic = kl.ops.resize_bicubic(images, size(1, 7), half_pixel_centers=True)
     assert (bicubic.shape.as_list(), bicubic.dtype) == ([None, 1, 7, 3], kl.float32)
     assert kl.ops.resize_bicubic(images, fed).shape.as_list() == [None, None, None, 3]
+
+
+def test_crop_and_resize_shapes(g: kl.Graph) -> None:
+    image = kl.placeholder(kl.int64, [None, 5, 6, 3])
+    boxes = kl.placeholder(kl.float32, [None, 4])
+    crops = kl.ops.crop_and_resize(image, boxes, kl.placeholder(kl.int32, [7]), size(2, 9))
+    assert (crops.shape.as_list(), crops.dtype) == ([7, 2, 9, 3], kl.float32)
+    fed = kl.placeholder(kl.int32, [2])
+    unknown = kl.ops.crop_and_resize(kl.placeholder(kl.uint8), boxes, [0, 1], fed)
+    assert unknown.shape.as_list() == [2, None, None, None]  # one box per box_ind entry
 
 
 def test_space_depth_shapes(g: kl.Graph) -> None:
@@ -210,6 +225,40 @@ def test_resize_bicubic_rejects_at_build_time(g: kl.Graph) -> None:
     )
     with pytest.raises(kl.InvalidArgumentError, match="bool"):  # T is TensorFlow's list
         kl.ops.resize_bicubic(kl.placeholder(kl.bool_, IMAGE), size(2, 2))
+
+
+@pytest.mark.parametrize(
+    ("image", "boxes", "box_ind", "crop", "message"),
+    [
+        ([2, 3], [1, 4], [1], (2, 2), "image must be 4-D"),
+        ([1, 3, 3, 1], [4], [1], (2, 2), "boxes must be 2-D"),
+        ([1, 3, 3, 1], [1, 3], [1], (2, 2), "boxes must have 4 columns"),
+        ([1, 3, 3, 1], [2, 4], [3], (2, 2), "box_ind has 3 entries but boxes has 2 rows"),
+        ([1, 3, 3, 1], [2, 4], [2, 1], (2, 2), "box_ind must be 1-D"),
+        ([1, 3, 3, 1], [2, 4], [2], (2, 0), "crop_size must be positive"),
+    ],
+)
+def test_crop_and_resize_rejects_at_build_time(
+    g: kl.Graph,
+    image: list[int],
+    boxes: list[int],
+    box_ind: list[int],
+    crop: tuple[int, int],
+    message: str,
+) -> None:
+    args = (
+        kl.placeholder(kl.float32, image),
+        kl.placeholder(kl.float32, boxes),
+        kl.placeholder(kl.int32, box_ind),
+        size(*crop),
+    )
+    _fails(lambda: kl.ops.crop_and_resize(*args, name="bad"), message, "CropAndResize")
+
+
+def test_crop_and_resize_checks_its_method(g: kl.Graph) -> None:
+    image, boxes = kl.placeholder(kl.float32, [1, 3, 3, 1]), kl.placeholder(kl.float32, [1, 4])
+    with pytest.raises(kl.InvalidArgumentError, match="bicubic"):
+        kl.ops.crop_and_resize(image, boxes, [0], size(2, 2), method="bicubic")
 
 
 def test_resize_nearest_rejects_at_build_time(g: kl.Graph) -> None:
@@ -334,6 +383,39 @@ def test_einsum_rejects_at_build_time(
             {},
             "size must be a vector of 2 elements",
         ),
+        (
+            "CropAndResize",
+            [
+                np.zeros((2, 2, 2, 1)),
+                np.zeros((2, 4), np.float32),
+                np.array([0, 2], np.int32),
+                np.array([2, 2], np.int32),
+            ],
+            {},
+            "box_ind has values outside \\[0, batch_size\\) = \\[0, 2\\): \\[2\\]",
+        ),
+        (
+            "CropAndResize",
+            [
+                np.zeros((1, 2, 2, 1)),
+                np.array([[0, 0, np.inf, 1]], np.float32),
+                np.zeros(1, np.int32),
+                np.array([2, 2], np.int32),
+            ],
+            {},
+            "not finite",
+        ),
+        (
+            "CropAndResize",
+            [
+                np.zeros((1, 2, 2, 1)),
+                np.zeros((0, 4), np.float32),
+                np.zeros(0, np.int32),
+                np.array([2, 2, 1], np.int32),
+            ],
+            {},
+            "crop_size must be a vector of 2 elements",
+        ),
         ("SpaceToDepth", [np.zeros((1, 3, 4, 1))], {"block_size": 2}, "height 3 must be evenly"),
         ("DepthToSpace", [np.zeros((1, 1, 1, 6))], {"block_size": 2}, "depth 6 must be evenly"),
         ("BatchMatMulV2", [np.zeros((2, 3, 4)), np.zeros((3, 4, 5))], {}, "cannot be broadcast"),
@@ -418,6 +500,33 @@ def test_resize_bicubic_matches_keys_cubic_in_float64(
     expected = reference_bicubic(*mode)(images, target)
     scale = max(1.0, float(np.abs(images).max(initial=0)))
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5 * scale)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    method=st.sampled_from(["bilinear", "nearest"]),
+    dtype=st.sampled_from([np.float32, np.uint8, np.int32, np.float64]),
+)
+def test_crop_and_resize_matches_a_pixel_loop(data: st.DataObject, method: str, dtype: Any) -> None:
+    """Random boxes (inside, outside, flipped, degenerate) on 1-pixel and larger images,
+    crops of 1 and more, against TensorFlow's formula written out per output pixel."""
+    shape = data.draw(
+        st.tuples(st.integers(1, 3), st.integers(1, 6), st.integers(1, 6), st.integers(1, 2))
+    )
+    num_boxes = data.draw(st.integers(0, 4))
+    # No subnormal coordinates: the CPU device flushes them to zero, as TensorFlow does.
+    coordinate = st.floats(-0.5, 1.5, width=32).filter(lambda v: v == 0 or abs(v) >= 1e-30)
+    boxes = data.draw(hnp.arrays(np.float32, (num_boxes, 4), elements=coordinate))
+    box_ind = data.draw(hnp.arrays(np.int32, num_boxes, elements=st.integers(0, shape[0] - 1)))
+    crop = np.array(data.draw(st.tuples(st.integers(1, 6), st.integers(1, 6))), np.int32)
+    floats = st.floats(-1e3, 1e3, width=32).filter(lambda v: v == 0 or abs(v) >= 1e-30)
+    elements = floats if np.dtype(dtype).kind == "f" else st.integers(0, 255)
+    image = data.draw(hnp.arrays(dtype, shape, elements=elements))
+    attrs = {"method": method, "extrapolation_value": -3.25}
+    inputs = [image, boxes, box_ind, crop]
+    (out,) = run_kernel("CropAndResize", inputs, attrs, registry=NUMPY).outputs
+    np.testing.assert_array_equal(out, reference_crop_and_resize(method, -3.25)(*inputs))
 
 
 @settings(max_examples=40, deadline=None)

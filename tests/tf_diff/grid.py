@@ -583,6 +583,83 @@ def _bicubic_cases() -> Iterator[DiffCase]:
     )
 
 
+def _crop_and_resize_cases() -> Iterator[DiffCase]:
+    """CropAndResize over its dtypes and both methods: boxes covering the image, a point,
+    flipped, partly outside (extrapolated), crops of 1 (the box's centre); edge values;
+    no boxes; and the errors (box_ind outside the batch, non-finite boxes, mismatched
+    counts, bad crop sizes, an empty image)."""
+    boxes = np.array(
+        [
+            [0, 0, 1, 1],
+            [0.5, 0.5, 0.5, 0.5],
+            [1, 1, 0, 0],
+            [-0.3, 0.2, 1.4, 0.9],
+            [0.1, 0.25, 0.6, 0.8],
+            [0.33, -1.0, 0.34, 2.0],
+        ],
+        np.float32,
+    )
+    box_ind = np.array([1, 0, 1, 0, 1, 1], np.int32)
+    dtypes = (*FLOATS, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.int64)
+    shapes = [(2, 4, 5, 3), (2, 1, 1, 2), (2, 7, 3, 1)]
+    for dtype, shape, size, method in itertools.product(
+        dtypes, shapes, [(3, 4), (1, 1), (5, 1), (1, 6)], ("bilinear", "nearest")
+    ):
+        yield DiffCase(
+            "CropAndResize",
+            [sample(shape, dtype), boxes, box_ind, np.array(size, np.int32)],
+            {"method": method, "extrapolation_value": -2.5 if size == (3, 4) else 0.0},
+            host=frozenset({3}),
+            id=f"CropAndResize-{np.dtype(dtype).name}-{shape}-{size}-{method}",
+        )
+    for dtype in (*FLOATS, np.int64, np.uint16):
+        values = edges(dtype)
+        image = np.resize(values, (2, 2, values.size, 1))
+        for method in ("bilinear", "nearest"):
+            yield DiffCase(
+                "CropAndResize",
+                [image, boxes, box_ind, np.array([3, 2 * values.size + 1], np.int32)],
+                {"method": method},
+                host=frozenset({3}),
+                id=f"CropAndResize-{np.dtype(dtype).name}-edges-{method}",
+            )
+    image = sample((2, 3, 3, 2), np.float32)
+    yield DiffCase(
+        "CropAndResize",
+        [image, np.zeros((0, 4), np.float32), np.zeros(0, np.int32), np.array([2, 3], np.int32)],
+        host=frozenset({3}),
+        id="CropAndResize-no-boxes",
+    )
+    bad: list[tuple[str, Array, Array, tuple[int, ...]]] = [
+        ("box-ind-high", boxes[:2], np.array([0, 2], np.int32), (2, 2)),
+        ("box-ind-negative", boxes[:2], np.array([-1, 0], np.int32), (2, 2)),
+        ("nan-box", np.array([[0, 0, np.nan, 1]], np.float32), np.zeros(1, np.int32), (2, 2)),
+        ("inf-box", np.array([[0, -np.inf, 1, 1]], np.float32), np.zeros(1, np.int32), (2, 2)),
+        ("counts", boxes[:2], np.zeros(3, np.int32), (2, 2)),
+        ("columns", np.zeros((2, 3), np.float32), np.zeros(2, np.int32), (2, 2)),
+        ("zero-size", boxes[:2], np.zeros(2, np.int32), (0, 2)),
+        ("size-rank", boxes[:2], np.zeros(2, np.int32), (2, 2, 2)),
+    ]
+    for name, bad_boxes, bad_ind, size in bad:
+        yield DiffCase(
+            "CropAndResize",
+            [image, bad_boxes, bad_ind, np.array(size, np.int32)],
+            host=frozenset({3}),
+            id=f"CropAndResize-bad-{name}",
+        )
+    yield DiffCase(
+        "CropAndResize",
+        [
+            np.zeros((1, 0, 2, 1), np.float32),
+            boxes[:1],
+            np.zeros(1, np.int32),
+            np.array([2, 2], np.int32),
+        ],
+        host=frozenset({3}),
+        id="CropAndResize-empty-image",
+    )
+
+
 def _type_list_cases() -> Iterator[DiffCase]:
     """IdentityN and Assert: lists of tensors of different dtypes (``T: list(type)``)."""
     lists: tuple[tuple[tuple[Any, tuple[int, ...]], ...], ...] = (
@@ -619,4 +696,5 @@ def cases() -> Iterator[DiffCase]:
     yield from _shape_op_cases()
     yield from _new_op_cases()
     yield from _bicubic_cases()
+    yield from _crop_and_resize_cases()
     yield from _type_list_cases()

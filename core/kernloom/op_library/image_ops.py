@@ -1,6 +1,8 @@
-"""Image ops: resizing and space/depth rearrangement (TensorFlow's image_ops and array_ops).
+"""Image ops: resizing, cropping and space/depth rearrangement (TensorFlow's image_ops and
+array_ops).
 
-dtypes: ResizeBilinear, ResizeBicubic and ResizeNearestNeighbor take the real types TensorFlow lists
+dtypes: ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor and CropAndResize take the
+real types TensorFlow lists
 (int8, uint8, int16, uint16, int32, int64, float16, float32, float64; no bfloat16, which
 numpy cannot hold); SpaceToDepth and DepthToSpace take every type.
 
@@ -15,7 +17,7 @@ pixels.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -24,8 +26,12 @@ from kernloom.framework.shape_inference import InferenceContext
 from kernloom.shapes import Dim, TensorShape
 
 __all__ = [
+    "CropTaps",
     "bicubic_weights",
     "bilinear_weights",
+    "check_crop_boxes",
+    "crop_and_resize_shape",
+    "crop_taps",
     "define",
     "depth_to_space_shape",
     "nearest_indices",
@@ -192,6 +198,101 @@ def bicubic_weights(
     return indices, weights.astype(np.float32, copy=False)
 
 
+def crop_and_resize_shape(
+    ctx: Fails,
+    image: Sequence[int],
+    boxes: Sequence[int],
+    box_ind: Sequence[int],
+    crop_size: Any,
+) -> tuple[int, int, int, int]:
+    """The output shape of CropAndResize, ``[num_boxes, crop_height, crop_width, depth]``,
+    after TensorFlow's run-time checks in its order: a 4-D image of non-zero height and
+    width, 2-D boxes of 4 columns and a 1-D box_ind of one entry per box (both empty: no
+    boxes, whatever their shapes' other sides), and a positive 2-element crop_size."""
+    if len(image) != 4:
+        raise ctx.fail(f"input image must be 4-D, got shape {list(image)}")
+    if image[1] <= 0 or image[2] <= 0:
+        raise ctx.fail(f"image dimensions must be positive, got shape {list(image)}")
+    if len(boxes) != 2:
+        raise ctx.fail(f"boxes must be 2-D, got shape {list(boxes)}")
+    if len(box_ind) != 1:
+        raise ctx.fail(f"box_ind must be 1-D, got shape {list(box_ind)}")
+    num_boxes = int(boxes[0])
+    if boxes[0] * boxes[1] != 0 or box_ind[0] != 0:
+        if boxes[1] != 4:
+            raise ctx.fail(f"boxes must have 4 columns, got shape {list(boxes)}")
+        if box_ind[0] != num_boxes:
+            raise ctx.fail(
+                f"box_ind has {box_ind[0]} entries but boxes has {num_boxes} rows (one each)"
+            )
+    else:
+        num_boxes = 0
+    value = np.asarray(crop_size)
+    if value.shape != (2,):
+        raise ctx.fail(
+            f"crop_size must be a vector of 2 elements (crop_height, crop_width), got shape "
+            f"{list(value.shape)}"
+        )
+    height, width = (int(v) for v in value)
+    if height <= 0 or width <= 0:
+        raise ctx.fail(f"crop_size must be positive, got [{height}, {width}]")
+    return num_boxes, height, width, int(image[3])
+
+
+def check_crop_boxes(ctx: Fails, boxes: Array, box_ind: Array, batch: int) -> Array:
+    """``box_ind`` as int64 after TensorFlow's checks, in its order: every entry names an
+    image of the batch (TensorFlow raises OutOfRange here; kernloom's kernels raise their
+    InvalidArgumentError), then every box coordinate is finite."""
+    index = np.asarray(box_ind).astype(np.int64)
+    outside = (index < 0) | (index >= batch)
+    if outside.any():
+        raise ctx.fail(
+            f"box_ind has values outside [0, batch_size) = [0, {batch}): "
+            f"{index[outside][:5].tolist()}"
+        )
+    if not np.isfinite(np.asarray(boxes)).all():
+        raise ctx.fail("boxes contains at least one element that is not finite")
+    return index
+
+
+class CropTaps(NamedTuple):
+    """Where CropAndResize samples one axis, for every box (rows) and output position
+    (columns): the source rows (or columns) below and above, the float32 weight of the
+    upper one (``low == high``, rounded half away from zero, for ``nearest``), and
+    whether the position lies inside the image (outside: ``extrapolation_value``).
+    Outside positions carry clamped, harmless indices."""
+
+    low: Array
+    high: Array
+    lerp: Array
+    inside: Array
+
+
+def crop_taps(starts: Any, ends: Any, in_size: int, crop_size: int, method: str) -> CropTaps:
+    """TensorFlow's CropAndResize coordinates along one axis, in float32 as its CPU kernel
+    computes them: ``start * (in - 1) + i * scale`` with ``scale = (end - start) * (in - 1)
+    / (crop - 1)``; a crop of 1 samples the box's centre ``0.5 * (start + end) * (in - 1)``,
+    in double precision (C++'s ``0.5`` is a double) and then rounded to float32."""
+    start = np.asarray(starts, np.float32)
+    end = np.asarray(ends, np.float32)
+    last = np.float32(in_size - 1)
+    if crop_size > 1:
+        scale = (end - start) * last / np.float32(crop_size - 1)
+        steps = np.arange(crop_size, dtype=np.float32)
+        coords = start[:, None] * last + steps[None, :] * scale[:, None]
+    else:
+        centre = 0.5 * (start + end).astype(np.float64) * float(in_size - 1)
+        coords = centre.astype(np.float32)[:, None]
+    inside = (coords >= 0) & (coords <= last)
+    clamped = np.clip(coords, np.float32(0), last)
+    if method == "nearest":
+        nearest = _round_half_away(clamped).astype(np.int64)
+        return CropTaps(nearest, nearest, np.zeros_like(clamped), inside)
+    floor = np.floor(clamped)
+    lerp = (clamped - floor).astype(np.float32)
+    return CropTaps(floor.astype(np.int64), np.ceil(clamped).astype(np.int64), lerp, inside)
+
+
 def _spatial(data_format: str) -> tuple[int, int, int]:
     """The height, width and channel axes of a 4-D tensor in ``data_format``."""
     return (1, 2, 3) if data_format == "NHWC" else (2, 3, 1)
@@ -262,6 +363,33 @@ def _resize_shape(ctx: InferenceContext) -> None:
     size = ctx.input_value(1)
     height, width = _resize_size(ctx, size) if size is not None else (None, None)
     ctx.set_output(0, [dims[0], height, width, dims[3]])
+
+
+def _crop_and_resize_shape(ctx: InferenceContext) -> None:
+    image, boxes, box_ind = (ctx.input_shape(i) for i in range(3))
+    for shape, rank, what in ((image, 4, "image"), (boxes, 2, "boxes"), (box_ind, 1, "box_ind")):
+        if shape.rank not in (rank, None):
+            raise ctx.fail(f"{what} must be {rank}-D, got shape {shape}")
+    if boxes.rank == 2 and boxes[1] not in (4, None):
+        raise ctx.fail(f"boxes must have 4 columns, got shape {boxes}")
+    rows = boxes[0] if boxes.rank == 2 else None
+    entries = box_ind[0] if box_ind.rank == 1 else None
+    if rows is not None and entries is not None and rows != entries:
+        raise ctx.fail(f"box_ind has {entries} entries but boxes has {rows} rows (one each)")
+    size_shape = ctx.input_shape(3)
+    if size_shape.rank not in (1, None) or (
+        size_shape.rank == 1 and size_shape[0] not in (2, None)
+    ):
+        raise ctx.fail(f"crop_size must be a vector of 2 elements, got shape {size_shape}")
+    size = ctx.input_value(3)
+    height: Dim = None
+    width: Dim = None
+    if size is not None:
+        height, width = (int(v) for v in np.asarray(size))
+        if height <= 0 or width <= 0:
+            raise ctx.fail(f"crop_size must be positive, got [{height}, {width}]")
+    depth = image[3] if image.rank == 4 else None
+    ctx.set_output(0, [rows if rows is not None else entries, height, width, depth])
 
 
 def _rearrange_shape(to_depth: bool) -> Any:
@@ -335,6 +463,29 @@ def define(lib: OpLibrary) -> None:
         "The source row is floor(y * scale) (roundf, halves away from zero, with "
         "align_corners; (y + 0.5) * scale with half_pixel_centers), clamped to the image, "
         "as TensorFlow's CPU kernel computes it in float32.",
+    )
+
+    (
+        lib.register_op("CropAndResize")
+        .input("image: T", "4-D [batch, image_height, image_width, depth].")
+        .input("boxes: float32", "[num_boxes, 4]: normalised y1, x1, y2, x2 of each box.")
+        .input("box_ind: int32", "[num_boxes]: the image of the batch each box crops.")
+        .input("crop_size: int32", "[crop_height, crop_width], positive.")
+        .output("crops: float32")
+        .attr(f"T: {RESIZE_TYPES}")
+        .attr("method: {'bilinear', 'nearest'} = 'bilinear'", "How a crop samples its box.")
+        .attr("extrapolation_value: float = 0", "The value of samples outside the image.")
+        .shape_fn(_crop_and_resize_shape)
+        .doc(
+            "Crop boxes out of images and resize each to crop_size; the output is float32.",
+            "A box's corners map to image coordinates y1 * (height - 1) and y2 * (height - "
+            "1) (likewise x), sampled at crop_size evenly spaced points (a crop of 1 "
+            "samples the box's centre), in float32 as TensorFlow's CPU kernel computes "
+            "them; samples outside the image take extrapolation_value. bilinear "
+            "interpolates as ResizeBilinear does; nearest rounds halves away from zero. "
+            "box_ind outside [0, batch) and non-finite boxes are errors (TensorFlow's "
+            "OutOfRange for box_ind; an InvalidArgumentError here).",
+        )
     )
 
     def rearrange(name: str, summary: str, to_depth: bool) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "reference_batch_matmul",
     "reference_bicubic",
     "reference_bilinear",
+    "reference_crop_and_resize",
     "reference_nearest",
 ]
 
@@ -223,6 +224,114 @@ def _bicubic_cases() -> Iterator[Case]:
         [np.zeros((0, 2, 2, 3), np.int32), np.array([4, 1], np.int32)],
         reference=lambda i, s: np.zeros((0, 4, 1, 3), np.float32),
         id="ResizeBicubic-empty-batch",
+    )
+
+
+def _crop_coordinate(start: Any, end: Any, i: int, in_size: int, crop: int) -> np.float32:
+    """TensorFlow's float32 sampling position of crop index ``i`` along one axis."""
+    last = f32(in_size - 1)
+    if crop == 1:  # C++'s 0.5 is a double: the centre is computed in double precision
+        return f32(0.5 * float(f32(start) + f32(end)) * float(in_size - 1))
+    scale = (f32(end) - f32(start)) * last / f32(crop - 1)
+    return f32(f32(start) * last + f32(i) * scale)
+
+
+def reference_crop_and_resize(method: str, extrapolation: float) -> Callable[..., Array]:
+    def reference(image: Array, boxes: Array, box_ind: Array, crop_size: Array) -> Array:
+        _, h, w, depth = image.shape
+        ch, cw = (int(v) for v in crop_size)
+        out = np.full((len(box_ind), ch, cw, depth), f32(extrapolation), f32)
+        for n, (y1, x1, y2, x2) in enumerate(boxes):
+            picture = image[int(box_ind[n])].astype(f32)
+            for i in range(ch):
+                y = _crop_coordinate(y1, y2, i, h, ch)
+                if not 0 <= y <= h - 1:
+                    continue
+                for j in range(cw):
+                    x = _crop_coordinate(x1, x2, j, w, cw)
+                    if not 0 <= x <= w - 1:
+                        continue
+                    if method == "nearest":  # roundf: halves away from zero (y, x >= 0)
+                        row, column = math.floor(float(y) + 0.5), math.floor(float(x) + 0.5)
+                        out[n, i, j] = picture[row, column]
+                        continue
+                    top, left = math.floor(y), math.floor(x)
+                    bottom, right = math.ceil(y), math.ceil(x)
+                    dy, dx = f32(y - f32(top)), f32(x - f32(left))
+                    upper = picture[top, left] + (picture[top, right] - picture[top, left]) * dx
+                    lower = (
+                        picture[bottom, left]
+                        + (picture[bottom, right] - picture[bottom, left]) * dx
+                    )
+                    out[n, i, j] = upper + (lower - upper) * dy
+        return out
+
+    return reference
+
+
+def _crop_and_resize_cases() -> Iterator[Case]:
+    # Whole image, a point, flipped, partly outside (extrapolated), a box inside.
+    boxes = np.array(
+        [
+            [0, 0, 1, 1],
+            [0.5, 0.5, 0.5, 0.5],
+            [1, 1, 0, 0],
+            [-0.3, 0.2, 1.4, 0.9],
+            [0.1, 0.25, 0.6, 0.8],
+        ],
+        np.float32,
+    )
+    box_ind = np.array([1, 0, 1, 0, 1], np.int32)
+    shapes = [(2, 4, 5, 3), (2, 1, 1, 2), (2, 6, 2, 1)]
+    for dtype, shape, size, method in itertools.product(
+        RESIZE_TYPES, shapes, [(3, 4), (1, 1), (5, 1)], ["bilinear", "nearest"]
+    ):
+        extrapolation = -1.5 if size == (3, 4) else 0.0
+        yield Case(
+            "CropAndResize",
+            [sample(shape, dtype), boxes, box_ind, np.array(size, np.int32)],
+            {"method": method, "extrapolation_value": extrapolation},
+            reference_crop_and_resize(method, extrapolation),
+            id=f"CropAndResize-{dtype}-{shape}-{size}-{method}",
+        )
+    # Worked by hand: [[0, 1], [2, 3]], the whole image to 3x3 (steps of 0.5) and the box
+    # (0.25, 0.25)-(0.75, 0.75) to 1x1 (its centre, 0.5, 0.5: the mean 1.5; nearest rounds
+    # 0.5 up to the pixel (1, 1): 3); the box (0, 0)-(2, 2) to 2x2 reaches 2 (outside: 9).
+    square = np.array([[0, 1], [2, 3]], np.float32).reshape(1, 2, 2, 1)
+    whole = np.array([[0, 0.5, 1], [1, 1.5, 2], [2, 2.5, 3]], np.float32)
+    by_hand: list[tuple[list[float], tuple[int, int], str, Array]] = [
+        ([0, 0, 1, 1], (3, 3), "bilinear", whole),
+        ([0.25, 0.25, 0.75, 0.75], (1, 1), "bilinear", np.array([[1.5]], np.float32)),
+        ([0.25, 0.25, 0.75, 0.75], (1, 1), "nearest", np.array([[3]], np.float32)),
+        ([0, 0, 2, 2], (2, 2), "bilinear", np.array([[0, 9], [9, 9]], np.float32)),
+    ]
+    for box, size, method, expected in by_hand:
+        yield Case(
+            "CropAndResize",
+            [square, np.array([box], np.float32), np.zeros(1, np.int32), np.array(size, np.int32)],
+            {"method": method, "extrapolation_value": 9.0},
+            lambda *a, e=expected: e.reshape(1, *e.shape, 1),
+            id=f"CropAndResize-by-hand-{box}-{size}-{method}",
+        )
+    special = np.array([0, np.inf, np.nan, 1, -np.inf, 2], np.float32).reshape(1, 2, 3, 1)
+    for method in ("bilinear", "nearest"):
+        yield Case(
+            "CropAndResize",
+            [special, boxes, np.zeros(5, np.int32), np.array([3, 5], np.int32)],
+            {"method": method},
+            reference_crop_and_resize(method, 0.0),
+            id=f"CropAndResize-nan-inf-{method}",
+        )
+    yield Case(
+        "CropAndResize",
+        [
+            sample((2, 3, 3, 2), kl.int32),
+            np.zeros((0, 4), np.float32),
+            np.zeros(0, np.int32),
+            np.array([4, 1], np.int32),
+        ],
+        reference=lambda *a: np.zeros((0, 4, 1, 2), np.float32),
+        id="CropAndResize-no-boxes",
     )
 
 
@@ -566,6 +675,7 @@ def _einsum_cases() -> Iterator[Case]:
 def cases() -> Iterator[Case]:
     yield from _resize_cases()
     yield from _bicubic_cases()
+    yield from _crop_and_resize_cases()
     yield from _space_depth_cases()
     yield from _batch_matmul_cases()
     yield from _einsum_cases()

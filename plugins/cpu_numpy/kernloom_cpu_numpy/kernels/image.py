@@ -1,12 +1,13 @@
-"""Image kernels (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor, SpaceToDepth,
-DepthToSpace).
+"""Image kernels (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor, CropAndResize,
+SpaceToDepth, DepthToSpace).
 
 The resizes gather whole rows, then whole columns, with index vectors computed once per
 call by the op's rules (``bilinear_weights``, ``bicubic_weights``, ``nearest_indices``:
 TensorFlow's float32 coordinate transforms); the bilinear interpolation is three
 vectorised lerps in float32, the bicubic one two 4-tap weighted sums (heights, then
-widths), each in the order TensorFlow's kernel computes them. SpaceToDepth and
-DepthToSpace are one reshape, transpose and copy.
+widths), each in the order TensorFlow's kernel computes them. CropAndResize gathers every
+box's samples at once with index arrays from ``crop_taps`` (one row per box). SpaceToDepth
+and DepthToSpace are one reshape, transpose and copy.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from kernloom.plugin import (
     OpKernelContext,
     bicubic_weights,
     bilinear_weights,
+    check_crop_boxes,
+    crop_and_resize_shape,
+    crop_taps,
     depth_to_space_shape,
     nearest_indices,
     resize_output_shape,
@@ -87,6 +91,38 @@ def resize_bicubic(ctx: OpKernelContext) -> None:
         out[...] = _taps(heights, 2, columns, column_weights.T[:, :, None])
 
 
+def crop_and_resize(ctx: OpKernelContext) -> None:
+    image, boxes, box_ind = ctx.input(0), np.asarray(ctx.input(1)), np.asarray(ctx.input(2))
+    shape = crop_and_resize_shape(ctx, image.shape, boxes.shape, box_ind.shape, ctx.input(3))
+    out = ctx.allocate_output(0, shape)
+    # TensorFlow checks box_ind and the boxes' finiteness even when there is nothing to crop.
+    batch = check_crop_boxes(ctx, boxes, box_ind, image.shape[0])
+    if out.size == 0:
+        return
+    (_, in_h, in_w, _), (_, crop_h, crop_w, _) = image.shape, out.shape
+    method = str(ctx.attr("method"))
+    rows = crop_taps(boxes[:, 0], boxes[:, 2], in_h, crop_h, method)
+    columns = crop_taps(boxes[:, 1], boxes[:, 3], in_w, crop_w, method)
+    b = batch[:, None, None]
+    top, bottom = rows.low[:, :, None], rows.high[:, :, None]
+    left, right = columns.low[:, None, :], columns.high[:, None, :]
+
+    def at(y: Any, x: Any) -> Any:  # [box, crop_h, crop_w, depth] in float32
+        return image[b, y, x].astype(np.float32, copy=False)
+
+    with np.errstate(all="ignore"):  # inf - inf is NaN, as in TensorFlow
+        if method == "nearest":
+            values = at(top, left)
+        else:
+            x_lerp = columns.lerp[:, None, :, None]
+            upper = at(top, left) + (at(top, right) - at(top, left)) * x_lerp
+            lower = at(bottom, left) + (at(bottom, right) - at(bottom, left)) * x_lerp
+            values = upper + (lower - upper) * rows.lerp[:, :, None, None]
+    inside = (rows.inside[:, :, None] & columns.inside[:, None, :])[..., None]
+    extrapolation = np.float32(ctx.attr("extrapolation_value"))
+    np.copyto(out, np.where(inside, values, extrapolation))
+
+
 def resize_nearest_neighbor(ctx: OpKernelContext) -> None:
     images, out, align, half = _resize_setup(ctx)
     (_, in_h, in_w, _), (_, out_h, out_w, _) = images.shape, out.shape
@@ -149,5 +185,8 @@ def register(lib: KernelLibrary) -> None:
     cpu("ResizeBilinear", RESIZE_TYPES, host_memory=["size"])(resize_bilinear)
     cpu("ResizeBicubic", RESIZE_TYPES, host_memory=["size"])(resize_bicubic)
     cpu("ResizeNearestNeighbor", RESIZE_TYPES, host_memory=["size"])(resize_nearest_neighbor)
+    cpu("CropAndResize", RESIZE_TYPES, host_memory=["boxes", "box_ind", "crop_size"])(
+        crop_and_resize
+    )
     cpu("SpaceToDepth", t.ALL)(space_to_depth)
     cpu("DepthToSpace", t.ALL)(depth_to_space)

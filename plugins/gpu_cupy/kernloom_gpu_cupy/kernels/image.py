@@ -1,5 +1,5 @@
-"""Image kernels (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor, SpaceToDepth,
-DepthToSpace).
+"""Image kernels (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor, CropAndResize,
+SpaceToDepth, DepthToSpace).
 
 Written over the array module ``xp`` (CuPy; numpy in tests). The source rows, columns
 and weights come from the op's rules (TensorFlow's float32 coordinate transforms,
@@ -21,6 +21,9 @@ from kernloom.plugin import (
     OpKernelContext,
     bicubic_weights,
     bilinear_weights,
+    check_crop_boxes,
+    crop_and_resize_shape,
+    crop_taps,
     depth_to_space_shape,
     nearest_indices,
     resize_output_shape,
@@ -122,6 +125,41 @@ class _Kernels:
             heights = self._taps(source, 1, rows, row_weights.T[:, :, None, None])
             xp.copyto(out, self._taps(heights, 2, columns, column_weights.T[:, :, None]))
 
+    def crop_and_resize(self, ctx: OpKernelContext) -> None:
+        """The boxes, box_ind and crop_size are host-memory inputs: the sampling positions
+        come from the op's rules on the host and are gathered on the device with broadcast
+        index arrays, one row per box."""
+        xp = self.xp
+        image = ctx.input(0)
+        boxes, box_ind, crop_size = (_host(ctx, i) for i in (1, 2, 3))
+        shape = crop_and_resize_shape(ctx, image.shape, boxes.shape, box_ind.shape, crop_size)
+        out = ctx.allocate_output(0, shape)
+        batch = check_crop_boxes(ctx, boxes, box_ind, image.shape[0])
+        if out.size == 0:
+            return
+        (_, in_h, in_w, _), (_, crop_h, crop_w, _) = image.shape, out.shape
+        method = str(ctx.attr("method"))
+        rows = crop_taps(boxes[:, 0], boxes[:, 2], in_h, crop_h, method)
+        columns = crop_taps(boxes[:, 1], boxes[:, 3], in_w, crop_w, method)
+        b = xp.asarray(batch)[:, None, None]
+        top, bottom = xp.asarray(rows.low)[:, :, None], xp.asarray(rows.high)[:, :, None]
+        left, right = xp.asarray(columns.low)[:, None, :], xp.asarray(columns.high)[:, None, :]
+
+        def at(y: Any, x: Any) -> Any:  # [box, crop_h, crop_w, depth] in float32
+            return image[b, y, x].astype(np.float32, copy=False)
+
+        with np.errstate(all="ignore"):  # numpy in tests: inf - inf is NaN, as in TensorFlow
+            if method == "nearest":
+                values = at(top, left)
+            else:
+                x_lerp = xp.asarray(columns.lerp)[:, None, :, None]
+                upper = at(top, left) + (at(top, right) - at(top, left)) * x_lerp
+                lower = at(bottom, left) + (at(bottom, right) - at(bottom, left)) * x_lerp
+                values = upper + (lower - upper) * xp.asarray(rows.lerp)[:, :, None, None]
+        inside = xp.asarray(rows.inside[:, :, None] & columns.inside[:, None, :])[..., None]
+        extrapolation = np.float32(ctx.attr("extrapolation_value"))
+        xp.copyto(out, xp.where(inside, values, extrapolation))
+
     def resize_nearest_neighbor(self, ctx: OpKernelContext) -> None:
         xp = self.xp
         images, out, align, half = self._setup(ctx)
@@ -164,6 +202,9 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
     gpu("ResizeBicubic", RESIZE_TYPES, host_memory=["size"])(kernels.resize_bicubic)
     gpu("ResizeNearestNeighbor", RESIZE_TYPES, host_memory=["size"])(
         kernels.resize_nearest_neighbor
+    )
+    gpu("CropAndResize", RESIZE_TYPES, host_memory=["boxes", "box_ind", "crop_size"])(
+        kernels.crop_and_resize
     )
     gpu("SpaceToDepth", t.ALL)(kernels.space_to_depth)
     gpu("DepthToSpace", t.ALL)(kernels.depth_to_space)

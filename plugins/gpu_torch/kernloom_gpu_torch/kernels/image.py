@@ -1,5 +1,5 @@
 """Image kernels with torch (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor,
-SpaceToDepth, DepthToSpace).
+CropAndResize, SpaceToDepth, DepthToSpace).
 
 The source rows, columns and weights come from the op's rules (TensorFlow's float32
 coordinate transforms, computed on the host); the kernels gather with ``index_select`` and
@@ -20,6 +20,9 @@ from kernloom.plugin import (
     OpKernelContext,
     bicubic_weights,
     bilinear_weights,
+    check_crop_boxes,
+    crop_and_resize_shape,
+    crop_taps,
     depth_to_space_shape,
     nearest_indices,
     resize_output_shape,
@@ -97,6 +100,41 @@ def resize_bicubic(ctx: OpKernelContext) -> None:
     out.copy_(_taps(heights, 2, columns, column_weights.T[:, :, None]))
 
 
+def crop_and_resize(ctx: OpKernelContext) -> None:
+    """The boxes, box_ind and crop_size are host-memory inputs: the sampling positions are
+    computed on the host by the op's rules (as the resizes' are) and gathered on the
+    device with broadcast index tensors, one row per box."""
+    image = tensor_input(ctx, 0)
+    boxes, box_ind, crop_size = (host_input(ctx, i) for i in (1, 2, 3))
+    shape = crop_and_resize_shape(ctx, tuple(image.shape), boxes.shape, box_ind.shape, crop_size)
+    out = output(ctx, 0, shape)
+    batch = check_crop_boxes(ctx, boxes, box_ind, image.shape[0])
+    if out.numel() == 0:
+        return
+    (_, in_h, in_w, _), (_, crop_h, crop_w, _) = image.shape, out.shape
+    method = str(ctx.attr("method"))
+    rows = crop_taps(boxes[:, 0], boxes[:, 2], in_h, crop_h, method)
+    columns = crop_taps(boxes[:, 1], boxes[:, 3], in_w, crop_w, method)
+    device = image.device
+    b = _on(device, batch)[:, None, None]
+    top, bottom = _on(device, rows.low)[:, :, None], _on(device, rows.high)[:, :, None]
+    left, right = _on(device, columns.low)[:, None, :], _on(device, columns.high)[:, None, :]
+
+    def at(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # [box, h, w, depth], float32
+        return image[b, y, x].to(torch.float32)
+
+    if method == "nearest":
+        values = at(top, left)
+    else:
+        x_lerp = _on(device, columns.lerp)[:, None, :, None]
+        upper = at(top, left) + (at(top, right) - at(top, left)) * x_lerp
+        lower = at(bottom, left) + (at(bottom, right) - at(bottom, left)) * x_lerp
+        values = upper + (lower - upper) * _on(device, rows.lerp)[:, :, None, None]
+    inside = _on(device, rows.inside[:, :, None] & columns.inside[:, None, :])[..., None]
+    extrapolation = torch.tensor(float(ctx.attr("extrapolation_value")), dtype=torch.float32)
+    out.copy_(torch.where(inside, values, extrapolation.to(device)))
+
+
 def resize_nearest_neighbor(ctx: OpKernelContext) -> None:
     images, out, align, half = _resize_setup(ctx)
     (_, in_h, in_w, _), (_, out_h, out_w, _) = images.shape, out.shape
@@ -156,5 +194,8 @@ def register(lib: KernelLibrary) -> None:
     gpu("ResizeBilinear", RESIZE_TYPES, host_memory=["size"])(resize_bilinear)
     gpu("ResizeBicubic", RESIZE_TYPES, host_memory=["size"])(resize_bicubic)
     gpu("ResizeNearestNeighbor", RESIZE_TYPES, host_memory=["size"])(resize_nearest_neighbor)
+    gpu("CropAndResize", RESIZE_TYPES, host_memory=["boxes", "box_ind", "crop_size"])(
+        crop_and_resize
+    )
     gpu("SpaceToDepth", d.ALL)(space_to_depth)
     gpu("DepthToSpace", d.ALL)(depth_to_space)
