@@ -102,6 +102,25 @@ def every_op_graph() -> kl.Graph:
             kl.ops.batch_mat_mul_v2(images, images, adj_y=True),
             kl.ops.einsum([images, images], equation="...ij,...kj->...ik"),
         ]
+        sq = kl.placeholder(kl.float32, [2, 3, 3], name="sq")
+        k_range = kl.constant(np.array([-1, 1], np.int32))
+        image_linalg += [
+            kl.ops.matrix_band_part(sq, np.int64(1), np.int64(-1)),
+            kl.ops.matrix_diag_v3(
+                kl.ops.matrix_diag_part_v3(sq, k_range, np.float32(0), align="LEFT_RIGHT"),
+                k_range,
+                np.int32(-1),
+                np.int32(-1),
+                np.float32(0),
+            ),
+            kl.ops.matrix_set_diag_v3(sq, kl.ops.matrix_diag_part_v3(sq, 0, np.float32(0)), 0),
+            kl.ops.matrix_determinant(sq),
+            *kl.ops.log_matrix_determinant(sq),
+            kl.ops.matrix_inverse(sq, adjoint=True),
+            kl.ops.cholesky(sq),
+            kl.ops.matrix_solve(sq, sq, adjoint=True),
+            kl.ops.matrix_triangular_solve(sq, sq, lower=False, adjoint=True),
+        ]
         v = kl.Variable(np.zeros(2, np.float32), name="v")
         state = [v.assign_add([1.0, 2.0]), v.assign_sub([0.5, 0.5]), v.is_initialized()]
         (loop,) = kl.while_loop(lambda k: k < 3, lambda k: k + 1, [0])

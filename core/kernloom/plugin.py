@@ -137,7 +137,19 @@ from kernloom.op_library.image_ops import (
     resize_output_shape,
     space_to_depth_shape,
 )
-from kernloom.op_library.linalg_ops import EinsumEquation, EinsumPlan, batch_matmul_shape
+from kernloom.op_library.linalg_ops import (
+    DiagBand,
+    EinsumEquation,
+    EinsumPlan,
+    band_limits,
+    band_mask,
+    batch_matmul_shape,
+    diag_range,
+    matrix_diag_size,
+    solve_shape,
+    square_batch,
+    triangular_solve_shape,
+)
 from kernloom.optimizer.analysis import Consumers, frame_nodes, fused_from, may_rewrite
 from kernloom.optimizer.graph_pass import FUSED_FROM_ATTR, GraphPass, PassContext
 from kernloom.optimizer.placement_hint import kernel_for, likely_device_type
@@ -172,6 +184,7 @@ __all__ = [
     "DeviceLocality",
     "DeviceMgr",
     "DeviceOptions",
+    "DiagBand",
     "EinsumEquation",
     "EinsumPlan",
     "FusedOps",
@@ -207,6 +220,8 @@ __all__ = [
     "as_dtype",
     "as_shape",
     "axes_of",
+    "band_limits",
+    "band_mask",
     "batch_matmul_shape",
     "bias_channel",
     "bicubic_weights",
@@ -225,6 +240,7 @@ __all__ = [
     "default_registry",
     "depth_to_space_shape",
     "device_count_for",
+    "diag_range",
     "elementwise_output",
     "fill_dims",
     "frame_nodes",
@@ -235,6 +251,7 @@ __all__ = [
     "kernel_for",
     "likely_device_type",
     "matmul_shape",
+    "matrix_diag_size",
     "may_rewrite",
     "memory_order",
     "nearest_indices",
@@ -254,10 +271,13 @@ __all__ = [
     "resize_output_shape",
     "same_layout_output",
     "select_condition_shape",
+    "solve_shape",
     "space_to_depth_shape",
+    "square_batch",
     "tf_cast",
     "tf_reshape_dims",
     "transpose_output",
+    "triangular_solve_shape",
     "types",
     "unchanged_shape",
     "window_attrs",

@@ -576,10 +576,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_convinteger_with_padding",
         "test_convinteger_without_padding",
     ],
-    "Det: no converter yet": [
-        "test_det_2d",
-        "test_det_nd",
-    ],
     "string tensors: kernloom has no string dtype": [
         "test_equal_string_broadcast",
         "test_equal_string",

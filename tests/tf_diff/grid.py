@@ -35,6 +35,9 @@ class DiffCase:
     id: str = ""
     approximate: bool = False
     """Values compared within a few ulps (transcendental functions) instead of exactly."""
+    factorised: bool = False
+    """Values of a factorisation (determinant, inverse, solve): compared within
+    ``runners.LINALG_TOLERANCE``, as LAPACK and Eigen sum in different orders."""
 
     @property
     def has_nonfinite_complex(self) -> bool:
@@ -685,6 +688,202 @@ def _type_list_cases() -> Iterator[DiffCase]:
                 )
 
 
+# -- linear algebra ---------------------------------------------------------------------------
+
+BAND_TYPES = (np.float32, np.int64, np.bool_, np.complex64, np.float16, np.uint8)
+DECOMPOSITION_TYPES = (np.float32, np.float64, np.complex64, np.complex128)
+ALIGNS = ("RIGHT_LEFT", "LEFT_RIGHT", "LEFT_LEFT", "RIGHT_RIGHT")
+
+
+def _well_conditioned(shape: tuple[int, ...], dtype: Any) -> Array:
+    """Matrices whose diagonal dominates: far from singular, so that every solver agrees."""
+    n = shape[-1]
+    values = sample(shape, dtype).astype(np.result_type(dtype, np.float32)) / 3
+    return (values + 4 * np.eye(n)).astype(dtype)
+
+
+def _positive_definite(shape: tuple[int, ...], dtype: Any) -> Array:
+    a = sample(shape, dtype) / 3
+    return (a @ np.conj(np.swapaxes(a, -1, -2)) + shape[-1] * np.eye(shape[-1])).astype(dtype)
+
+
+def _band_cases() -> Iterator[DiffCase]:
+    limits = ((0, 0), (1, -1), (-1, 0), (-1, -1), (2, 1), (-5, 3), (5, 0), (0, 5))
+    for dtype in BAND_TYPES:
+        for shape in ((3, 4), (2, 4, 3), (0, 2, 2)):
+            x = sample(shape, dtype)
+            for index in (np.int32, np.int64):
+                for lower, upper in limits:
+                    yield DiffCase(
+                        "MatrixBandPart",
+                        [x, np.asarray(lower, index), np.asarray(upper, index)],
+                        host=frozenset({1, 2}),
+                        id=f"MatrixBandPart-{np.dtype(dtype).name}-{shape}-{lower}-{upper}-"
+                        f"{np.dtype(index).name}",
+                    )
+    x = sample((3, 3), np.float32)
+    for bad in ([sample((3,), np.float32), 0, 0], [x, np.array([0], np.int64), 0]):
+        yield DiffCase(
+            "MatrixBandPart",
+            [np.asarray(bad[0]), np.asarray(bad[1], np.int64), np.asarray(bad[2], np.int64)],
+            host=frozenset({1, 2}),
+            id=f"MatrixBandPart-bad-{np.shape(bad[0])}-{np.shape(bad[1])}",
+        )
+
+
+def _packed_length(rows: int, cols: int, lower: int, upper: int) -> int:
+    return min(rows + min(upper, 0), cols - max(lower, 0))
+
+
+def _diag_cases() -> Iterator[DiffCase]:
+    ks: tuple[Any, ...] = (0, 1, -1, [-1, 1], [0, 2], [-2, -1], [1, 1], [1, 0], [4, 4], [[0]])
+    for dtype in (np.float32, np.int32, np.bool_, np.complex64):
+        for shape in ((3, 4), (2, 4, 3), (3, 3)):
+            x = sample(shape, dtype)
+            rows, cols = shape[-2:]
+            for k in ks if dtype == np.float32 else (0, [-1, 1]):
+                for align in ALIGNS if dtype == np.float32 else ("RIGHT_LEFT",):
+                    name = f"{np.dtype(dtype).name}-{shape}-{k}-{align}"
+                    yield DiffCase(
+                        "MatrixDiagPartV3",
+                        [x, np.asarray(k, np.int32), sample((), dtype)],
+                        {"align": align},
+                        host=frozenset({1}),
+                        id=f"MatrixDiagPartV3-{name}",
+                    )
+                    flat = np.asarray(k).reshape(-1)
+                    if np.ndim(k) > 1 or flat[0] > flat[-1]:
+                        continue
+                    lower, upper = int(flat[0]), int(flat[-1])
+                    length = max(_packed_length(rows, cols, lower, upper), 0)
+                    count = upper - lower + 1
+                    packed = (*shape[:-2], *((count,) if count > 1 else ()), length)
+                    diagonal = sample(packed, dtype)
+                    yield DiffCase(
+                        "MatrixSetDiagV3",
+                        [x, diagonal, np.asarray(k, np.int32)],
+                        {"align": align},
+                        host=frozenset({2}),
+                        id=f"MatrixSetDiagV3-{name}",
+                    )
+                    for size in (
+                        (-1, -1),
+                        (rows, -1),
+                        (-1, cols),
+                        (rows, cols),
+                        (rows + 1, cols + 1),
+                    ):
+                        yield DiffCase(
+                            "MatrixDiagV3",
+                            [
+                                diagonal,
+                                np.asarray(k, np.int32),
+                                np.asarray(size[0], np.int32),
+                                np.asarray(size[1], np.int32),
+                                sample((), dtype),
+                            ],
+                            {"align": align},
+                            host=frozenset({1, 2, 3}),
+                            id=f"MatrixDiagV3-{name}-{size}",
+                        )
+    x = sample((3, 4), np.float32)
+    yield DiffCase(
+        "MatrixSetDiagV3",
+        [x, sample((4,), np.float32), np.asarray(0, np.int32)],
+        host=frozenset({2}),
+        id="MatrixSetDiagV3-wrong-diagonal-shape",
+    )
+    yield DiffCase(
+        "MatrixDiagPartV3",
+        [x, np.asarray(0, np.int32), sample((2,), np.float32)],
+        host=frozenset({1}),
+        id="MatrixDiagPartV3-vector-padding",
+    )
+
+
+def _decomposition_cases() -> Iterator[DiffCase]:
+    for dtype in (*DECOMPOSITION_TYPES, np.float16, np.int32):
+        name = np.dtype(dtype).name
+        inputs = [
+            ("well", _well_conditioned((3, 3), dtype)),
+            ("batch", _well_conditioned((2, 4, 4), dtype)),
+            ("one", _well_conditioned((1, 1), dtype)),
+            ("empty", np.zeros((2, 0, 0), dtype)),
+            ("empty-batch", np.zeros((0, 3, 3), dtype)),
+            ("singular", np.array([[1, 2], [2, 4]], dtype)),
+            ("zeros", np.zeros((2, 2), dtype)),
+            ("non-square", sample((2, 3), dtype)),
+            ("vector", sample((3,), dtype)),
+        ]
+        if np.dtype(dtype).kind in "fc":
+            inputs.append(("nan", np.array([[np.nan, 1], [1, 1]], dtype)))
+            inputs.append(("inf", np.array([[np.inf, 1], [1, 1]], dtype)))
+        for what, a in inputs:
+            for op in ("MatrixDeterminant", "LogMatrixDeterminant", "MatrixInverse"):
+                attrs: list[dict[str, Any]] = [{}]
+                if op == "MatrixInverse":
+                    attrs = [{"adjoint": False}, {"adjoint": True}]
+                if op == "MatrixInverse" and what == "inf":
+                    continue  # Eigen and LAPACK pivot an infinite column differently
+                for attr in attrs:
+                    yield DiffCase(op, [a], attr, id=f"{op}-{name}-{what}-{attr}", factorised=True)
+        for what, a in (
+            ("pd", _positive_definite((3, 3), dtype)),
+            ("pd-batch", _positive_definite((2, 4, 4), dtype)),
+            ("empty", np.zeros((2, 0, 0), dtype)),
+            ("non-pd", np.array([[1, 2], [2, 1]], dtype)),
+            ("non-square", sample((2, 3), dtype)),
+        ):
+            if what == "pd" and np.dtype(dtype).kind in "fc":  # the upper triangle is not read
+                a = a + np.triu(np.ones_like(a), 1) * 100
+            yield DiffCase("Cholesky", [a], id=f"Cholesky-{name}-{what}", factorised=True)
+        a, b = _well_conditioned((2, 3, 3), dtype), sample((2, 3, 2), dtype)
+        for adjoint in (False, True):
+            for what, args in (
+                ("batch", [a, b]),
+                ("one", [a[0], b[0, :, :1]]),
+                ("empty-rhs", [a, b[..., :0]]),
+                ("empty", [np.zeros((0, 0), dtype), sample((0, 2), dtype)]),
+                ("singular", [np.array([[1, 2], [2, 4]], dtype), sample((2, 1), dtype)]),
+                ("broadcast", [a, b[:1]]),
+                ("rank", [a[0], b[0, :, 0]]),
+                ("rows", [a[0], sample((4, 1), dtype)]),
+            ):
+                yield DiffCase(
+                    "MatrixSolve",
+                    args,
+                    {"adjoint": adjoint},
+                    id=f"MatrixSolve-{name}-{what}-{adjoint}",
+                    factorised=True,
+                )
+            for lower in (True, False):
+                for what, args in (
+                    ("batch", [a, b]),
+                    (
+                        "broadcast",
+                        [_well_conditioned((3, 1, 3, 3), dtype), sample((4, 3, 2), dtype)],
+                    ),
+                    ("broadcast-rhs", [a[0], sample((5, 3, 1), dtype)]),
+                    ("bad-broadcast", [a, sample((3, 3, 2), dtype)]),
+                    ("empty", [np.zeros((0, 0), dtype), sample((0, 2), dtype)]),
+                    ("zero-pivot", [np.array([[0, 0], [1, 1]], dtype), np.ones((2, 1), dtype)]),
+                    ("rows", [a[0], sample((4, 1), dtype)]),
+                ):
+                    yield DiffCase(
+                        "MatrixTriangularSolve",
+                        args,
+                        {"lower": lower, "adjoint": adjoint},
+                        id=f"MatrixTriangularSolve-{name}-{what}-{lower}-{adjoint}",
+                        factorised=True,
+                    )
+
+
+def _linalg_cases() -> Iterator[DiffCase]:
+    yield from _band_cases()
+    yield from _diag_cases()
+    yield from _decomposition_cases()
+
+
 def cases() -> Iterator[DiffCase]:
     """The whole grid, in a fixed order."""
     yield from _unary_cases()
@@ -698,3 +897,4 @@ def cases() -> Iterator[DiffCase]:
     yield from _bicubic_cases()
     yield from _crop_and_resize_cases()
     yield from _type_list_cases()
+    yield from _linalg_cases()

@@ -98,6 +98,20 @@ DEVIATIONS: list[tuple[str, Callable[[DiffCase, str], bool]]] = [
         "(-1.5 -> -0.5); kernloom truncates to float32's 24 bits",
         lambda case, why: case.op == "Cast" and case.id.startswith("Cast-float64-complex64-True"),
     ),
+    (
+        "Cholesky of a matrix that is not positive definite: TensorFlow 2.21's CPU kernel "
+        "leaves the strict upper triangle uninitialised memory and, for complex, writes 0 "
+        "in the lower one (std::numeric_limits<std::complex>::quiet_NaN() is 0); kernloom "
+        "writes NaN in the lower triangle and zeros above it",
+        lambda case, why: case.op == "Cholesky" and case.id.endswith("-non-pd"),
+    ),
+    (
+        "complex MatrixTriangularSolve past a zero pivot: the infinite parts meet a complex "
+        "division, which std::complex (Eigen) leaves -inf+nanj and numpy makes nan+nanj",
+        lambda case, why: (
+            case.op == "MatrixTriangularSolve" and "-complex" in case.id and "zero-pivot" in case.id
+        ),
+    ),
 ]
 """Documented deviations (``docs/tensorflow_fidelity.md``): a difference is allowed only
 where one of these says why."""

@@ -139,6 +139,9 @@ _unary("Cosh", 9, ops.cosh)
 _unary("Asinh", 9, ops.asinh)
 _unary("Acosh", 9, ops.acosh)
 _unary("Atanh", 9, ops.atanh)
+# Det: [..., M, M] -> [...], the same batched determinant as TensorFlow's MatrixDeterminant
+# (float16, which ONNX allows, has no kernel there or here).
+_unary("Det", 11, ops.matrix_determinant)
 _unary("Sign", 9, ops.sign)
 _unary("Round", 11, ops.round)
 _unary("Not", 1, ops.logical_not)

@@ -153,3 +153,17 @@ def error_cases() -> Iterator[Case]:
     yield Case("FloorDiv", [np.ones(2, np.int32), divisor], id="FloorDiv-error-int-by-zero")
     yield Case("FloorMod", [np.ones(2, np.int32), divisor], id="FloorMod-error-int-by-zero")
     yield Case("Reshape", [f32, np.array([4, 2], np.int32)], id="Reshape-error-element-count")
+    singular = np.array([[[1, 2], [2, 4]], [[1, 0], [0, 1]]], np.float64)
+    yield Case("MatrixInverse", [singular], id="MatrixInverse-error-singular")
+    yield Case("MatrixSolve", [singular, np.ones((2, 2, 1))], id="MatrixSolve-error-singular")
+    yield Case("MatrixDeterminant", [f32], id="MatrixDeterminant-error-not-square")
+    yield Case(
+        "MatrixBandPart",
+        [f32, np.int64(3), np.int64(0)],
+        id="MatrixBandPart-error-num-lower-above-rows",
+    )
+    yield Case(
+        "MatrixDiagPartV3",
+        [f32, np.int32(3), np.float32(0)],
+        id="MatrixDiagPartV3-error-k-out-of-bound",
+    )

@@ -1,4 +1,5 @@
-"""Batched linear algebra kernels (BatchMatMulV2, Einsum).
+"""Batched linear algebra kernels (BatchMatMulV2, Einsum, the band and diagonal ops, the
+determinants, inverse, Cholesky and solvers).
 
 BatchMatMulV2 is one ``np.matmul`` (BLAS per matrix, numpy's broadcasting of the batch
 axes) into the output buffer. Einsum parses its equation once, when the kernel is built.
@@ -8,6 +9,15 @@ operand (TensorFlow's own strategy: batch, free and contracted axes), because
 (attention's ``bhqd,bhkd->bhqk``); the rest (diagonals, one-sided sums, one operand) is
 ``np.einsum``. An output that repeats a label is written along the diagonal of a zeroed
 buffer through a strided view.
+
+The band and diagonal ops are one masked copy or one fancy-indexed gather/scatter over the
+whole batch, with the positions ``kernloom.plugin.DiagBand`` lists. The decompositions
+call ``numpy.linalg``'s batched (gufunc) routines once per op; TensorFlow's edge rules are
+applied around them: NaN in a matrix makes its determinant NaN and the inverse or solve
+an error (LAPACK's pivot search lets a NaN pivot pass, Eigen's check does not), Cholesky
+of a matrix that is not positive definite is NaN in its lower triangle instead of
+numpy's error for the whole batch. numpy has no triangular solve: it is substitution row
+by row, each step one batched product (a loop over rows, not matrices).
 """
 
 from __future__ import annotations
@@ -19,12 +29,20 @@ import numpy as np
 
 import kernloom as kl
 from kernloom.plugin import (
+    DiagBand,
     EinsumEquation,
     KernelLibrary,
     OpKernel,
     OpKernelConstruction,
     OpKernelContext,
+    band_limits,
+    band_mask,
     batch_matmul_shape,
+    diag_range,
+    matrix_diag_size,
+    solve_shape,
+    square_batch,
+    triangular_solve_shape,
 )
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
@@ -34,6 +52,11 @@ __all__ = ["BATCH_MATMUL_TYPES", "register"]
 CPU = "CPU"
 BATCH_MATMUL_TYPES = tuple(d for d in t.NUMBERS if d is not kl.int8)
 """TensorFlow's list: every number type but int8 (and bfloat16, which numpy lacks)."""
+DECOMPOSITION_TYPES = (kl.float32, kl.float64, kl.complex64, kl.complex128)
+"""The dtypes TensorFlow's CPU has determinant, Cholesky and solver kernels for (its op
+defs add float16, which has none there: the node is refused, here too)."""
+INVERSE_TYPES = (kl.float16, *DECOMPOSITION_TYPES)
+"""MatrixInverse: TensorFlow's CPU inverts float16 too."""
 
 
 def adjoint(a: Array) -> Array:
@@ -143,6 +166,219 @@ class Einsum(OpKernel):
         np.copyto(diagonal, result)
 
 
+# -- MatrixBandPart and the diagonal ops --------------------------------------------------------
+
+
+def _align(ctx: OpKernelContext) -> str:
+    return str(ctx.attr("align"))
+
+
+def _matrices(ctx: OpKernelContext, x: Array, name: str = "input") -> tuple[int, int]:
+    if x.ndim < 2:
+        raise ctx.fail(f"{name} must be at least 2-dim, received shape: {list(x.shape)}")
+    return int(x.shape[-2]), int(x.shape[-1])
+
+
+def _scalar_value(ctx: OpKernelContext, name: str, value: Array) -> Array:
+    if np.ndim(value) != 0:
+        raise ctx.fail(f"{name} must be a scalar, received shape {list(np.shape(value))}")
+    return value
+
+
+def band_part(ctx: OpKernelContext) -> None:
+    x = ctx.input(0)
+    rows, cols = _matrices(ctx, x)
+    lower, upper = band_limits(ctx, rows, cols, ctx.input(1), ctx.input(2))
+    out = ctx.allocate_output(0, x.shape)
+    out.fill(0)
+    np.copyto(out, x, where=band_mask(rows, cols, lower, upper))
+
+
+def diag_part(ctx: OpKernelContext) -> None:
+    x, k = ctx.input(0), ctx.input(1)
+    padding = _scalar_value(ctx, "padding_value", ctx.input(2))
+    rows, cols = _matrices(ctx, x)
+    band = DiagBand.checked(ctx, rows, cols, *diag_range(ctx, k), _align(ctx))
+    batch = x.shape[:-2]
+    packed = np.full((*batch, band.num_diags, band.max_len), padding, x.dtype)
+    i, p, r, c = band.indices()
+    packed[..., i, p] = x[..., r, c]
+    np.copyto(
+        ctx.allocate_output(0, band.packed_shape(batch)), packed.reshape(band.packed_shape(batch))
+    )
+
+
+def set_diag(ctx: OpKernelContext) -> None:
+    x, diagonal, k = ctx.input(0), ctx.input(1), ctx.input(2)
+    rows, cols = _matrices(ctx, x)
+    band = DiagBand.checked(ctx, rows, cols, *diag_range(ctx, k), _align(ctx))
+    batch = x.shape[:-2]
+    expected = band.packed_shape(batch)
+    if tuple(diagonal.shape) != expected:
+        raise ctx.fail(
+            f"diagonal must have shape {list(expected)} for input {list(x.shape)} and k = "
+            f"({band.lower}, {band.upper}), got {list(diagonal.shape)}"
+        )
+    out = ctx.allocate_output(0, x.shape)
+    np.copyto(out, x)
+    i, p, r, c = band.indices()
+    out[..., r, c] = diagonal.reshape(*batch, band.num_diags, band.max_len)[..., i, p]
+
+
+def matrix_diag(ctx: OpKernelContext) -> None:
+    diagonal, k = ctx.input(0), ctx.input(1)
+    num_rows = int(_scalar_value(ctx, "num_rows", ctx.input(2)))
+    num_cols = int(_scalar_value(ctx, "num_cols", ctx.input(3)))
+    padding = _scalar_value(ctx, "padding_value", ctx.input(4))
+    lower, upper = diag_range(ctx, k)
+    rows, cols = matrix_diag_size(ctx, diagonal.shape, lower, upper, num_rows, num_cols)
+    band = DiagBand(rows, cols, lower, upper, _align(ctx))
+    batch = diagonal.shape[: -2 if band.num_diags > 1 else -1]
+    out = ctx.allocate_output(0, (*batch, rows, cols))
+    out.fill(padding)
+    i, p, r, c = band.indices()
+    out[..., r, c] = diagonal.reshape(*batch, band.num_diags, band.max_len)[..., i, p]
+
+
+# -- the decompositions and solvers --------------------------------------------------------------
+
+
+def _has_nan(a: Array) -> Array:
+    """Per matrix: does it hold a NaN (in either part, for complex)?"""
+    return np.asarray(np.isnan(a).any(axis=(-2, -1)))
+
+
+def _undefined(a: Array) -> tuple[Array, Any]:
+    """Per matrix, where TensorFlow's determinant is NaN, and that NaN in a's dtype: a NaN
+    entry; for complex, any entry that is not finite (Eigen's complex pivot quotients
+    inf / inf are NaN, in both parts)."""
+    if a.dtype.kind == "c":
+        return np.asarray(~np.isfinite(a).all(axis=(-2, -1))), complex(np.nan, np.nan)
+    return _has_nan(a), np.nan
+
+
+def determinant(ctx: OpKernelContext) -> None:
+    a = ctx.input(0)
+    out = ctx.allocate_output(0, square_batch(ctx, a.shape))
+    if a.shape[-1] == 0:  # the empty product
+        out.fill(1)
+        return
+    with np.errstate(all="ignore"):  # overflow to +-inf is the answer, as in TensorFlow
+        det = np.linalg.det(a)
+    undefined, nan = _undefined(a)
+    np.copyto(out, np.where(undefined, nan, det), casting="same_kind")
+
+
+def log_determinant(ctx: OpKernelContext) -> None:
+    a = ctx.input(0)
+    batch = square_batch(ctx, a.shape)
+    sign, log_abs = ctx.allocate_output(0, batch), ctx.allocate_output(1, batch)
+    if a.shape[-1] == 0:
+        sign.fill(1)
+        log_abs.fill(0)
+        return
+    with np.errstate(all="ignore"):
+        s, la = np.linalg.slogdet(a)
+    undefined, nan = _undefined(a)
+    np.copyto(sign, np.where(undefined, nan, s), casting="same_kind")
+    np.copyto(log_abs, np.where(undefined, np.nan, la), casting="same_kind")
+
+
+def inverse(ctx: OpKernelContext) -> None:
+    a = ctx.input(0)
+    square_batch(ctx, a.shape)
+    out = ctx.allocate_output(0, a.shape)
+    if out.size == 0:
+        return
+    m = adjoint(a) if ctx.attr("adjoint") else a
+    if m.dtype == np.float16:  # LAPACK has no half: float32, rounded once
+        m = m.astype(np.float32)
+    if _has_nan(m).any():
+        raise ctx.fail("Input is not invertible.")
+    try:
+        result = np.linalg.inv(m)
+    except np.linalg.LinAlgError:
+        raise ctx.fail("Input is not invertible.") from None
+    np.copyto(out, result, casting="same_kind")
+
+
+def _cholesky_or_none(m: Array) -> Array | None:
+    try:
+        return np.linalg.cholesky(m)
+    except np.linalg.LinAlgError:
+        return None
+
+
+def cholesky(ctx: OpKernelContext) -> None:
+    a = ctx.input(0)
+    square_batch(ctx, a.shape)
+    out = ctx.allocate_output(0, a.shape)
+    if out.size == 0:
+        return
+    n = a.shape[-1]
+    hermitian = np.tril(a) + adjoint(np.tril(a, -1))  # the lower triangle is all it reads
+    eye = np.eye(n, dtype=a.dtype)
+    bad = _has_nan(hermitian)
+    work = np.where(bad[..., None, None], eye, hermitian)
+    factor = _cholesky_or_none(work)
+    if factor is None:  # which matrices are not positive definite: one more batched pass
+        with np.errstate(all="ignore"):
+            smallest = np.linalg.eigvalsh(work)[..., 0]
+        bad |= ~(smallest > 0)
+        work = np.where(bad[..., None, None], eye, work)
+        factor = _cholesky_or_none(work)
+    if factor is None:  # borderline ones (eigvalsh > 0, a pivot <= 0): sorted out singly
+        flat, flat_bad = work.reshape(-1, n, n), bad.reshape(-1)
+        for index in np.flatnonzero(~flat_bad):
+            flat_bad[index] = _cholesky_or_none(flat[index]) is None
+        work = np.where(bad[..., None, None], eye, work)
+        factor = np.linalg.cholesky(work)
+    lower = np.tri(n, dtype=bool)
+    np.copyto(out, np.where(bad[..., None, None] & lower, np.nan, factor), casting="same_kind")
+
+
+def solve(ctx: OpKernelContext) -> None:
+    matrix, rhs = ctx.input(0), ctx.input(1)
+    out = ctx.allocate_output(0, solve_shape(ctx, matrix.shape, rhs.shape))
+    if out.size == 0:
+        return
+    m = adjoint(matrix) if ctx.attr("adjoint") else matrix
+    if _has_nan(m).any():
+        raise ctx.fail("Input matrix is not invertible.")
+    try:
+        result = np.linalg.solve(m, rhs)
+    except np.linalg.LinAlgError:
+        raise ctx.fail("Input matrix is not invertible.") from None
+    np.copyto(out, result, casting="same_kind")
+
+
+def triangular_substitution(t: Array, b: Array, lower: bool, out: Array) -> None:
+    """``out`` = X with T X = b for triangular T (lower or upper, already broadcast to
+    ``b``'s batch): one row of X per step, each a batched product with the rows solved
+    before it. A zero pivot divides by zero (+-inf, NaN), as TensorFlow's solver does."""
+    n = t.shape[-1]
+    with np.errstate(all="ignore"):
+        for i in range(n) if lower else range(n - 1, -1, -1):
+            done = slice(0, i) if lower else slice(i + 1, n)
+            known = np.matmul(t[..., i : i + 1, done], out[..., done, :])
+            out[..., i : i + 1, :] = (b[..., i : i + 1, :] - known) / t[..., i : i + 1, i : i + 1]
+
+
+def triangular_solve(ctx: OpKernelContext) -> None:
+    matrix, rhs = ctx.input(0), ctx.input(1)
+    shape = triangular_solve_shape(ctx, matrix.shape, rhs.shape)
+    out = ctx.allocate_output(0, shape)
+    if out.size == 0:
+        return
+    lower = bool(ctx.attr("lower"))
+    t = np.tril(matrix) if lower else np.triu(matrix)
+    if ctx.attr("adjoint"):
+        t, lower = adjoint(t), not lower
+    n = shape[-2]
+    t = np.broadcast_to(t, (*shape[:-2], n, n))
+    triangular_substitution(t, np.broadcast_to(rhs, shape), lower, out)
+
+
 def register(lib: KernelLibrary) -> None:
     """Add this family's kernels to ``lib``."""
 
@@ -151,3 +387,13 @@ def register(lib: KernelLibrary) -> None:
 
     cpu("BatchMatMulV2", BATCH_MATMUL_TYPES)(batch_matmul)
     cpu("Einsum", t.OP_TYPES)(Einsum)
+    cpu("MatrixBandPart", t.OP_TYPES, host_memory=["num_lower", "num_upper"])(band_part)
+    cpu("MatrixDiagV3", t.OP_TYPES, host_memory=["k", "num_rows", "num_cols"])(matrix_diag)
+    cpu("MatrixDiagPartV3", t.OP_TYPES, host_memory=["k"])(diag_part)
+    cpu("MatrixSetDiagV3", t.OP_TYPES, host_memory=["k"])(set_diag)
+    cpu("MatrixDeterminant", DECOMPOSITION_TYPES)(determinant)
+    cpu("LogMatrixDeterminant", DECOMPOSITION_TYPES)(log_determinant)
+    cpu("MatrixInverse", INVERSE_TYPES)(inverse)
+    cpu("Cholesky", DECOMPOSITION_TYPES)(cholesky)
+    cpu("MatrixSolve", DECOMPOSITION_TYPES)(solve)
+    cpu("MatrixTriangularSolve", DECOMPOSITION_TYPES)(triangular_solve)
