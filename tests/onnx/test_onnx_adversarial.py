@@ -389,12 +389,14 @@ def test_an_unsupported_op_loaded_from_a_file_names_the_file_and_the_unnamed_nod
     tmp_path: Path,
 ) -> None:
     proto = model(
-        [helper.make_node("Det", ["x"], ["d"])], {"x": (FLOAT, [2, 2])}, {"d": (FLOAT, [])}
+        [helper.make_node("DFT", ["x"], ["d"])],
+        {"x": (FLOAT, [2, 2])},
+        {"d": (FLOAT, None)},  # type: ignore[dict-item]
     )
     path = _saved(tmp_path, proto)
     with pytest.raises(ko.UnsupportedOnnxError) as info:
         ko.InferenceSession(path)
     message = str(info.value)
     assert message.startswith(f"{path}: the ONNX model uses 1 unsupported node(s)")
-    assert "node 'Det_0' (Det, opset 17) [unnamed; output 'd']: " in message
+    assert "node 'DFT_0' (DFT, opset 17) [unnamed; output 'd']: " in message
     assert info.value.problems[0].unnamed_outputs == ("d",)
