@@ -356,7 +356,27 @@ def _math_family_nodes(b: kl.Tensor) -> list[kl.Tensor]:
         ops.cumsum(b, 0, exclusive=True),
         ops.top_kv2(b, 1)[1],
     ]
-    return [*unary, *binary, nan, *logic, *ordered]
+    return [*unary, *binary, nan, *logic, *ordered, *_segment_nodes(b)]
+
+
+def _segment_nodes(b: kl.Tensor) -> list[kl.Tensor]:
+    """One node of each segment reduction, over the rows of ``b`` (unknown ids for the
+    sorted ones: a placeholder)."""
+    ops = kl.ops
+    ids = kl.placeholder(kl.int64, [None], name="segment_ids")
+    unsorted = [
+        f(b, ops.size(ids, out_type=kl.int32), np.int32(3))
+        for f in (
+            ops.unsorted_segment_sum,
+            ops.unsorted_segment_max,
+            ops.unsorted_segment_min,
+            ops.unsorted_segment_prod,
+        )
+    ]
+    ordered = [
+        f(b, ids) for f in (ops.segment_sum, ops.segment_mean, ops.segment_max, ops.segment_min)
+    ]
+    return [*unsorted, *ordered, ops.segment_prod(b, np.zeros(1, np.int32))]
 
 
 def _loop_graph() -> tuple[kl.Graph, str]:

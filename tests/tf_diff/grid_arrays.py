@@ -293,7 +293,69 @@ def _ordering_cases() -> Iterator[DiffCase]:
         yield DiffCase(op, [edges(dtype)], id=f"{op}-{_name(dtype)}-edges", approximate=True)
 
 
+SEGMENT_TYPES = (
+    np.float32,
+    np.float64,
+    np.float16,
+    np.int32,
+    np.int64,
+    np.int8,
+    np.uint8,
+    np.uint32,
+    np.complex64,
+)
+
+
+def _segment_cases() -> Iterator[DiffCase]:
+    """The segment reductions: empty segments, negative and out-of-range ids, ids of
+    rank 2, edge values (NaN, +-inf, integer limits), empty data and complex (sum, prod,
+    mean; both must raise for max and min), sorted ids and ids that are not."""
+    for kind in ("Sum", "Max", "Min", "Prod"):
+        op = f"UnsortedSegment{kind}"
+        for dtype in SEGMENT_TYPES:
+            name = f"{op}-{_name(dtype)}"
+            edge = edges(dtype)
+            edge_ids = (np.arange(edge.size) * 7 % 4).astype(np.int64)  # 4 segments, one empty
+            for label, data, ids, count in (
+                ("rows", sample((6, 2), dtype), _i32([3, 0, -1, 3, 1, 0]), 5),
+                ("rank2", sample((2, 3, 2), dtype), np.array([[1, -2, 1], [0, 4, 4]]), 6),
+                ("edges", edge, edge_ids, 5),
+                ("nan-first", edge[[0, 1, 2, 0, 3, 0, 0, 4]], _i32([0, 0, 0, 1, 1, 2, 2, 1]), 4),
+                ("past-end", sample((3,), dtype), _i32([0, 2, 1]), 2),
+                ("empty", sample((0, 3), dtype), _i32([]), 2),
+                ("prefix", sample((4, 2), dtype), _i32([0, 1, 1]), 2),
+            ):
+                yield DiffCase(
+                    op,
+                    [data, ids, np.asarray(count, np.int64 if label == "rank2" else np.int32)],
+                    host=frozenset({2}),
+                    id=f"{name}-{label}",
+                )
+    yield DiffCase(
+        "UnsortedSegmentSum",
+        [sample((4,), np.float64), np.array([1, 0, -1, 1], np.int16), _i32(2)],
+        host=frozenset({2}),
+        id="UnsortedSegmentSum-int16-ids",
+    )
+    for kind in ("Sum", "Mean", "Max", "Min", "Prod"):
+        op = f"Segment{kind}"
+        for dtype in SEGMENT_TYPES:
+            name = f"{op}-{_name(dtype)}"
+            edge = edges(dtype)
+            for label, data, ids in (
+                ("rows", sample((6, 2), dtype), _i32([0, 0, 2, 2, 2, 5])),
+                ("edges", edge, np.sort(np.arange(edge.size) * 7 % 5).astype(np.int64)),
+                ("nan-first", edge[[0, 1, 2, 0, 3, 0, 0, 4]], _i32([0, 0, 0, 1, 1, 1, 3, 3])),
+                ("unsorted", sample((4,), dtype), _i32([0, 2, 1, 3])),
+                ("negative", sample((3,), dtype), _i32([-1, 0, 1])),
+                ("empty", sample((0, 2), dtype), _i32([])),
+                ("short", sample((4, 2), dtype), _i32([0, 1])),
+            ):
+                yield DiffCase(op, [data, ids], id=f"{name}-{label}")
+
+
 def cases() -> Iterator[DiffCase]:
+    yield from _segment_cases()
     yield from _joining_cases()
     yield from _slicing_cases()
     yield from _sequence_cases()

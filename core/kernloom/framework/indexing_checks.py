@@ -36,11 +36,15 @@ __all__ = [
     "range_size",
     "reverse_axes",
     "scatter_nd_shape",
+    "segment_id_error",
+    "segment_shape",
     "slice_spec",
+    "sorted_segment_rows",
     "split_sizes",
     "squeeze_shape",
     "strided_slice_spec",
     "tile_shape",
+    "unsorted_segment_shape",
 ]
 
 Dim = int | None
@@ -597,4 +601,79 @@ def index_error(
     value = ", ".join(str(v) for v in host[position].reshape(-1))
     return InvalidArgumentError(
         f"indices{where} = [{value}] does not index into {what} {list(limit)}"
+    )
+
+
+# -- segment reductions -----------------------------------------------------------------------
+
+
+def unsorted_segment_shape(
+    data: Sequence[Dim], segment_ids: Sequence[Dim], num_segments: int | None
+) -> Shape:
+    """UnsortedSegment{Sum,Max,Min,Prod}'s output shape, ``[num_segments] +
+    data.shape[segment_ids.rank:]``: segment_ids' shape must be a prefix of data's (one id
+    per slice of data), and num_segments is never negative. TensorFlow's kernel checks in
+    this order, with these messages."""
+    rank = len(segment_ids)
+    if rank > len(data) or any(
+        a is not None and b is not None and a != b
+        for a, b in zip(data[:rank], segment_ids, strict=False)
+    ):
+        raise InvalidArgumentError(
+            f"data.shape = {_shape_text(data)} does not start with segment_ids.shape = "
+            f"{_shape_text(segment_ids)}"
+        )
+    if num_segments is not None and num_segments < 0:
+        raise InvalidArgumentError(f"Input num_segments == {num_segments} must not be negative.")
+    return (num_segments, *data[rank:])
+
+
+def segment_shape(data: Sequence[Dim], segment_ids: Sequence[Dim]) -> Shape:
+    """Segment{Sum,Mean,Max,Min,Prod}'s output shape with its first dimension unknown (it
+    is the last id + 1, a value): data of rank >= 1 and a vector of one id per row."""
+    if len(data) == 0:
+        raise InvalidArgumentError("input must be at least rank 1")
+    if len(segment_ids) != 1:
+        raise InvalidArgumentError("segment_ids should be a vector.")
+    if segment_ids[0] is not None and data[0] is not None and segment_ids[0] != data[0]:
+        raise InvalidArgumentError("segment_ids should be the same size as dimension 0 of input.")
+    return (None, *data[1:])
+
+
+def sorted_segment_rows(segment_ids: Any) -> int:
+    """The output rows of a sorted segment reduction (the last id + 1; 0 for no ids), after
+    TensorFlow's CPU checks: the last id is >= 0, and, run by run in order, each run's id is
+    below the next run's ("not increasing") and within [0, rows). Vectorised: the first
+    run that breaks either rule is the one TensorFlow's loop stops at."""
+    ids = np.asarray(segment_ids).reshape(-1)
+    if ids.size == 0:
+        return 0
+    rows = int(ids[-1]) + 1
+    if rows <= 0:
+        raise InvalidArgumentError("segment ids must be >= 0")
+    runs = ids[np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])]
+    decreasing = np.r_[runs[:-1] > runs[1:], False]
+    bad = decreasing | (runs < 0) | (runs >= rows)
+    if bad.any():
+        k = int(np.argmax(bad))
+        if decreasing[k]:
+            raise InvalidArgumentError("segment ids are not increasing")
+        raise InvalidArgumentError(
+            f"Segment id {int(runs[k])} out of range [0, {rows}), possibly because "
+            "'segment_ids' input is not sorted."
+        )
+    return rows
+
+
+def segment_id_error(segment_ids: Any, num_segments: int) -> InvalidArgumentError | None:
+    """The error TensorFlow's CPU gives for the first id >= num_segments (negative ids are
+    dropped, not errors), naming its position as ``segment_ids[i,j]``; None if none is."""
+    ids = np.asarray(segment_ids)
+    above = ids >= num_segments
+    if not above.any():
+        return None
+    flat = int(np.argmax(above.reshape(-1)))
+    where = ",".join(str(int(i)) for i in np.unravel_index(flat, ids.shape))
+    return InvalidArgumentError(
+        f"segment_ids[{where}] = {int(ids.reshape(-1)[flat])} is out of range [0, {num_segments})"
     )

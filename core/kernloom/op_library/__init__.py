@@ -24,6 +24,7 @@ from kernloom.op_library import (
     math_ops,
     nn_ops,
     resource_variable_ops,
+    segment_ops,
     sendrecv_ops,
 )
 
@@ -44,6 +45,7 @@ def standard_ops() -> OpRegistry:
             for family in (
                 array_ops,
                 math_ops,
+                segment_ops,
                 bitwise_ops,
                 nn_ops,
                 conv_ops,

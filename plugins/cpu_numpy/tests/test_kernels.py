@@ -130,9 +130,15 @@ def inferred(case: Case, registry: klp.Registry, *, with_values: bool) -> list[k
     return infer_shapes(ctx)
 
 
-DATA_DEPENDENT_SHAPES = {"Where", "Unique", "PlaceholderWithDefault"}
+DATA_DEPENDENT_SHAPES = {
+    "Where",
+    "Unique",
+    "PlaceholderWithDefault",
+    *(f"Segment{kind}" for kind in ("Sum", "Mean", "Max", "Min", "Prod")),
+}
 """Ops whose output shape depends on the values of an input that is not in host memory
-(PlaceholderWithDefault: its declared shape, by design less precise than its default's)."""
+(PlaceholderWithDefault: its declared shape, by design less precise than its default's;
+the sorted segment reductions: their rows are the last segment id + 1)."""
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -18,6 +18,7 @@ from kernloom.testing.cases import (
     kit_edges,
     linalg,
     nn,
+    segment,
     standard,
     tf_edges,
 )
@@ -30,6 +31,7 @@ FAMILIES = (
     elementwise,
     bitwise,
     indexing,
+    segment,
     nn,
     image_linalg,
     linalg,

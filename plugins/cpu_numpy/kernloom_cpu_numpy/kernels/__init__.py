@@ -22,6 +22,7 @@ from kernloom_cpu_numpy.kernels import (
     math,
     nn,
     reductions,
+    segment,
 )
 
 __all__ = ["build_library"]
@@ -40,6 +41,7 @@ def build_library() -> KernelLibrary:
         bitwise,
         reductions,
         indexing,
+        segment,
         conv,
         image,
         linalg,

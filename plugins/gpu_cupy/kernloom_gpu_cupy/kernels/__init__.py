@@ -48,6 +48,7 @@ from kernloom_gpu_cupy.kernels import (
     linalg,
     logic,
     reductions,
+    segment,
 )
 
 __all__ = ["BACKEND", "FUSED_LABEL", "build_library"]
@@ -364,7 +365,7 @@ def build_library(xp: ModuleType) -> KernelLibrary:
     lib = KernelLibrary()
     for op, kernel, keywords in _Kernels(xp).standard():
         lib.kernel(op, device=GPU, backend=BACKEND, **keywords)(kernel)
-    for family in (activations, logic, reductions, indexing, conv, image, linalg, fused):
+    for family in (activations, logic, reductions, indexing, segment, conv, image, linalg, fused):
         family.register(lib, xp)
     if xp.__name__ == "cupy":
         for op, kernel, keywords in _fused(xp):

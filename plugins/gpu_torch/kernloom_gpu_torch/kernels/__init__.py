@@ -26,6 +26,7 @@ from kernloom_gpu_torch.kernels import (
     onednn,
     packed_matmul,
     reductions,
+    segment,
 )
 from kernloom_gpu_torch.kernels._util import cpu_kernel
 from kernloom_gpu_torch.kernels.elementwise import (
@@ -140,6 +141,7 @@ def build_library() -> KernelLibrary:
         logic,
         reductions,
         indexing,
+        segment,
         conv,
         image,
         linalg,
