@@ -209,6 +209,8 @@ def _shape_and_indexing_ops(s: kl.Tensor) -> list[kl.Tensor]:
         *kl.ops.unique(kl.ops.reshape(s, [-1]), out_idx=kl.int64),
         *kl.ops.identity_n([s, kl.ops.rank(s)]),
         *_asserted(s),
+        kl.ops.space_to_batch_nd(s, np.array([2], i32), np.array([[0, 0]], np.int64)),
+        kl.ops.batch_to_space_nd(s, np.array([1], i32), np.array([[0, 1]], i32)),
     ]
 
 

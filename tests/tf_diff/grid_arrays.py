@@ -354,8 +354,53 @@ def _segment_cases() -> Iterator[DiffCase]:
                 yield DiffCase(op, [data, ids], id=f"{name}-{label}")
 
 
+def _space_batch_cases() -> Iterator[DiffCase]:
+    """SpaceToBatchND and BatchToSpaceND over every dtype (complex and bool: no CPU kernel
+    in either, both must raise), blocks of one to three dimensions, a trailing depth, no
+    block at all, empty batches and every bad argument TensorFlow's kernels check."""
+    spaces: tuple[tuple[tuple[int, ...], list[int], list[list[int]]], ...] = (
+        ((2, 4, 6, 3), [2, 3], [[1, 1], [0, 3]]),
+        ((1, 5, 2), [3], [[1, 0]]),
+        ((2, 2, 2, 2, 1), [1, 2, 2], [[0, 0], [1, 1], [0, 2]]),
+        ((2, 3), [], []),
+        ((0, 4, 2), [2], [[0, 0]]),
+        ((2, 4, 6, 3), [3], [[1, 0]]),  # 5 not divisible by 3
+        ((2, 4, 6, 3), [0], [[0, 0]]),
+        ((2, 4, 6, 3), [2], [[-1, 1]]),
+        ((2, 4, 6, 3), [2, 2, 1, 1], [[0, 0]] * 4),  # rank too small
+        ((2, 4, 6, 3), [2], [[0, 0], [0, 0]]),
+    )
+    batches: tuple[tuple[tuple[int, ...], list[int], list[list[int]]], ...] = (
+        ((12, 2, 1, 3), [2, 3], [[0, 0], [0, 0]]),
+        ((12, 2, 1, 3), [2, 3], [[1, 1], [0, 2]]),
+        ((6, 2, 2), [3], [[1, 1]]),
+        ((2, 3), [], []),
+        ((0, 2, 2), [2], [[1, 0]]),
+        ((12, 2, 1, 3), [5], [[0, 0]]),
+        ((12, 2, 1, 3), [2], [[3, 2]]),
+        ((12, 2, 1, 3), [2], [[-1, 0]]),
+        ((12, 2, 1, 3), [0], [[0, 0]]),
+        ((12, 2, 1, 3), [2, 2, 2, 2], [[0, 0]] * 4),
+    )
+    for dtype in ALL:
+        for op, table in (("SpaceToBatchND", spaces), ("BatchToSpaceND", batches)):
+            for shape, block, amounts in table:
+                index = np.int64 if len(block) == 1 else np.int32
+                yield DiffCase(
+                    op,
+                    [
+                        sample(shape, dtype),
+                        np.asarray(block, index).reshape(-1),
+                        np.asarray(amounts, np.int32).reshape(-1, 2),
+                    ],
+                    host=frozenset({1, 2}),
+                    id=f"{op}-{_name(dtype)}-{shape}-{block}-{amounts}",
+                )
+
+
 def cases() -> Iterator[DiffCase]:
     yield from _segment_cases()
+    yield from _space_batch_cases()
     yield from _joining_cases()
     yield from _slicing_cases()
     yield from _sequence_cases()

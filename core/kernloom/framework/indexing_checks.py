@@ -21,6 +21,7 @@ from kernloom.errors import InvalidArgumentError
 from kernloom.framework.op_kernel import OpKernelContext
 
 __all__ = [
+    "SpaceBatchSpec",
     "StridedSliceSpec",
     "broadcast_to_shape",
     "checked",
@@ -40,6 +41,7 @@ __all__ = [
     "segment_shape",
     "slice_spec",
     "sorted_segment_rows",
+    "space_batch_spec",
     "split_sizes",
     "squeeze_shape",
     "strided_slice_spec",
@@ -677,3 +679,80 @@ def segment_id_error(segment_ids: Any, num_segments: int) -> InvalidArgumentErro
     return InvalidArgumentError(
         f"segment_ids[{where}] = {int(ids.reshape(-1)[flat])} is out of range [0, {num_segments})"
     )
+
+
+# -- SpaceToBatchND, BatchToSpaceND -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpaceBatchSpec:
+    """A checked SpaceToBatchND (BatchToSpaceND): the block, the (before, after) padding
+    (cropping) of each block dimension, and the output shape (None where unknown)."""
+
+    block: tuple[int, ...]
+    amounts: tuple[tuple[int, int], ...]
+    shape: Shape
+
+
+def space_batch_spec(
+    shape: Sequence[Dim], block_shape: Any, amounts: Any, *, to_batch: bool
+) -> SpaceBatchSpec:
+    """TensorFlow's checks of SpaceToBatchND (``to_batch``; ``amounts`` its paddings) and
+    BatchToSpaceND (``amounts`` its crops), in its kernels' order and with their messages;
+    only the block dimensions that do anything (not a block of 1 with no padding, which
+    TensorFlow folds into the batch or depth) are checked for sizes."""
+    block_array, amount_array = np.asarray(block_shape), np.asarray(amounts)
+    what = "paddings" if to_batch else "crops"
+    if block_array.ndim != 1:
+        raise InvalidArgumentError(f"block_shape rank should be 1 instead of {block_array.ndim}")
+    m = block_array.size
+    if len(shape) < 1 + m:
+        raise InvalidArgumentError(f"input rank should be >= {1 + m} instead of {len(shape)}")
+    if amount_array.shape != (m, 2):
+        raise InvalidArgumentError(
+            f"{what} should have shape [{m}, 2] instead of {_shape_text(amount_array.shape)}"
+        )
+    block = tuple(int(b) for b in block_array)
+    pairs = tuple((int(a), int(b)) for a, b in amount_array.reshape(m, 2))
+    if to_batch:
+        for i, b in enumerate(block):
+            if b < 1:
+                raise InvalidArgumentError(
+                    f"All values in block_shape must be positive, got value, {b} at index {i}."
+                )
+    product = math.prod(block)
+    if product <= 0:
+        raise InvalidArgumentError(f"Product of block sizes must be positive, got {product}")
+    batch = shape[0]
+    if not to_batch and batch is not None and batch % product:
+        raise InvalidArgumentError(
+            f"Input batch dimension ({batch}) is not divisible by product of block sizes "
+            f"({product})"
+        )
+    spatial: list[Dim] = []
+    for i, (b, (before, after)) in enumerate(zip(block, pairs, strict=True)):
+        size = shape[1 + i]
+        if b == 1 and before == 0 and after == 0:
+            spatial.append(size)
+            continue
+        if before < 0 or after < 0:
+            raise InvalidArgumentError(f"{what.capitalize()} must be non-negative")
+        if size is None:
+            spatial.append(None)
+        elif to_batch:
+            padded = size + before + after
+            if padded % b:
+                raise InvalidArgumentError(
+                    f"padded_shape[{i}]={padded} is not divisible by block_shape[{i}]={b}"
+                )
+            spatial.append(padded // b)
+        else:
+            cropped = size * b - before - after
+            if cropped < 0:
+                raise InvalidArgumentError(f"cropped_shape[{i}]={cropped} must be non-negative")
+            spatial.append(cropped)
+    if to_batch:
+        out_batch = None if batch is None else batch * product
+    else:
+        out_batch = None if batch is None else batch // product
+    return SpaceBatchSpec(block, pairs, (out_batch, *spatial, *shape[1 + m :]))

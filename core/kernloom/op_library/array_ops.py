@@ -25,6 +25,7 @@ from kernloom.framework.indexing_checks import (
     reverse_axes,
     scatter_nd_shape,
     slice_spec,
+    space_batch_spec,
     split_sizes,
     squeeze_shape,
     strided_slice_spec,
@@ -275,6 +276,87 @@ def define(lib: OpLibrary) -> None:
         .doc("The shape of input as a vector (always produced in host memory).")
     )
     define_indexing(lib)
+    _define_space_batch(lib)
+
+
+def _space_batch_shape(ctx: InferenceContext) -> None:
+    """SpaceToBatchND's and BatchToSpaceND's shape, as TensorFlow's shape function: the
+    block's rank and size must be known; with its values and the paddings' (crops') the
+    kernels' own rule gives the shape, with the block's alone the batch dimension (and the
+    kernels' divisibility check), else only the rank and the dimensions after the block."""
+    to_batch = ctx.op_def.name == "SpaceToBatchND"
+    what = "paddings" if to_batch else "crops"
+    source, block, amounts = ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)
+    if block.rank != 1:
+        raise ctx.fail("block_shape must have rank 1.")
+    m = block[0]
+    if m is None:
+        raise ctx.fail("block_shape must have known size.")
+    if amounts.rank is not None and (
+        amounts.rank != 2 or amounts[0] not in (None, m) or amounts[1] not in (None, 2)
+    ):
+        raise ctx.fail(f"{what} should have shape [{m}, 2] instead of {amounts}")
+    if source.rank is None:
+        ctx.set_output(0, None)
+        return
+    if source.rank < 1 + m:
+        raise ctx.fail(f"input rank should be >= {1 + m} instead of {source.rank}")
+    dims = source.dims or ()
+    block_value, amount_value = ctx.input_value(1), ctx.input_value(2)
+    if block_value is not None and amount_value is not None:
+        found = _rule(ctx, space_batch_spec, dims, block_value, amount_value, to_batch=to_batch)
+        ctx.set_output(0, list(found.shape))
+        return
+    batch: Dim = None
+    if block_value is not None:  # the batch only: the kernels' rule with no padding
+        zero = np.zeros((m, 2), np.int64)
+        known = _rule(ctx, space_batch_spec, dims, block_value, zero, to_batch=to_batch)
+        batch = known.shape[0]
+    ctx.set_output(0, [batch, *([None] * m), *dims[1 + m :]])
+
+
+def _define_space_batch(lib: OpLibrary) -> None:
+    """SpaceToBatchND and BatchToSpaceND, with TensorFlow's op defs: every type (its CPU
+    kernels, and so kernloom's, take the real numbers only: a complex or bool node finds
+    no kernel, as in TensorFlow), block_shape and paddings/crops int32 or int64."""
+    index = spec(INDEX)
+    for op, amounts, doc, detail in (
+        (
+            "SpaceToBatchND",
+            "paddings",
+            "Zero-pad the M spatial dimensions after the batch (paddings[i] = [before, "
+            "after]), cut each into blocks of block_shape[i] and move the positions within "
+            "a block into the batch: output shape [batch * prod(block_shape)] + "
+            "[padded[i] / block_shape[i]] + the remaining dimensions.",
+            "The output batch index is (offset within the block, row-major over the block "
+            "dimensions) * batch + input batch index, TensorFlow's layout. Block sizes must "
+            "be >= 1, paddings >= 0, and each padded size a multiple of its block size; "
+            "block_shape's size must be known when the node is built (TensorFlow's shape "
+            "function asks the same).",
+        ),
+        (
+            "BatchToSpaceND",
+            "crops",
+            "SpaceToBatchND's inverse: split the batch into prod(block_shape) groups, "
+            "interleave them into the M spatial dimensions (size[i] * block_shape[i]) and "
+            "crop crops[i] = [before, after] from each.",
+            "The input batch must be a multiple of prod(block_shape) (which must be "
+            "positive), crops >= 0 and no larger than the uncropped size; block_shape's "
+            "size must be known when the node is built, as in TensorFlow.",
+        ),
+    ):
+        (
+            lib.register_op(op)
+            .input("input: T")
+            .input("block_shape: Tblock_shape")
+            .input(f"{amounts}: T{amounts}")
+            .output("output: T")
+            .attr(f"T: {spec(ALL)}")
+            .attr(f"Tblock_shape: {index} = int32")
+            .attr(f"T{amounts}: {index} = int32")
+            .shape_fn(_space_batch_shape)
+            .doc(doc, detail)
+        )
 
 
 # -- shape and indexing ops (issue 18) --------------------------------------------------------

@@ -19,6 +19,7 @@ from kernloom.testing.cases import (
     linalg,
     nn,
     segment,
+    space_batch,
     standard,
     tf_edges,
 )
@@ -32,6 +33,7 @@ FAMILIES = (
     bitwise,
     indexing,
     segment,
+    space_batch,
     nn,
     image_linalg,
     linalg,

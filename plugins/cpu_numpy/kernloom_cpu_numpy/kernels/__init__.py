@@ -23,6 +23,7 @@ from kernloom_cpu_numpy.kernels import (
     nn,
     reductions,
     segment,
+    space_batch,
 )
 
 __all__ = ["build_library"]
@@ -42,6 +43,7 @@ def build_library() -> KernelLibrary:
         reductions,
         indexing,
         segment,
+        space_batch,
         conv,
         image,
         linalg,

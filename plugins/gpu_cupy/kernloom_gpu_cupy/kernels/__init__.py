@@ -49,6 +49,7 @@ from kernloom_gpu_cupy.kernels import (
     logic,
     reductions,
     segment,
+    space_batch,
 )
 
 __all__ = ["BACKEND", "FUSED_LABEL", "build_library"]
@@ -365,7 +366,18 @@ def build_library(xp: ModuleType) -> KernelLibrary:
     lib = KernelLibrary()
     for op, kernel, keywords in _Kernels(xp).standard():
         lib.kernel(op, device=GPU, backend=BACKEND, **keywords)(kernel)
-    for family in (activations, logic, reductions, indexing, segment, conv, image, linalg, fused):
+    for family in (
+        activations,
+        logic,
+        reductions,
+        indexing,
+        segment,
+        space_batch,
+        conv,
+        image,
+        linalg,
+        fused,
+    ):
         family.register(lib, xp)
     if xp.__name__ == "cupy":
         for op, kernel, keywords in _fused(xp):

@@ -27,6 +27,7 @@ from kernloom_gpu_torch.kernels import (
     packed_matmul,
     reductions,
     segment,
+    space_batch,
 )
 from kernloom_gpu_torch.kernels._util import cpu_kernel
 from kernloom_gpu_torch.kernels.elementwise import (
@@ -142,6 +143,7 @@ def build_library() -> KernelLibrary:
         reductions,
         indexing,
         segment,
+        space_batch,
         conv,
         image,
         linalg,

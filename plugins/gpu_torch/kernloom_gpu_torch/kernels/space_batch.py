@@ -1,0 +1,88 @@
+"""SpaceToBatchND and BatchToSpaceND with torch: a zero-padded copy (a crop), one reshape
+and one permute, in TensorFlow's batch layout (the offset within a block is the major
+part of the output batch index). The rules and messages are
+``indexing_checks.space_batch_spec``'s; block_shape and paddings/crops are host memory,
+as in TensorFlow's GPU kernels. Real types only, as TensorFlow's kernels (torch's
+uint16/32/64 copy and permute too: these kernels only move values).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from kernloom.plugin import KernelDefBuilder, KernelLibrary, OpKernelContext
+from kernloom.plugin import indexing_checks as ic
+from kernloom.plugin import types as t
+from kernloom_gpu_torch.kernels._util import host_input, output, tensor_input
+
+__all__ = ["register"]
+
+GPU = "GPU"
+BACKEND = "torch"
+REALS = tuple(d for d in t.NUMBERS if not d.is_complex)
+
+
+def _space_to_batch(x: torch.Tensor, spec: ic.SpaceBatchSpec) -> torch.Tensor:
+    m = len(spec.block)
+    sizes = [s + a + b for s, (a, b) in zip(x.shape[1 : 1 + m], spec.amounts, strict=True)]
+    padded = torch.zeros((x.shape[0], *sizes, *x.shape[1 + m :]), dtype=x.dtype, device=x.device)
+    inside = tuple(
+        slice(a, a + s) for (a, _), s in zip(spec.amounts, x.shape[1 : 1 + m], strict=True)
+    )
+    padded[(slice(None), *inside)] = x
+    blocked: list[int] = [x.shape[0]]
+    for size, b in zip(sizes, spec.block, strict=True):
+        blocked += [size // b, b]
+    rest = list(x.shape[1 + m :])
+    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)]
+    perm += list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
+    return padded.reshape(blocked + rest).permute(perm).reshape(ic.known(spec.shape))
+
+
+def _batch_to_space(x: torch.Tensor, spec: ic.SpaceBatchSpec) -> torch.Tensor:
+    m = len(spec.block)
+    batch = x.shape[0] // math.prod(spec.block)
+    spatial, rest = list(x.shape[1 : 1 + m]), list(x.shape[1 + m :])
+    perm = [m]
+    for i in range(m):
+        perm += [m + 1 + i, i]
+    perm += list(range(2 * m + 1, 2 * m + 1 + len(rest)))
+    joined = (
+        x.reshape([*spec.block, batch, *spatial, *rest])
+        .permute(perm)
+        .reshape([batch, *(s * b for s, b in zip(spatial, spec.block, strict=True)), *rest])
+    )
+    keys = tuple(slice(a, joined.shape[1 + i] - b) for i, (a, b) in enumerate(spec.amounts))
+    return joined[(slice(None), *keys)]
+
+
+def _kernel(to_batch: bool) -> Any:
+    def compute(ctx: OpKernelContext) -> None:
+        x = tensor_input(ctx, 0)
+        spec = ic.checked(
+            ctx,
+            ic.space_batch_spec,
+            tuple(x.shape),
+            host_input(ctx, 1),
+            host_input(ctx, 2),
+            to_batch=to_batch,
+        )
+        out = output(ctx, 0, ic.known(spec.shape))
+        if out.numel():
+            out.copy_(_space_to_batch(x, spec) if to_batch else _batch_to_space(x, spec))
+
+    compute.__qualname__ = "torch_space_to_batch_nd" if to_batch else "torch_batch_to_space_nd"
+    return compute
+
+
+def register(lib: KernelLibrary) -> None:
+    """Add this family's kernels to ``lib``."""
+    for op, amounts, to_batch in (
+        ("SpaceToBatchND", "paddings", True),
+        ("BatchToSpaceND", "crops", False),
+    ):
+        spec = KernelDefBuilder(op).device(GPU).backend(BACKEND).host_memory("block_shape", amounts)
+        lib.kernel(spec.type_constraint("T", REALS))(_kernel(to_batch))
