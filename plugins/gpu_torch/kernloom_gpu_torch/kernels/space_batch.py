@@ -2,8 +2,8 @@
 and one permute, in TensorFlow's batch layout (the offset within a block is the major
 part of the output batch index). The rules and messages are
 ``indexing_checks.space_batch_spec``'s; block_shape and paddings/crops are host memory,
-as in TensorFlow's GPU kernels. Real types only, as TensorFlow's kernels (torch's
-uint16/32/64 copy and permute too: these kernels only move values).
+as in TensorFlow's GPU kernels. Real types only, as TensorFlow's kernels, less
+uint16/32/64 (torch only stores them; such nodes run on the CPU).
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ __all__ = ["register"]
 
 GPU = "GPU"
 BACKEND = "torch"
-REALS = tuple(d for d in t.NUMBERS if not d.is_complex)
+REALS = tuple(
+    d for d in t.NUMBERS if not d.is_complex and d.name not in ("uint16", "uint32", "uint64")
+)
+"""TensorFlow's CPU kernels' real types, less torch's storage-only unsigned types (a
+device with a kernel for a dtype must copy and allocate it)."""
 
 
 def _space_to_batch(x: torch.Tensor, spec: ic.SpaceBatchSpec) -> torch.Tensor:
