@@ -213,7 +213,11 @@ def test_the_gpu_kernels_drop_ids_past_num_segments(backend: str) -> None:
 
 
 _FLOATS = st.sampled_from([np.float32, np.float64])
-_VALUES = st.one_of(st.floats(-4, 4, width=32), st.just(float("nan")), st.just(float("inf")))
+_VALUES = st.one_of(
+    st.floats(-4, 4, width=32, allow_subnormal=False),  # the CPU flushes them, as TF's does
+    st.just(float("nan")),
+    st.just(float("inf")),
+)
 
 
 @settings(max_examples=40, deadline=None)
