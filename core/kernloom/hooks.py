@@ -74,7 +74,10 @@ KERNLOOM_API_VERSION: Final = "1.8"
 # 1.7: WindowAttrs.pool_window (a pool's geometry, its explicit padding checked as TF does);
 # Registry.factory_overrides/placement_order/resolve_factories/create_devices(source=).
 # 1.8: compile_fused_steps (a planned fused expression as one straight-line function),
-# OUT_BY_POSITION, elementwise_output(shapes=).
+# OUT_BY_POSITION, elementwise_output(shapes=); the rules the new ops' kernels share:
+# bicubic_weights, crop_and_resize_shape, check_crop_boxes, crop_taps, CropTaps (images);
+# DiagBand, band_limits, band_mask, diag_range, matrix_diag_size, solve_shape,
+# square_batch, triangular_solve_shape (linear algebra).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

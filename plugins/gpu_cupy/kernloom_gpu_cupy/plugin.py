@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import kernloom.plugin
 
-KERNLOOM_API = ">=1.7,<2"  # WindowAttrs.pool_window (1.7)
+KERNLOOM_API = ">=1.8,<2"  # the linear-algebra and image rules (1.8)
 
 PLUGIN_NAME = "gpu_cupy"
 GPU_PRIORITY = 210
