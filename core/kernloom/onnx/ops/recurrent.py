@@ -1,0 +1,364 @@
+"""ONNX's recurrent layers RNN, GRU and LSTM (opsets 7, 14 and 22), unrolled over the time
+steps into MatMul, Add, Mul and activation ops.
+
+The sequence length (axis 0 of X, axis 1 with ``layout`` 1) must be known at import time:
+each step is built once, so no ``kl.while_loop`` is needed and every intermediate keeps a
+static shape. ``sequence_lens`` (a run-time value) masks the steps a batch entry does not
+have: its state is held and its Y rows are zero there, so Y_h is its last valid step (a
+reverse direction starts at its own last valid step, as ONNX defines it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernloom import ops
+from kernloom.graph.tensor import Tensor
+from kernloom.onnx._context import ConversionContext, OnnxNode
+from kernloom.onnx._registry import converter
+
+Result = Sequence[Tensor | None]
+
+Activation = Callable[[Tensor], Tensor]
+State = tuple[Tensor, ...]
+"""A direction's recurrent state: (H,) for RNN and GRU, (H, C) for LSTM."""
+
+_COMMON = (
+    "activation_alpha",
+    "activation_beta",
+    "activations",
+    "clip",
+    "direction",
+    "hidden_size",
+    "layout",
+)
+
+# -- activations -----------------------------------------------------------------------------
+
+_ActivationFn = Callable[[ConversionContext, Tensor, float, float], Tensor]
+
+
+def _hard_sigmoid(ctx: ConversionContext, x: Tensor, alpha: float, beta: float) -> Tensor:
+    linear = ops.add_v2(ops.mul(ctx.const_like(alpha, x), x), ctx.const_like(beta, x))
+    return ops.clip_by_value(linear, ctx.const_like(0, x), ctx.const_like(1, x))
+
+
+def _elu(ctx: ConversionContext, x: Tensor, alpha: float, beta: float) -> Tensor:
+    negative = ops.mul(ctx.const_like(alpha, x), ops.expm1(x))
+    return ops.select_v2(ops.greater(x, ctx.const_like(0, x)), x, negative)
+
+
+def _thresholded_relu(ctx: ConversionContext, x: Tensor, alpha: float, beta: float) -> Tensor:
+    return ops.select_v2(ops.greater(x, ctx.const_like(alpha, x)), x, ops.zeros_like(x))
+
+
+_ACTIVATIONS: dict[str, tuple[_ActivationFn, tuple[float, ...]]] = {
+    "tanh": (lambda ctx, x, a, b: ops.tanh(x), ()),
+    "sigmoid": (lambda ctx, x, a, b: ops.sigmoid(x), ()),
+    "relu": (lambda ctx, x, a, b: ops.relu(x), ()),
+    "softsign": (lambda ctx, x, a, b: ops.softsign(x), ()),
+    "softplus": (lambda ctx, x, a, b: ops.softplus(x), ()),
+    "leakyrelu": (lambda ctx, x, a, b: ops.leaky_relu(x, alpha=a), (0.01,)),
+    "thresholdedrelu": (_thresholded_relu, (1.0,)),
+    "elu": (_elu, (1.0,)),
+    "hardsigmoid": (_hard_sigmoid, (0.2, 0.5)),
+}
+"""Activation name (lower case, as onnxruntime matches them) -> (the function, the
+defaults of the alpha and beta it takes). Affine and ScaledTanh, which ONNX lists as
+optional, are not supported."""
+
+
+def _activations(
+    ctx: ConversionContext, node: OnnxNode, defaults: Sequence[str], directions: int
+) -> list[list[Activation]]:
+    """The activation functions of each direction, from ``activations`` (one list per
+    direction, in order) or the op's defaults; ``activation_alpha`` and
+    ``activation_beta`` are consumed in order by the functions that take them."""
+    given = node.attr("activations")
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in given] if given else []
+    if not names:
+        names = list(defaults) * directions
+    elif len(names) == len(defaults) and directions == 2:
+        names = names * 2
+    if len(names) != len(defaults) * directions:
+        raise node.fail(
+            f"activations has {len(names)} name(s); {node.op_type} needs {len(defaults)} per "
+            f"direction ({len(defaults) * directions} for {directions} direction(s))"
+        )
+    alphas = [float(v) for v in node.attr("activation_alpha", []) or []]
+    betas = [float(v) for v in node.attr("activation_beta", []) or []]
+    chosen: list[Activation] = []
+    for name in names:
+        found = _ACTIVATIONS.get(name.lower())
+        if found is None:
+            raise node.fail(
+                f"activation {name!r} is not supported; supported: "
+                + ", ".join(sorted(_ACTIVATIONS))
+            )
+        fn, params = found
+        alpha = _parameter(alphas, params, 0)
+        beta = _parameter(betas, params, 1)
+        chosen.append(_bound(ctx, fn, alpha, beta))
+    per = len(defaults)
+    return [chosen[i * per : (i + 1) * per] for i in range(directions)]
+
+
+def _parameter(given: list[float], defaults: tuple[float, ...], index: int) -> float:
+    """The next of ``given`` (consumed) when the function takes parameter ``index``,
+    else its default; 0 for a parameter it does not take."""
+    if index >= len(defaults):
+        return 0.0
+    return given.pop(0) if given else defaults[index]
+
+
+def _bound(ctx: ConversionContext, fn: _ActivationFn, alpha: float, beta: float) -> Activation:
+    return lambda x: fn(ctx, x, alpha, beta)
+
+
+# -- one direction's parameters --------------------------------------------------------------
+
+
+@dataclass
+class _Direction:
+    """One direction's weights, split per gate (in ONNX's gate order), its activations
+    and the clip bound: what a cell step reads."""
+
+    ctx: ConversionContext
+    w: list[Tensor]
+    """Per gate, [hidden, input]."""
+    r: list[Tensor]
+    """Per gate, [hidden, hidden]."""
+    wb: list[Tensor] | None
+    rb: list[Tensor] | None
+    p: list[Tensor] | None
+    """LSTM's peepholes (i, o, f), each [hidden]."""
+    acts: list[Activation]
+    clip: float | None
+
+    def x_part(self, g: int, x: Tensor) -> Tensor:
+        """Xt*(W_g^T) + Wb_g."""
+        part = ops.mat_mul(x, self.w[g], transpose_b=True)
+        return part if self.wb is None else ops.add_v2(part, self.wb[g])
+
+    def h_part(self, g: int, h: Tensor) -> Tensor:
+        """Ht-1*(R_g^T) + Rb_g."""
+        part = ops.mat_mul(h, self.r[g], transpose_b=True)
+        return part if self.rb is None else ops.add_v2(part, self.rb[g])
+
+    def gate(self, g: int, x: Tensor, h: Tensor) -> Tensor:
+        return ops.add_v2(self.x_part(g, x), self.h_part(g, h))
+
+    def act(self, k: int, pre: Tensor) -> Tensor:
+        """Activation ``k`` of a pre-activation, clipped first where ``clip`` is set."""
+        if self.clip is not None:
+            bound = self.clip
+            pre = ops.clip_by_value(
+                pre, self.ctx.const_like(-bound, pre), self.ctx.const_like(bound, pre)
+            )
+        return self.acts[k](pre)
+
+
+def _pieces(ctx: ConversionContext, x: Tensor, index: int, count: int) -> list[Tensor]:
+    """Entry ``index`` of ``x`` along axis 0, split into ``count`` equal parts (axis 0)."""
+    picked = ops.gather_v2(x, ctx.const(np.int64(index)), ctx.const(np.int32(0)))
+    if count == 1:
+        return [picked]
+    return list(ops.split(ctx.const(np.int32(0)), picked, num_split=count))
+
+
+def _direction(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    index: int,
+    gates: int,
+    acts: list[Activation],
+    peepholes: Tensor | None,
+) -> _Direction:
+    bias = ctx.optional(3)
+    biases = None if bias is None else _pieces(ctx, bias, index, 2 * gates)
+    clip = node.attr("clip")
+    return _Direction(
+        ctx=ctx,
+        w=_pieces(ctx, ctx.input(1), index, gates),
+        r=_pieces(ctx, ctx.input(2), index, gates),
+        wb=None if biases is None else biases[:gates],
+        rb=None if biases is None else biases[gates:],
+        p=None if peepholes is None else _pieces(ctx, peepholes, index, 3),
+        acts=acts,
+        clip=None if clip is None else float(clip),
+    )
+
+
+# -- cells -----------------------------------------------------------------------------------
+
+
+def _rnn_step(node: OnnxNode, p: _Direction, x: Tensor, state: State) -> State:
+    """Ht = f(Xt*(Wi^T) + Ht-1*(Ri^T) + Wbi + Rbi)."""
+    return (p.act(0, p.gate(0, x, state[0])),)
+
+
+def _gru_step(node: OnnxNode, p: _Direction, x: Tensor, state: State) -> State:
+    """ONNX's GRU (gates z, r, h); ``linear_before_reset`` applies r after Rh."""
+    (h,) = state
+    z = p.act(0, p.gate(0, x, h))
+    r = p.act(0, p.gate(1, x, h))
+    if int(node.attr("linear_before_reset", 0)):
+        pre = ops.add_v2(p.x_part(2, x), ops.mul(r, p.h_part(2, h)))
+    else:
+        pre = ops.add_v2(p.x_part(2, x), p.h_part(2, ops.mul(r, h)))
+    candidate = p.act(1, pre)
+    one = p.ctx.const_like(1, z)
+    return (ops.add_v2(ops.mul(ops.sub(one, z), candidate), ops.mul(z, h)),)
+
+
+def _lstm_step(node: OnnxNode, p: _Direction, x: Tensor, state: State) -> State:
+    """ONNX's LSTM (gates i, o, f, c; peepholes i, o, f)."""
+    h, c = state
+
+    def peep(g: int, pre: Tensor, cell: Tensor) -> Tensor:
+        return pre if p.p is None else ops.add_v2(pre, ops.mul(p.p[g], cell))
+
+    i = p.act(0, peep(0, p.gate(0, x, h), c))
+    f = p.act(0, peep(2, p.gate(2, x, h), c))
+    candidate = p.act(1, p.gate(3, x, h))
+    c_new = ops.add_v2(ops.mul(f, c), ops.mul(i, candidate))
+    o = p.act(0, peep(1, p.gate(1, x, h), c_new))
+    # h's input, the cell state, is not clipped: onnxruntime clips the gates' inputs only.
+    return ops.mul(o, p.acts[2](c_new)), c_new
+
+
+Step = Callable[[OnnxNode, _Direction, Tensor, State], State]
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """What distinguishes RNN, GRU and LSTM to the unrolling: gate count, default
+    activations, whether a cell state C is carried, and the step."""
+
+    gates: int
+    defaults: tuple[str, ...]
+    carries_c: bool
+    step: Step
+
+
+_RNN = _Cell(1, ("Tanh",), False, _rnn_step)
+_GRU = _Cell(3, ("Sigmoid", "Tanh"), False, _gru_step)
+_LSTM = _Cell(4, ("Sigmoid", "Tanh", "Tanh"), True, _lstm_step)
+
+
+# -- the unrolling ---------------------------------------------------------------------------
+
+
+def _batch_major(ctx: ConversionContext, x: Tensor | None, layout: int) -> Tensor | None:
+    """A [batch, num_directions, hidden] state (layout 1) as [num_directions, batch,
+    hidden], the layout the unrolling works in."""
+    if x is None or not layout:
+        return x
+    return ops.transpose(x, ctx.int32s([1, 0, 2]))
+
+
+def _masks(ctx: ConversionContext, lengths: Tensor | None, steps: int) -> list[Tensor] | None:
+    """Per step t, [batch, 1]: whether t < sequence_lens[b]."""
+    if lengths is None:
+        return None
+    column = ops.expand_dims(lengths, ctx.const(np.int32(-1)))
+    dtype = lengths.dtype.numpy_dtype
+    return [ops.less(ctx.const(np.asarray(t, dtype)), column) for t in range(steps)]
+
+
+def _initial(ctx: ConversionContext, given: Tensor | None, index: int, like: Tensor) -> Tensor:
+    """Direction ``index``'s initial state: the given one, or zeros shaped as ``like``."""
+    if given is None:
+        return ops.zeros_like(like)
+    return ops.gather_v2(given, ctx.const(np.int64(index)), ctx.const(np.int32(0)))
+
+
+def _unrolled(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    cell: _Cell,
+    p: _Direction,
+    steps: list[Tensor],
+    state: State,
+    masks: list[Tensor] | None,
+    reverse: bool,
+) -> tuple[Tensor, State]:
+    """One direction over every step: Y as [seq, batch, hidden] and the final state. A
+    masked step (past a batch entry's length) holds the state and gives zero rows."""
+    ys: list[Tensor | None] = [None] * len(steps)
+    for t in reversed(range(len(steps))) if reverse else range(len(steps)):
+        new = cell.step(node, p, steps[t], state)
+        if masks is None:
+            ys[t] = new[0]
+        else:
+            ys[t] = ops.select_v2(masks[t], new[0], ops.zeros_like(new[0]))
+            new = tuple(ops.select_v2(masks[t], n, s) for n, s in zip(new, state, strict=True))
+        state = new
+    return ops.pack([y for y in ys if y is not None], axis=0), state
+
+
+def _recurrent(node: OnnxNode, ctx: ConversionContext, cell: _Cell) -> Result:
+    layout = int(node.attr("layout", 0))
+    if layout not in (0, 1):
+        raise node.fail(f"layout must be 0 or 1, got {layout}")
+    x = ctx.input(0)
+    if layout:
+        x = ops.transpose(x, ctx.int32s([1, 0, 2]))
+    length = x.shape.as_list()[0] if x.shape.rank == 3 else None
+    if length is None or length < 1:
+        raise node.fail(
+            f"the sequence length is {length}; {node.op_type} converts (unrolled) for a "
+            "length of at least 1 known at import time"
+        )
+    direction = node.attr("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise node.fail(f"direction must be forward, reverse or bidirectional, got {direction!r}")
+    count = 2 if direction == "bidirectional" else 1
+    acts = _activations(ctx, node, cell.defaults, count)
+    masks = _masks(ctx, ctx.optional(4), length)
+    h0 = _batch_major(ctx, ctx.optional(5), layout)
+    c0 = _batch_major(ctx, ctx.optional(6), layout) if cell.carries_c else None
+    peepholes = ctx.optional(7) if cell.carries_c else None
+    axis = ctx.const(np.int32(0))
+    steps = [ops.gather_v2(x, ctx.const(np.int64(t)), axis) for t in range(length)]
+    ys, finals = [], []
+    for index in range(count):
+        p = _direction(ctx, node, index, cell.gates, acts[index], peepholes)
+        like = p.x_part(0, steps[0])
+        state: State = (_initial(ctx, h0, index, like),)
+        if cell.carries_c:
+            state = (*state, _initial(ctx, c0, index, like))
+        reverse = direction == "reverse" or index == 1
+        y, final = _unrolled(ctx, node, cell, p, steps, state, masks, reverse)
+        ys.append(y)
+        finals.append(final)
+    y_all = ops.pack(ys, axis=1)
+    states = [ops.pack([f[k] for f in finals], axis=0) for k in range(len(finals[0]))]
+    if layout:
+        y_all = ops.transpose(y_all, ctx.int32s([2, 0, 1, 3]))
+        states = [ops.transpose(s, ctx.int32s([1, 0, 2])) for s in states]
+    return [y_all, *states]
+
+
+@converter("RNN", 7, attrs=_COMMON)
+def _rnn(node: OnnxNode, ctx: ConversionContext) -> Result:
+    return _recurrent(node, ctx, _RNN)
+
+
+@converter("GRU", 7, attrs=(*_COMMON, "linear_before_reset"))
+def _gru(node: OnnxNode, ctx: ConversionContext) -> Result:
+    return _recurrent(node, ctx, _GRU)
+
+
+@converter("LSTM", 7, attrs=(*_COMMON, "input_forget"))
+def _lstm(node: OnnxNode, ctx: ConversionContext) -> Result:
+    if int(node.attr("input_forget", 0)):
+        raise node.fail("input_forget = 1 (coupled input and forget gates) is not supported")
+    return _recurrent(node, ctx, _LSTM)
+
+
+__all__: list[str] = []
