@@ -44,6 +44,7 @@ def _recurrent(
     layout: int = 0,
     opset: int = 14,
     name: str = "rec",
+    seq: int = SEQ,
     **attrs: Any,
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray[Any, Any]]]:
     """A one-node model of ``op`` with every input given in ``inputs`` fed (names past
@@ -51,7 +52,7 @@ def _recurrent(
     dirs = 2 if direction == "bidirectional" else 1
     rng = _rng(len(inputs) + 7 * layout + dirs)
     feeds = _weights(op, dirs, rng)
-    x_shape = [BATCH, SEQ, INPUT] if layout else [SEQ, BATCH, INPUT]
+    x_shape = [BATCH, seq, INPUT] if layout else [seq, BATCH, INPUT]
     state_shape = [BATCH, dirs, HIDDEN] if layout else [dirs, BATCH, HIDDEN]
     feeds["X"] = rng.standard_normal(x_shape).astype(np.float32)
     feeds["sequence_lens"] = np.array([SEQ, 2, 1], np.int32)
@@ -177,9 +178,45 @@ def test_input_forget_names_the_node() -> None:
         ko.InferenceSession(proto.SerializeToString())
 
 
-def test_unknown_sequence_length_names_the_node() -> None:
-    proto, _ = _recurrent("GRU", name="open_gru")
-    (x,) = [v for v in proto.graph.input if v.name == "X"]
-    x.type.tensor_type.shape.dim[0].dim_param = "seq"
-    with pytest.raises(ko.OnnxImportError, match=r"'open_gru' \(GRU.*known at import time"):
-        ko.InferenceSession(proto.SerializeToString())
+def _open_dims(proto: onnx.ModelProto, names: dict[str, list[int]]) -> None:
+    """Make the given dimensions of the named graph inputs symbolic."""
+    for value in proto.graph.input:
+        for axis in names.get(value.name, []):
+            value.type.tensor_type.shape.dim[axis].dim_param = f"{value.name}_{axis}"
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("lengths", [False, True])
+def test_sequence_length_known_at_run_time_only(op: str, direction: str, lengths: bool) -> None:
+    """A symbolic sequence length (and batch) converts to a kl.while_loop over the steps;
+    one session runs sequences of two lengths."""
+    inputs = ("X", "W", "R", "B", "sequence_lens" if lengths else "", "initial_h")
+    proto, feeds = _recurrent(op, direction=direction, inputs=inputs)
+    _open_dims(proto, {"X": [0, 1], "initial_h": [1], "sequence_lens": [0]})
+    _check(proto, feeds, "onnxruntime")
+    feeds["X"] = feeds["X"][:2]
+    if lengths:
+        feeds["sequence_lens"] = np.array([2, 2, 1], np.int32)
+    _check(proto, feeds, "onnxruntime")
+
+
+def test_sequence_length_at_run_time_layout_1() -> None:
+    proto, feeds = _recurrent("LSTM", direction="bidirectional", layout=1)
+    _open_dims(proto, {"X": [1]})
+    _check(proto, feeds, "reference")
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_empty_sequence_keeps_the_initial_state(op: str) -> None:
+    """ONNX's definition, checked directly (onnxruntime aborts on a length of 0): no
+    steps, so Y is empty and Y_h (Y_c) the initial state."""
+    inputs = ("X", "W", "R", "B", "", "initial_h")
+    if op == "LSTM":
+        inputs = (*inputs, "initial_c")
+    proto, feeds = _recurrent(op, direction="bidirectional", inputs=inputs, seq=0)
+    ours = ko.InferenceSession(proto.SerializeToString()).run(None, feeds)
+    assert ours[0].shape == (0, 2, BATCH, HIDDEN)
+    np.testing.assert_array_equal(ours[1], feeds["initial_h"])
+    if op == "LSTM":
+        np.testing.assert_array_equal(ours[2], feeds["initial_c"])

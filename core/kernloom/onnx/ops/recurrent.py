@@ -1,11 +1,14 @@
-"""ONNX's recurrent layers RNN, GRU and LSTM (opsets 7, 14 and 22), unrolled over the time
-steps into MatMul, Add, Mul and activation ops.
+"""ONNX's recurrent layers RNN, GRU and LSTM (opsets 7, 14 and 22) as MatMul, Add, Mul
+and activation ops, one step per time step.
 
-The sequence length (axis 0 of X, axis 1 with ``layout`` 1) must be known at import time:
-each step is built once, so no ``kl.while_loop`` is needed and every intermediate keeps a
-static shape. ``sequence_lens`` (a run-time value) masks the steps a batch entry does not
-have: its state is held and its Y rows are zero there, so Y_h is its last valid step (a
-reverse direction starts at its own last valid step, as ONNX defines it).
+Where the sequence length (axis 0 of X, axis 1 with ``layout`` 1) is known at import
+time the steps are unrolled: each is built once, no ``kl.while_loop`` is needed and every
+intermediate keeps a static shape. Where it is known at run time only, the step runs in a
+``kl.while_loop`` with Loop's scan-output machinery (control_flow.py) growing Y.
+``sequence_lens`` (a run-time value) masks the steps a batch entry does not have: its
+state is held and its Y rows are zero there, so Y_h is its last valid step (a reverse
+direction starts at its own last valid step, as ONNX defines it). ``clip`` bounds the
+gates' inputs, not the cell state LSTM's h reads, as onnxruntime does.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import kernloom.dtypes as d
 from kernloom import ops
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._registry import converter
+from kernloom.onnx.ops.control_flow import _all_stacked, _grown, _run_while
+from kernloom.shapes import TensorShape
 
 Result = Sequence[Tensor | None]
 
@@ -260,44 +266,123 @@ def _batch_major(ctx: ConversionContext, x: Tensor | None, layout: int) -> Tenso
     return ops.transpose(x, ctx.int32s([1, 0, 2]))
 
 
-def _masks(ctx: ConversionContext, lengths: Tensor | None, steps: int) -> list[Tensor] | None:
-    """Per step t, [batch, 1]: whether t < sequence_lens[b]."""
-    if lengths is None:
-        return None
-    column = ops.expand_dims(lengths, ctx.const(np.int32(-1)))
-    dtype = lengths.dtype.numpy_dtype
-    return [ops.less(ctx.const(np.asarray(t, dtype)), column) for t in range(steps)]
+def _zeros(ctx: ConversionContext, node: OnnxNode, x: Tensor) -> Tensor:
+    """A [batch, hidden] zero state (no initial_h or initial_c given), built from shapes
+    rather than from a step's value, so a sequence of length 0 has one too."""
+    hidden = node.attr("hidden_size")
+    r_dims = ctx.input(2).shape.as_list() if ctx.input(2).shape.rank == 3 else [None] * 3
+    hidden = r_dims[2] if r_dims[2] is not None else hidden
+    if hidden is None:
+        raise node.fail("give hidden_size, or R with a shape known at import time")
+    batch = x.shape.as_list()[1]
+    zero = ctx.const(np.zeros((), x.dtype.numpy_dtype))
+    if batch is not None:
+        return ops.fill(ctx.int64s([batch, int(hidden)]), zero)
+    dims = ops.gather_v2(ops.shape(x, out_type=d.int64), ctx.int64s([1]), ctx.const(np.int32(0)))
+    return ops.fill(ops.concat_v2([dims, ctx.int64s([int(hidden)])], ctx.const(np.int32(0))), zero)
 
 
-def _initial(ctx: ConversionContext, given: Tensor | None, index: int, like: Tensor) -> Tensor:
-    """Direction ``index``'s initial state: the given one, or zeros shaped as ``like``."""
+def _initial(ctx: ConversionContext, given: Tensor | None, index: int, zeros: Tensor) -> Tensor:
+    """Direction ``index``'s initial state: the given one, or ``zeros``."""
     if given is None:
-        return ops.zeros_like(like)
+        return zeros
     return ops.gather_v2(given, ctx.const(np.int64(index)), ctx.const(np.int32(0)))
 
 
-def _unrolled(
-    ctx: ConversionContext,
-    node: OnnxNode,
-    cell: _Cell,
-    p: _Direction,
-    steps: list[Tensor],
-    state: State,
-    masks: list[Tensor] | None,
-    reverse: bool,
-) -> tuple[Tensor, State]:
-    """One direction over every step: Y as [seq, batch, hidden] and the final state. A
-    masked step (past a batch entry's length) holds the state and gives zero rows."""
-    ys: list[Tensor | None] = [None] * len(steps)
-    for t in reversed(range(len(steps))) if reverse else range(len(steps)):
-        new = cell.step(node, p, steps[t], state)
-        if masks is None:
-            ys[t] = new[0]
-        else:
-            ys[t] = ops.select_v2(masks[t], new[0], ops.zeros_like(new[0]))
-            new = tuple(ops.select_v2(masks[t], n, s) for n, s in zip(new, state, strict=True))
-        state = new
+def _masked(mask: Tensor | None, new: State, state: State) -> tuple[Tensor, State]:
+    """A step's Y rows and next state where ``mask`` ([batch, 1]) says which batch
+    entries have this step: the others give zero rows and keep their state."""
+    if mask is None:
+        return new[0], new
+    y = ops.select_v2(mask, new[0], ops.zeros_like(new[0]))
+    return y, tuple(ops.select_v2(mask, n, s) for n, s in zip(new, state, strict=True))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every direction of one node shares: the node, its cell, X as [seq, batch,
+    input] and sequence_lens as a [batch, 1] column (None: every step is valid)."""
+
+    ctx: ConversionContext
+    node: OnnxNode
+    cell: _Cell
+    x: Tensor
+    lengths: Tensor | None
+    steps: int | None
+    """The sequence length where known at import time."""
+
+
+def _unrolled(run: _Run, p: _Direction, state: State, reverse: bool) -> tuple[Tensor, State]:
+    """One direction over a sequence length known at import time, each step built
+    once: Y as [seq, batch, hidden] and the final state."""
+    ctx, length = run.ctx, run.steps
+    assert length is not None
+    axis = ctx.const(np.int32(0))
+    ys: list[Tensor | None] = [None] * length
+    for t in reversed(range(length)) if reverse else range(length):
+        x_t = ops.gather_v2(run.x, ctx.const(np.int64(t)), axis)
+        mask = None
+        if run.lengths is not None:
+            mask = ops.less(ctx.const(np.asarray(t, run.lengths.dtype.numpy_dtype)), run.lengths)
+        ys[t], state = _masked(mask, run.cell.step(run.node, p, x_t, state), state)
     return ops.pack([y for y in ys if y is not None], axis=0), state
+
+
+def _invariant(state: Tensor) -> TensorShape:
+    """A state's shape over the loop: the batch left open (X's may be unknown)."""
+    dims = state.shape.as_list() if state.shape.rank == 2 else None
+    return TensorShape(None if dims is None else [None, dims[1]])
+
+
+def _looped(run: _Run, p: _Direction, state: State, reverse: bool) -> tuple[Tensor, State]:
+    """One direction over a sequence length known at run time only: a ``kl.while_loop``
+    over the steps (Loop's machinery: Y rows grow a flat accumulator, restacked after)."""
+    ctx, node, x = run.ctx, run.node, run.x
+    axis = ctx.const(np.int32(0))
+    length = ops.gather_v2(ops.shape(x, out_type=d.int64), ctx.const(np.int64(0)), axis)
+    last = ops.sub(length, ctx.const(np.int64(1)))
+    count = len(state)
+    recorded: list[TensorShape] = []
+
+    def keep_going(step: Tensor, *_: Tensor) -> Tensor:
+        return ops.less(step, length)
+
+    def iterate(step: Tensor, *variables: Tensor) -> list[Tensor]:
+        held, acc = tuple(variables[:count]), variables[count]
+        t = ops.sub(last, step) if reverse else step
+        mask = None
+        if run.lengths is not None:
+            mask = ops.less(ops.cast(t, DstT=run.lengths.dtype), run.lengths)
+        y, new = _masked(mask, run.cell.step(node, p, ops.gather_v2(x, t, axis), held), held)
+        grown = _grown(ctx, node, [acc], [y], recorded)
+        return [ops.add(step, ctx.const(np.int64(1))), *new, *grown]
+
+    dtype = x.dtype
+    initial = [
+        ctx.const(np.int64(0)),
+        *state,
+        ctx.const(np.zeros(0, dtype.numpy_dtype), dtype),
+        ops.shape(state[0], out_type=d.int64),
+    ]
+    invariants = [
+        TensorShape([]),
+        *(_invariant(s) for s in state),
+        TensorShape([None]),
+        TensorShape([None]),
+    ]
+    final = _run_while(node, keep_going, iterate, initial, invariants, "0 is the step")
+    (y,) = _all_stacked(ctx, final[0], [final[1 + count]], [final[2 + count]], recorded)
+    if reverse:
+        y = ops.reverse_v2(y, ctx.int32s([0]))
+    return y, tuple(final[1 : 1 + count])
+
+
+def _direction_name(node: OnnxNode) -> str:
+    direction = node.attr("direction", b"forward")
+    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise node.fail(f"direction must be forward, reverse or bidirectional, got {direction!r}")
+    return direction
 
 
 def _recurrent(node: OnnxNode, ctx: ConversionContext, cell: _Cell) -> Result:
@@ -305,35 +390,30 @@ def _recurrent(node: OnnxNode, ctx: ConversionContext, cell: _Cell) -> Result:
     if layout not in (0, 1):
         raise node.fail(f"layout must be 0 or 1, got {layout}")
     x = ctx.input(0)
+    if x.shape.rank != 3:
+        raise node.fail(f"X must have rank 3 known at import time, got shape {x.shape}")
     if layout:
         x = ops.transpose(x, ctx.int32s([1, 0, 2]))
-    length = x.shape.as_list()[0] if x.shape.rank == 3 else None
-    if length is None or length < 1:
-        raise node.fail(
-            f"the sequence length is {length}; {node.op_type} converts (unrolled) for a "
-            "length of at least 1 known at import time"
-        )
-    direction = node.attr("direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
-    if direction not in ("forward", "reverse", "bidirectional"):
-        raise node.fail(f"direction must be forward, reverse or bidirectional, got {direction!r}")
+    direction = _direction_name(node)
     count = 2 if direction == "bidirectional" else 1
     acts = _activations(ctx, node, cell.defaults, count)
-    masks = _masks(ctx, ctx.optional(4), length)
+    lengths = ctx.optional(4)
+    column = None if lengths is None else ops.expand_dims(lengths, ctx.const(np.int32(-1)))
+    steps = x.shape.as_list()[0]
+    run = _Run(ctx, node, cell, x, column, steps)
     h0 = _batch_major(ctx, ctx.optional(5), layout)
     c0 = _batch_major(ctx, ctx.optional(6), layout) if cell.carries_c else None
     peepholes = ctx.optional(7) if cell.carries_c else None
-    axis = ctx.const(np.int32(0))
-    steps = [ops.gather_v2(x, ctx.const(np.int64(t)), axis) for t in range(length)]
+    zeros = _zeros(ctx, node, x) if h0 is None or (cell.carries_c and c0 is None) else x
+    # A known length of 0 loops too: zero iterations give Y its empty shape.
+    over = _unrolled if steps else _looped
     ys, finals = [], []
     for index in range(count):
         p = _direction(ctx, node, index, cell.gates, acts[index], peepholes)
-        like = p.x_part(0, steps[0])
-        state: State = (_initial(ctx, h0, index, like),)
+        state: State = (_initial(ctx, h0, index, zeros),)
         if cell.carries_c:
-            state = (*state, _initial(ctx, c0, index, like))
-        reverse = direction == "reverse" or index == 1
-        y, final = _unrolled(ctx, node, cell, p, steps, state, masks, reverse)
+            state = (*state, _initial(ctx, c0, index, zeros))
+        y, final = over(run, p, state, direction == "reverse" or index == 1)
         ys.append(y)
         finals.append(final)
     y_all = ops.pack(ys, axis=1)
