@@ -56,6 +56,8 @@ def check_against_oracle(
     *,
     oracle: str = "reference",
     empty_by_size: bool = False,
+    rtol: float = 1e-6,
+    atol: float = 0.0,
 ) -> list[np.ndarray[Any, Any]]:
     """Run ``proto`` on kernloom and on ``oracle`` -- onnx's reference evaluator
     ("reference") or onnxruntime ("onnxruntime"), for the cases the evaluator cannot run --
@@ -79,7 +81,7 @@ def check_against_oracle(
             assert got.size == 0 and got.shape[:1] == want.shape[:1]
             continue
         assert got.shape == want.shape, (got.shape, want.shape)
-        np.testing.assert_allclose(got, want, rtol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     return ours
 
 
