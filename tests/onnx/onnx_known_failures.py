@@ -486,14 +486,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_bernoulli_seed",
         "test_bernoulli_seed_expanded",
     ],
-    "CenterCropPad: no converter yet": [
-        "test_center_crop_pad_crop_and_pad",
-        "test_center_crop_pad_crop_axes_chw",
-        "test_center_crop_pad_crop_axes_hwc",
-        "test_center_crop_pad_crop",
-        "test_center_crop_pad_crop_negative_axes_hwc",
-        "test_center_crop_pad_pad",
-    ],
     "Col2Im: no converter yet": [
         "test_col2im_5d",
         "test_col2im",

@@ -545,6 +545,72 @@ def _gather_pad(
     return out
 
 
+def _crop_pad_axes(node: OnnxNode, ctx: ConversionContext, rank: int, count: int) -> list[int]:
+    """CenterCropPad's axes, wrapped and checked: one per value of the shape input."""
+    axes = node.attr("axes")
+    chosen = list(range(rank)) if axes is None else [axis_of(node, a, rank) for a in ints(axes)]
+    if len(set(chosen)) != len(chosen):
+        raise node.fail(f"axes {ints(axes)} repeat an axis")
+    if count != len(chosen):
+        raise node.fail(f"shape has {count} values but there are {len(chosen)} axes")
+    return chosen
+
+
+def _static_crop_pad(
+    ctx: ConversionContext, x: Tensor, dims: list[int], target: list[int]
+) -> Tensor:
+    """Crop then pad with every size known: a StridedSlice and a Pad of constants."""
+    crop = [max(n - t, 0) for n, t in zip(dims, target, strict=True)]
+    begin = [c // 2 for c in crop]
+    end = [n - c + b for n, c, b in zip(dims, crop, begin, strict=True)]
+    if any(crop):
+        x = ops.strided_slice(x, ctx.int64s(begin), ctx.int64s(end), ctx.int64s([1] * len(dims)))
+    grow = [max(t - n, 0) for n, t in zip(dims, target, strict=True)]
+    if not any(grow):
+        return x if any(crop) else ops.identity(x)
+    paddings = np.asarray([[g // 2, g - g // 2] for g in grow], dtype=np.int64)
+    return ops.pad(x, ctx.const(paddings))
+
+
+def _runtime_crop_pad(ctx: ConversionContext, x: Tensor, target: Tensor) -> Tensor:
+    """Crop then pad with sizes known at run time: ``target`` is the full output shape."""
+    dims = shape_of(ctx, x)
+    zero, two = ctx.const(np.int64(0)), ctx.const(np.int64(2))
+    crop = ops.maximum(ops.sub(dims, target), zero)
+    x = ops.slice(x, ops.floor_div(crop, two), ops.minimum(dims, target))
+    grow = ops.maximum(ops.sub(target, dims), zero)
+    before = ops.floor_div(grow, two)
+    return ops.pad(x, ops.pack([before, ops.sub(grow, before)], axis=1))
+
+
+@converter("CenterCropPad", 18, attrs=("axes",))
+def _center_crop_pad(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """Each chosen axis cropped or zero-padded about its centre to the target size; the
+    odd element goes to the end side (floor of half the difference at the start), as
+    onnx's reference does."""
+    x = ctx.input(0)
+    rank = rank_of(node, x)
+    count = ctx.input(1).shape.as_list()
+    if len(count) != 1 or count[0] is None:
+        raise node.fail("the shape input needs a length known at import time")
+    axes = _crop_pad_axes(node, ctx, rank, int(count[0]))
+    known, dims = ctx.static_input(1), static_dims(x)
+    if known is not None and dims is not None:
+        target = list(dims)
+        for axis, size in zip(axes, ints(known), strict=True):
+            if size < 0:
+                raise node.fail(f"shape {ints(known)} has a negative size")
+            target[axis] = size
+        return [_static_crop_pad(ctx, x, dims, target)]
+    # The full target: x's own dimension where no axis names it, else the shape's value.
+    shape = ops.cast(ctx.input(1), DstT=d.int64)
+    pick = [rank + axes.index(i) if i in axes else i for i in range(rank)]
+    joined = ops.concat_v2([shape_of(ctx, x), shape], ctx.const(np.int32(0)))
+    return [
+        _runtime_crop_pad(ctx, x, ops.gather_v2(joined, ctx.int64s(pick), ctx.const(np.int32(0))))
+    ]
+
+
 @converter("Range", 11)
 def _range(node: OnnxNode, ctx: ConversionContext) -> Result:
     # ONNX's count is max(ceil((limit - start) / delta), 0): a limit on the wrong side of

@@ -1,0 +1,70 @@
+"""CenterCropPad, ReverseSequence and Unique: converters composed of other kernloom ops,
+checked against onnx's reference evaluator with sizes known at import and at run time,
+and their import errors, which must name the node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import helper
+from onnx_helpers import FLOAT, INT64, check_against_oracle, model
+
+import kernloom.onnx as ko
+
+# -- CenterCropPad -------------------------------------------------------------------------
+
+
+def _crop_pad(
+    axes: list[int] | None, known: tuple[int | None, ...], shape: list[int], static: bool
+) -> Any:
+    attrs = {} if axes is None else {"axes": axes}
+    node = helper.make_node("CenterCropPad", ["x", "s"], ["y"], name="ccp", **attrs)
+    inputs: dict[str, Any] = {"x": (FLOAT, list(known))}
+    inits = {"s": np.asarray(shape, np.int64)} if static else None
+    if not static:
+        inputs["s"] = (INT64, [len(shape)])
+    return model([node], inputs, {"y": (FLOAT, None)}, initializers=inits, opset=18)
+
+
+CROP_PAD_CASES = [
+    (None, [3, 10, 3]),  # crop an odd amount, pad an even one
+    (None, [4, 9, 2]),  # odd crop and odd pad: the extra element goes to the end
+    ([0, 1], [4, 9]),
+    ([-1, 0], [6, 2]),
+    (None, [5, 8, 3]),  # unchanged
+    ([1], [0]),  # cropped to nothing
+]
+
+
+@pytest.mark.parametrize("static", [True, False], ids=["import", "runtime"])
+@pytest.mark.parametrize(("axes", "shape"), CROP_PAD_CASES)
+def test_center_crop_pad(axes: list[int] | None, shape: list[int], static: bool) -> None:
+    x = np.random.default_rng(0).random((5, 8, 3), dtype=np.float32)
+    known = (5, 8, 3) if static else (None, 8, None)
+    feeds: dict[str, Any] = {"x": x}
+    if not static:
+        feeds["s"] = np.asarray(shape, np.int64)
+    check_against_oracle(_crop_pad(axes, known, shape, static), feeds)
+
+
+def test_center_crop_pad_with_unknown_dims_and_a_known_shape() -> None:
+    x = np.arange(40, dtype=np.float32).reshape(5, 8)
+    check_against_oracle(_crop_pad([1], (None, None), [5], True), {"x": x})
+
+
+@pytest.mark.parametrize(
+    ("axes", "shape", "message"),
+    [
+        ([0, 0], [2, 2], "repeat an axis"),
+        ([0], [2, 2], "2 values but there are 1 axes"),
+        ([3], [2], "axis 3 is out of range"),
+        (None, [2, -1], "negative size"),
+    ],
+)
+def test_center_crop_pad_errors_name_the_node(
+    axes: list[int] | None, shape: list[int], message: str
+) -> None:
+    with pytest.raises(ko.OnnxImportError, match=rf"'ccp' \(CenterCropPad, opset 18\).*{message}"):
+        ko.import_model(_crop_pad(axes, (4, 4), shape, True))
