@@ -282,6 +282,7 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_onehot_with_bfloat16_values",
         "test_range_bfloat16_type_positive_delta",
         "test_range_bfloat16_type_positive_delta_expanded",
+        "test_reversesequence_bfloat16",
     ],
     "GridSample: no converter yet": [
         "test_gridsample_aligncorners_true",
@@ -515,11 +516,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_averagepool_2d_dilations",
         "test_lppool_2d_dilations",
         "test_maxpool_2d_dilations",
-    ],
-    "ReverseSequence: no converter yet": [
-        "test_reversesequence_batch",
-        "test_reversesequence_bfloat16",
-        "test_reversesequence_time",
     ],
     "RoiAlign: no converter yet": [
         "test_roialign_aligned_false",

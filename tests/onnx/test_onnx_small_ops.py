@@ -68,3 +68,55 @@ def test_center_crop_pad_errors_name_the_node(
 ) -> None:
     with pytest.raises(ko.OnnxImportError, match=rf"'ccp' \(CenterCropPad, opset 18\).*{message}"):
         ko.import_model(_crop_pad(axes, (4, 4), shape, True))
+
+
+# -- ReverseSequence -----------------------------------------------------------------------
+
+
+def _reverse_sequence(batch_axis: int, time_axis: int, known: list[int | None]) -> Any:
+    node = helper.make_node(
+        "ReverseSequence",
+        ["x", "lens"],
+        ["y"],
+        name="rev",
+        batch_axis=batch_axis,
+        time_axis=time_axis,
+    )
+    return model(
+        [node],
+        {"x": (FLOAT, known), "lens": (INT64, [known[batch_axis]])},
+        {"y": (FLOAT, None)},
+        opset=10,
+    )
+
+
+@pytest.mark.parametrize(
+    ("batch_axis", "time_axis", "lens"),
+    [(0, 1, [5, 0, 2]), (1, 0, [1, 3, 5]), (0, 1, [4, 4, 1])],
+)
+@pytest.mark.parametrize("static", [True, False], ids=["import", "runtime"])
+def test_reverse_sequence(batch_axis: int, time_axis: int, lens: list[int], static: bool) -> None:
+    dims = [3, 5, 2] if batch_axis % 3 == 0 else [5, 3, 2]
+    x = np.random.default_rng(1).random(dims, dtype=np.float32)
+    known: list[int | None] = list(dims) if static else [None, None, 2]
+    check_against_oracle(
+        _reverse_sequence(batch_axis, time_axis, known), {"x": x, "lens": np.asarray(lens)}
+    )
+
+
+@pytest.mark.parametrize(
+    ("batch_axis", "time_axis", "known", "message"),
+    [
+        (0, 0, [3, 3], "must be 0 and 1"),
+        (0, 2, [3, 3, 3], "must be 0 and 1"),
+        (0, 1, [3], "rank >= 2"),
+    ],
+)
+def test_reverse_sequence_errors_name_the_node(
+    batch_axis: int, time_axis: int, known: list[int], message: str
+) -> None:
+    proto = _reverse_sequence(batch_axis, time_axis, list(known))
+    with pytest.raises(
+        ko.OnnxImportError, match=rf"'rev' \(ReverseSequence, opset 10\).*{message}"
+    ):
+        ko.import_model(proto)

@@ -271,6 +271,35 @@ def _einsum(node: OnnxNode, ctx: ConversionContext) -> Result:
 __all__: list[str] = []
 
 
+@converter("ReverseSequence", 10, attrs=("batch_axis", "time_axis"))
+def _reverse_sequence(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """kernloom has no ReverseSequence: a GatherNd whose time index is len - 1 - t for
+    t < len (the batch entry's length) and t past it, so the tail stays in place."""
+    x = ctx.input(0)
+    rank = rank_of(node, x)
+    if rank < 2:
+        raise node.fail(f"needs a tensor of rank >= 2, not {rank}")
+    batch_axis = axis_of(node, int(node.attr("batch_axis", 1)), rank)
+    time_axis = axis_of(node, int(node.attr("time_axis", 0)), rank)
+    if {batch_axis, time_axis} != {0, 1}:
+        raise node.fail(
+            f"batch_axis={batch_axis} and time_axis={time_axis} must be 0 and 1, one each"
+        )
+    zero, one = ctx.const(np.int64(0)), ctx.const(np.int64(1))
+    lengths = ops.expand_dims(ops.cast(ctx.input(1), DstT=d.int64), _i32(ctx, 1))  # [B, 1]
+    times = ops.expand_dims(ops.range(zero, _dim(ctx, x, time_axis), one), _i32(ctx, 0))
+    flipped = ops.sub(ops.sub(lengths, one), times)
+    source = ops.select_v2(ops.less(times, lengths), flipped, times)  # [B, T]
+    batches = ops.reshape(ops.range(zero, _dim(ctx, x, batch_axis), one), ctx.int64s([-1, 1]))
+    rows = ops.mul(batches, ops.ones_like(source))
+    if time_axis == 0:
+        # x is [T, B, ...]: the coordinate grid must be too.
+        swap = ctx.int32s([1, 0])
+        source, rows = ops.transpose(source, swap), ops.transpose(rows, swap)
+    coords = [rows, source] if batch_axis == 0 else [source, rows]
+    return [ops.gather_nd(x, ops.pack(coords, axis=-1))]
+
+
 @converter("Compress", 9, attrs=("axis",))
 def _compress(node: OnnxNode, ctx: ConversionContext) -> Result:
     """The slices where condition is true: a Where and a GatherV2 (a condition shorter
