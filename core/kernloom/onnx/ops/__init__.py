@@ -13,6 +13,7 @@ from kernloom.onnx.ops import (
     reduce,
     resize,
     shape,
+    unique,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "reduce",
     "resize",
     "shape",
+    "unique",
 ]
