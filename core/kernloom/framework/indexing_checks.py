@@ -23,6 +23,7 @@ from kernloom.framework.op_kernel import OpKernelContext
 __all__ = [
     "SpaceBatchSpec",
     "StridedSliceSpec",
+    "batch_to_space_layout",
     "broadcast_to_shape",
     "checked",
     "expand_dims_axis",
@@ -42,6 +43,7 @@ __all__ = [
     "slice_spec",
     "sorted_segment_rows",
     "space_batch_spec",
+    "space_to_batch_layout",
     "split_sizes",
     "squeeze_shape",
     "strided_slice_spec",
@@ -756,3 +758,42 @@ def space_batch_spec(
     else:
         out_batch = None if batch is None else batch // product
     return SpaceBatchSpec(block, pairs, (out_batch, *spatial, *shape[1 + m :]))
+
+
+def space_to_batch_layout(
+    shape: Sequence[int], spec: SpaceBatchSpec
+) -> tuple[list[int], list[int], list[int]]:
+    """How SpaceToBatchND moves ``shape``'s elements in TensorFlow's batch layout, for a
+    kernel of any array library: (the padded input's shape, that shape split into
+    [batch, s1/b1, b1, ..., sM/bM, bM, rest], the transpose to [b1, ..., bM, batch,
+    s1/b1, ..., sM/bM, rest]); reshaping the result to ``spec.shape`` ends it."""
+    m = len(spec.block)
+    sizes = [s + a + b for s, (a, b) in zip(shape[1 : 1 + m], spec.amounts, strict=True)]
+    rest = list(shape[1 + m :])
+    blocked: list[int] = [shape[0]]
+    for size, b in zip(sizes, spec.block, strict=True):
+        blocked += [size // b, b]
+    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)]
+    perm += list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
+    return [shape[0], *sizes, *rest], blocked + rest, perm
+
+
+def batch_to_space_layout(
+    shape: Sequence[int], spec: SpaceBatchSpec
+) -> tuple[list[int], list[int], list[int], tuple[slice, ...]]:
+    """BatchToSpaceND's inverse of ``space_to_batch_layout`` for an input of ``shape``:
+    (the input split into [b1, ..., bM, batch, s1, ..., sM, rest], the transpose to
+    [batch, s1, b1, ..., sM, bM, rest], the joined shape [batch, s1*b1, ..., rest], the
+    slices that crop it)."""
+    m = len(spec.block)
+    batch = shape[0] // math.prod(spec.block)
+    spatial, rest = list(shape[1 : 1 + m]), list(shape[1 + m :])
+    perm = [m]
+    for i in range(m):
+        perm += [m + 1 + i, i]
+    perm += list(range(2 * m + 1, 2 * m + 1 + len(rest)))
+    joined = [batch, *(s * b for s, b in zip(spatial, spec.block, strict=True)), *rest]
+    keys = tuple(
+        slice(before, joined[1 + i] - after) for i, (before, after) in enumerate(spec.amounts)
+    )
+    return [*spec.block, batch, *spatial, *rest], perm, joined, (slice(None), *keys)

@@ -9,7 +9,6 @@ block is the major part of the output batch index; BatchToSpaceND inverts it.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -30,33 +29,14 @@ def space_to_batch(x: Array, spec: ic.SpaceBatchSpec) -> Array:
     """SpaceToBatchND of ``x`` by a checked ``spec``, as a new array."""
     m = len(spec.block)
     padded = np.pad(x, [(0, 0), *spec.amounts] + [(0, 0)] * (x.ndim - 1 - m))
-    blocked: list[int] = [x.shape[0]]
-    for i, b in enumerate(spec.block):
-        blocked += [padded.shape[1 + i] // b, b]
-    rest = list(x.shape[1 + m :])
-    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)]
-    perm += list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
-    moved = padded.reshape(blocked + rest).transpose(perm)
-    return moved.reshape(ic.known(spec.shape))
+    _, blocked, perm = ic.space_to_batch_layout(x.shape, spec)
+    return padded.reshape(blocked).transpose(perm).reshape(ic.known(spec.shape))
 
 
 def batch_to_space(x: Array, spec: ic.SpaceBatchSpec) -> Array:
     """BatchToSpaceND of ``x`` by a checked ``spec`` (a view where no crop copies)."""
-    m = len(spec.block)
-    batch = x.shape[0] // math.prod(spec.block)
-    spatial, rest = list(x.shape[1 : 1 + m]), list(x.shape[1 + m :])
-    split = x.reshape([*spec.block, batch, *spatial, *rest])
-    perm = [m]
-    for i in range(m):
-        perm += [m + 1 + i, i]
-    perm += list(range(2 * m + 1, 2 * m + 1 + len(rest)))
-    joined = split.transpose(perm).reshape(
-        [batch, *(s * b for s, b in zip(spatial, spec.block, strict=True)), *rest]
-    )
-    keys = tuple(
-        slice(before, joined.shape[1 + i] - after) for i, (before, after) in enumerate(spec.amounts)
-    )
-    return joined[(slice(None), *keys)]
+    split, perm, joined, crop = ic.batch_to_space_layout(x.shape, spec)
+    return x.reshape(split).transpose(perm).reshape(joined)[crop]
 
 
 def _kernel(to_batch: bool) -> Any:

@@ -7,7 +7,6 @@ as in TensorFlow's GPU kernels. Real types only, as TensorFlow's kernels.
 
 from __future__ import annotations
 
-import math
 from types import ModuleType
 from typing import Any
 
@@ -33,36 +32,18 @@ def _host(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
 
 def _space_to_batch(xp: ModuleType, x: Any, spec: ic.SpaceBatchSpec) -> Any:
     m = len(spec.block)
-    sizes = [s + a + b for s, (a, b) in zip(x.shape[1 : 1 + m], spec.amounts, strict=True)]
-    padded = xp.zeros((x.shape[0], *sizes, *x.shape[1 + m :]), dtype=x.dtype)
+    padded_shape, blocked, perm = ic.space_to_batch_layout(list(x.shape), spec)
+    padded = xp.zeros(padded_shape, dtype=x.dtype)
     inside = tuple(
         slice(a, a + s) for (a, _), s in zip(spec.amounts, x.shape[1 : 1 + m], strict=True)
     )
     padded[(slice(None), *inside)] = x
-    blocked: list[int] = [x.shape[0]]
-    for size, b in zip(sizes, spec.block, strict=True):
-        blocked += [size // b, b]
-    rest = list(x.shape[1 + m :])
-    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)]
-    perm += list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
-    return padded.reshape(blocked + rest).transpose(perm).reshape(ic.known(spec.shape))
+    return padded.reshape(blocked).transpose(perm).reshape(ic.known(spec.shape))
 
 
 def _batch_to_space(x: Any, spec: ic.SpaceBatchSpec) -> Any:
-    m = len(spec.block)
-    batch = x.shape[0] // math.prod(spec.block)
-    spatial, rest = list(x.shape[1 : 1 + m]), list(x.shape[1 + m :])
-    perm = [m]
-    for i in range(m):
-        perm += [m + 1 + i, i]
-    perm += list(range(2 * m + 1, 2 * m + 1 + len(rest)))
-    joined = (
-        x.reshape([*spec.block, batch, *spatial, *rest])
-        .transpose(perm)
-        .reshape([batch, *(s * b for s, b in zip(spatial, spec.block, strict=True)), *rest])
-    )
-    keys = tuple(slice(a, joined.shape[1 + i] - b) for i, (a, b) in enumerate(spec.amounts))
-    return joined[(slice(None), *keys)]
+    split, perm, joined, crop = ic.batch_to_space_layout(list(x.shape), spec)
+    return x.reshape(split).transpose(perm).reshape(joined)[crop]
 
 
 def register(lib: KernelLibrary, xp: ModuleType) -> None:

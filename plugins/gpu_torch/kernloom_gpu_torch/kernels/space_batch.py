@@ -8,7 +8,6 @@ uint16/32/64 (torch only stores them; such nodes run on the CPU).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -31,36 +30,18 @@ device with a kernel for a dtype must copy and allocate it)."""
 
 def _space_to_batch(x: torch.Tensor, spec: ic.SpaceBatchSpec) -> torch.Tensor:
     m = len(spec.block)
-    sizes = [s + a + b for s, (a, b) in zip(x.shape[1 : 1 + m], spec.amounts, strict=True)]
-    padded = torch.zeros((x.shape[0], *sizes, *x.shape[1 + m :]), dtype=x.dtype, device=x.device)
+    padded_shape, blocked, perm = ic.space_to_batch_layout(list(x.shape), spec)
+    padded = torch.zeros(padded_shape, dtype=x.dtype, device=x.device)
     inside = tuple(
         slice(a, a + s) for (a, _), s in zip(spec.amounts, x.shape[1 : 1 + m], strict=True)
     )
     padded[(slice(None), *inside)] = x
-    blocked: list[int] = [x.shape[0]]
-    for size, b in zip(sizes, spec.block, strict=True):
-        blocked += [size // b, b]
-    rest = list(x.shape[1 + m :])
-    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)]
-    perm += list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
-    return padded.reshape(blocked + rest).permute(perm).reshape(ic.known(spec.shape))
+    return padded.reshape(blocked).permute(perm).reshape(ic.known(spec.shape))
 
 
 def _batch_to_space(x: torch.Tensor, spec: ic.SpaceBatchSpec) -> torch.Tensor:
-    m = len(spec.block)
-    batch = x.shape[0] // math.prod(spec.block)
-    spatial, rest = list(x.shape[1 : 1 + m]), list(x.shape[1 + m :])
-    perm = [m]
-    for i in range(m):
-        perm += [m + 1 + i, i]
-    perm += list(range(2 * m + 1, 2 * m + 1 + len(rest)))
-    joined = (
-        x.reshape([*spec.block, batch, *spatial, *rest])
-        .permute(perm)
-        .reshape([batch, *(s * b for s, b in zip(spatial, spec.block, strict=True)), *rest])
-    )
-    keys = tuple(slice(a, joined.shape[1 + i] - b) for i, (a, b) in enumerate(spec.amounts))
-    return joined[(slice(None), *keys)]
+    split, perm, joined, crop = ic.batch_to_space_layout(list(x.shape), spec)
+    return x.reshape(split).permute(perm).reshape(joined)[crop]
 
 
 def _kernel(to_batch: bool) -> Any:
