@@ -622,14 +622,24 @@ def _determinant_shape(ctx: InferenceContext) -> None:
         ctx.set_output(index, batch)
 
 
-def _solve_shape_fn(ctx: InferenceContext) -> None:
+def _matrix_and_rhs(ctx: InferenceContext) -> tuple[TensorShape, TensorShape] | None:
+    """A solve's square matrix and its rhs of rank 2 or more, checked; None (the output
+    set unknown) where either rank is unknown."""
     matrix = _square(ctx, 0, "matrix")
     rhs = ctx.input_shape(1)
     if rhs.rank is not None and rhs.rank < 2:
         raise ctx.fail(f"rhs must have rank >= 2, got shape {rhs}")
     if matrix.rank is None or rhs.rank is None:
         ctx.set_output(0, None)
+        return None
+    return matrix, rhs
+
+
+def _solve_shape_fn(ctx: InferenceContext) -> None:
+    shapes = _matrix_and_rhs(ctx)
+    if shapes is None:
         return
+    matrix, rhs = shapes
     batch = ctx.merge(
         TensorShape(matrix.dims[:-2]),  # type: ignore[index]
         TensorShape(rhs.dims[:-2]),  # type: ignore[index]
@@ -640,13 +650,10 @@ def _solve_shape_fn(ctx: InferenceContext) -> None:
 
 
 def _triangular_solve_shape_fn(ctx: InferenceContext) -> None:
-    matrix = _square(ctx, 0, "matrix")
-    rhs = ctx.input_shape(1)
-    if rhs.rank is not None and rhs.rank < 2:
-        raise ctx.fail(f"rhs must have rank >= 2, got shape {rhs}")
-    if matrix.rank is None or rhs.rank is None:
-        ctx.set_output(0, None)
+    shapes = _matrix_and_rhs(ctx)
+    if shapes is None:
         return
+    matrix, rhs = shapes
     rows = ctx.merge(TensorShape([matrix[-1]]), TensorShape([rhs[-2]]), "matrix and rhs rows")
     batch = broadcast_shapes(
         [TensorShape(matrix.dims[:-2]), TensorShape(rhs.dims[:-2])],  # type: ignore[index]
