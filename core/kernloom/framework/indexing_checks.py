@@ -40,6 +40,7 @@ __all__ = [
     "scatter_nd_shape",
     "segment_id_error",
     "segment_shape",
+    "segment_start",
     "slice_spec",
     "sorted_segment_rows",
     "space_batch_spec",
@@ -609,6 +610,26 @@ def index_error(
 
 
 # -- segment reductions -----------------------------------------------------------------------
+
+
+def segment_start(dtype: Any, kind: str, *, finite: bool) -> Any:
+    """What a segment reduction ``kind`` (Sum, Prod, Max, Min) of ``dtype`` (anything
+    ``np.dtype`` takes) starts from, and an unsorted op's empty segment holds: 0, 1, or for
+    Max (Min) the dtype's lowest (highest) value -- finite for the unsorted ops
+    (TensorFlow's numeric_limits::lowest/max), an infinity for the sorted ones (Eigen's
+    MaxReducer/MinReducer)."""
+    if kind == "Sum":
+        return 0
+    if kind == "Prod":
+        return 1
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        if not finite:
+            return -np.inf if kind == "Max" else np.inf
+        info: Any = np.finfo(dtype)
+    else:
+        info = np.iinfo(dtype)
+    return info.min if kind == "Max" else info.max
 
 
 def unsorted_segment_shape(

@@ -36,26 +36,6 @@ UFUNCS: dict[str, np.ufunc] = {
 }
 
 
-def extreme_start(dtype: np.dtype[Any], kind: str, *, finite: bool) -> Any:
-    """Max's (Min's) start value: the dtype's lowest (highest) value, finite for the
-    unsorted ops (TensorFlow's numeric_limits::lowest/max) or an infinity for the sorted
-    ones (Eigen's MaxReducer/MinReducer)."""
-    if dtype.kind == "f":
-        if not finite:
-            return -np.inf if kind == "Max" else np.inf
-        info: Any = np.finfo(dtype)
-    else:
-        info = np.iinfo(dtype)
-    return info.min if kind == "Max" else info.max
-
-
-def start_value(dtype: np.dtype[Any], kind: str, *, finite: bool) -> Any:
-    """What a ``kind`` reduction starts from (and an unsorted op's empty segment holds)."""
-    if kind in ("Max", "Min"):
-        return extreme_start(dtype, kind, finite=finite)
-    return 0 if kind == "Sum" else 1
-
-
 def _without_nan_prefix(
     rows: Array, ids: Array, count: int, kind: str
 ) -> tuple[Array, Array | None, Array | None]:
@@ -88,7 +68,7 @@ def segment_reduce(data: Array, ids: Array, count: int, kind: str, *, finite: bo
     keep = flat >= 0
     if not keep.all():
         flat, rows = flat[keep], rows[keep]
-    start = start_value(data.dtype, kind, finite=finite)
+    start = ic.segment_start(data.dtype, kind, finite=finite)
     out = np.full((count, inner), start, dtype=data.dtype)
     ends_nan = None
     if kind in ("Max", "Min") and data.dtype.kind == "f":
@@ -117,7 +97,7 @@ def unsorted_segment(kind: str) -> Any:
         shape = ic.checked(ctx, ic.unsorted_segment_shape, data.shape, ids.shape, count)
         out = ctx.allocate_output(0, ic.known(shape))
         if data.size == 0:  # TensorFlow returns before looking at the ids
-            out.fill(start_value(data.dtype, kind, finite=True))
+            out.fill(ic.segment_start(data.dtype, kind, finite=True))
             return
         error = ic.segment_id_error(ids, count)
         if error is not None:

@@ -40,23 +40,6 @@ def _host(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
     return np.asarray(ctx.device.copy_to_host(value))
 
 
-def _start(dtype: Any, kind: str, *, finite: bool) -> Any:
-    """0 (sum), 1 (prod); max's (min's) lowest (highest) value, finite for the unsorted
-    ops (TensorFlow's numeric_limits) and an infinity for the sorted ones (Eigen's)."""
-    if kind == "Sum":
-        return 0
-    if kind == "Prod":
-        return 1
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        if not finite:
-            return -np.inf if kind == "Max" else np.inf
-        info: Any = np.finfo(dtype)
-    else:
-        info = np.iinfo(dtype)
-    return info.min if kind == "Max" else info.max
-
-
 class _Kernels:
     """The kernels, bound to one array module ``xp`` (CuPy, or numpy in tests)."""
 
@@ -127,7 +110,7 @@ class _Kernels:
             flat = ids.reshape(-1).astype(np.int64)
             target = self.xp.where((flat >= 0) & (flat < count), flat, count)
             rows = data.reshape(flat.size, math.prod(data.shape[ids.ndim :]))
-            start = _start(data.dtype, kind, finite=True)
+            start = ic.segment_start(data.dtype, kind, finite=True)
             out.reshape(count, rows.shape[1])[...] = self.reduce(rows, target, count, kind, start)
 
         compute.__qualname__ = f"cupy_unsorted_segment_{kind.lower()}"
@@ -145,7 +128,7 @@ class _Kernels:
             target = ids.astype(np.int64)
             rows = data.reshape(target.size, math.prod(data.shape[1:]))
             reduction = "Sum" if kind == "Mean" else kind
-            start = _start(data.dtype, reduction, finite=False)
+            start = ic.segment_start(data.dtype, reduction, finite=False)
             values = self.reduce(rows, target, count, reduction, start)
             counts = xp.bincount(target, minlength=count)[:, None]
             if kind == "Mean":

@@ -37,22 +37,6 @@ NUMBERS = tuple(x for x in d.NUMBERS if x.name not in ("uint16", "uint32", "uint
 REALS = tuple(x for x in NUMBERS if not x.is_complex)
 
 
-def _start(dtype: torch.dtype, kind: str, *, finite: bool) -> Any:
-    """TensorFlow's start value: 0 (sum), 1 (prod), for max (min) the dtype's lowest
-    (highest) value, finite for the unsorted ops and an infinity for the sorted ones."""
-    if kind == "Sum":
-        return 0
-    if kind == "Prod":
-        return 1
-    if dtype.is_floating_point:
-        if not finite:
-            return -math.inf if kind == "Max" else math.inf
-        info: Any = torch.finfo(dtype)
-    else:
-        info = torch.iinfo(dtype)
-    return info.min if kind == "Max" else info.max
-
-
 def _reduce(rows: torch.Tensor, target: torch.Tensor, count: int, kind: str, start: Any) -> Any:
     """(count, slice size): row i the ``kind`` reduction of ``rows`` whose ``target`` is
     i; targets == count (the dropped rows) land in a spare row that is cut off."""
@@ -101,7 +85,7 @@ def unsorted_segment(kind: str) -> Any:
         out = output(ctx, 0, ic.known(shape))
         flat = ids.reshape(-1).to(torch.int64)
         target = torch.where((flat >= 0) & (flat < count), flat, count)
-        start = _start(data.dtype, kind, finite=True)
+        start = ic.segment_start(d.kl_dtype(data.dtype).numpy_dtype, kind, finite=True)
         values = _reduce(_flat(data, ids), target, count, kind, start)
         if out.numel():
             out.view(count, -1).copy_(values)
@@ -121,7 +105,7 @@ def sorted_segment(kind: str) -> Any:
         target = ids.to(torch.int64)
         rows = _flat(data, ids)
         reduction = "Sum" if kind == "Mean" else kind
-        start = _start(data.dtype, reduction, finite=False)
+        start = ic.segment_start(d.kl_dtype(data.dtype).numpy_dtype, reduction, finite=False)
         values = _reduce(rows, target, count, reduction, start)
         counts = torch.bincount(target, minlength=count)[:, None]
         if kind == "Mean":
