@@ -463,6 +463,20 @@ class DiagBand:
         rows = (self.num_diags,) if self.num_diags > 1 else ()
         return (*batch, *rows, self.max_len)
 
+    def check_diagonal(
+        self, ctx: Fails, shape: Sequence[int], diagonal: Sequence[int]
+    ) -> tuple[int, ...]:
+        """MatrixSetDiagV3's check that ``diagonal`` is this band of matrices of ``shape``,
+        packed; the batch dimensions."""
+        batch = tuple(shape[:-2])
+        expected = self.packed_shape(batch)
+        if tuple(diagonal) != expected:
+            raise ctx.fail(
+                f"diagonal must have shape {list(expected)} for input {list(shape)} and k = "
+                f"({self.lower}, {self.upper}), got {list(diagonal)}"
+            )
+        return batch
+
     def indices(self) -> tuple[np.ndarray[Any, Any], ...]:
         """``(packed row, packed position, matrix row, matrix column)`` of every element of
         every diagonal of the band, as int64 vectors (the positions padding fills are not

@@ -212,13 +212,7 @@ def set_diag(ctx: OpKernelContext) -> None:
     x, diagonal, k = ctx.input(0), ctx.input(1), ctx.input(2)
     rows, cols = _matrices(ctx, x)
     band = DiagBand.checked(ctx, rows, cols, *diag_range(ctx, k), _align(ctx))
-    batch = x.shape[:-2]
-    expected = band.packed_shape(batch)
-    if tuple(diagonal.shape) != expected:
-        raise ctx.fail(
-            f"diagonal must have shape {list(expected)} for input {list(x.shape)} and k = "
-            f"({band.lower}, {band.upper}), got {list(diagonal.shape)}"
-        )
+    batch = band.check_diagonal(ctx, tuple(x.shape), tuple(diagonal.shape))
     out = ctx.allocate_output(0, x.shape)
     np.copyto(out, x)
     i, p, r, c = band.indices()

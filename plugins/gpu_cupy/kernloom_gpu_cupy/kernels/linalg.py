@@ -113,13 +113,7 @@ class _Linalg:
         rows, cols = self._matrices(ctx, x)
         align = str(ctx.attr("align"))
         band = DiagBand.checked(ctx, rows, cols, *diag_range(ctx, _host(ctx.input(2))), align)
-        batch = tuple(x.shape[:-2])
-        expected = band.packed_shape(batch)
-        if tuple(diagonal.shape) != expected:
-            raise ctx.fail(
-                f"diagonal must have shape {list(expected)} for input {list(x.shape)} and k = "
-                f"({band.lower}, {band.upper}), got {list(diagonal.shape)}"
-            )
+        batch = band.check_diagonal(ctx, tuple(x.shape), tuple(diagonal.shape))
         out = ctx.allocate_output(0, x.shape)
         xp.copyto(out, x)
         i, p, r, c = self._indices(band)

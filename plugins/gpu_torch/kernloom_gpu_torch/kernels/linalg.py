@@ -152,13 +152,7 @@ def set_diag(ctx: OpKernelContext) -> None:
     rows, cols = _matrices(ctx, x)
     align = str(ctx.attr("align"))
     band = DiagBand.checked(ctx, rows, cols, *diag_range(ctx, host_input(ctx, 2)), align)
-    batch = tuple(x.shape[:-2])
-    expected = band.packed_shape(batch)
-    if tuple(diagonal.shape) != expected:
-        raise ctx.fail(
-            f"diagonal must have shape {list(expected)} for input {list(x.shape)} and k = "
-            f"({band.lower}, {band.upper}), got {list(diagonal.shape)}"
-        )
+    batch = band.check_diagonal(ctx, tuple(x.shape), tuple(diagonal.shape))
     out = output(ctx, 0, x.shape)
     out.copy_(x)
     i, p, r, c = _indices(band, x.device)
