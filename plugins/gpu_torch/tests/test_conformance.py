@@ -53,12 +53,13 @@ def test_the_torch_gpu_passes_the_kit(pytester: pytest.Pytester) -> None:
 
 
 def test_a_real_cuda_gpu_passes_the_kit(pytester: pytest.Pytester) -> None:
-    """Where torch sees a CUDA GPU, the installed plugin's own GPU device runs the kit."""
+    """Where torch sees a CUDA GPU, the installed plugin's own GPU device runs the kit, also
+    with CuPy's plugin installed, whose factory outranks torch's (``--kernloom-plugin``)."""
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU visible to torch")
-    args = ["--kernloom-device", "GPU", "-p", "no:cacheprovider"]
+    args = ["--kernloom-device", "GPU", "--kernloom-plugin", "gpu_torch", "-p", "no:cacheprovider"]
     if not os.environ.get("KERNLOOM_FULL_KIT"):
         args += ["-k", SUBSET]
     result = pytester.runpytest(*args)

@@ -16,7 +16,9 @@ device type ``ACME``:
 and ends with a summary per op (conformant, with failures, without a kernel);
 ``--kernloom-report FILE.json`` writes it. The registry checked is the first of: the
 ``pytest_kernloom_registry(config)`` hook (in a ``conftest.py``), ``--kernloom-registry
-MODULE:FUNCTION``, the installed plugins (``kernloom.plugin.default_registry()``).
+MODULE:FUNCTION``, the installed plugins (``kernloom.plugin.default_registry()``; with
+``--kernloom-plugin`` naming a plugin whose own factory for the type another plugin's
+outranks, that plugin's factory selected: ``selection``).
 
 pytest loads this module through the ``kernloom_pytest`` entry point only when
 ``--kernloom-device`` is given, or directly with ``-p kernloom.testing.conformance``.
@@ -31,10 +33,11 @@ import pytest
 
 import kernloom_pytest
 from kernloom.errors import KernloomError
-from kernloom.registry import Registry, default_registry
+from kernloom.registry import Registry
 from kernloom.testing.conformance.items import KitCollector, KitItem
 from kernloom.testing.conformance.plan import KitPlan
 from kernloom.testing.conformance.report import KitReport
+from kernloom.testing.conformance.selection import installed_registry
 
 __all__ = ["KitPlan", "KitReport", "KitSession"]
 
@@ -53,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(KitSession(config, device_type), KitSession.NAME)
 
 
-def _registry(config: pytest.Config) -> Registry:
+def _registry(config: pytest.Config, device_type: str) -> Registry:
     given = config.hook.pytest_kernloom_registry(config=config)
     if given is not None:
         if not isinstance(given, Registry):
@@ -75,7 +78,7 @@ def _registry(config: pytest.Config) -> Registry:
         if not isinstance(registry, Registry):
             raise pytest.UsageError(f"--kernloom-registry {spec} returned {registry!r}")
         return registry
-    return default_registry()
+    return installed_registry(device_type, config.getoption("kernloom_plugin", None))
 
 
 class KitSession:
@@ -94,7 +97,7 @@ class KitSession:
     ) -> None:
         try:
             plan = KitPlan.build(
-                _registry(config),
+                _registry(config, self.device_type),
                 self.device_type,
                 only_plugin=config.getoption("kernloom_plugin", None),
             )

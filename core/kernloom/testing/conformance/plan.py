@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from kernloom.dtypes import DType, as_dtype
+from kernloom.environment import DEVICE_FACTORY
 from kernloom.errors import KernloomError
 from kernloom.framework.device import Device, DeviceOptions
 from kernloom.framework.device_mgr import DeviceMgr
@@ -25,6 +26,7 @@ from kernloom.framework.node_def import KERNEL_LABEL_ATTR, NodeDef
 from kernloom.registry import Registry
 from kernloom.testing.cases import Case, cases
 from kernloom.testing.cases.kit_edges import error_cases
+from kernloom.testing.conformance.selection import shadowed_factory
 
 __all__ = [
     "NODE",
@@ -134,10 +136,20 @@ class KitPlan:
             )
         plan = cls(registry, device_type, devices, only_plugin=only_plugin)
         if only_plugin is not None and not any(plan._mine(r) for r in plan.registrations()):
+            shadowed = shadowed_factory(registry, device_type, only_plugin)
+            hint = (
+                f"; its {device_type} factory is shadowed by another plugin's, whose devices "
+                f"its kernels do not run on: select it with "
+                f"{DEVICE_FACTORY}={device_type}={only_plugin} (or in the registry the "
+                f"pytest_kernloom_registry hook or --kernloom-registry gives the kit)"
+                if shadowed is not None
+                else ""
+            )
             raise KernloomError(
                 f"--kernloom-plugin {only_plugin}: no kernel for {device_type} comes from a "
                 f"plugin of that name; plugins: "
                 + ", ".join(sorted({r.name for r in registry.plugins}))
+                + hint
             )
         table = list(cases())
         labelled = {(c.op, c.label) for c in table if c.label}
