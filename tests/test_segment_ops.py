@@ -204,6 +204,28 @@ def test_bad_values_fail_at_run_time_naming_the_node(
     assert f"node 'op' (op {op})" in str(info.value)
 
 
+@pytest.mark.parametrize("op", ["UnsortedSegmentProd", "SegmentProd"])
+def test_a_complex_product_runs_on_the_cpu_beside_the_torch_gpu(op: str) -> None:
+    """CUDA's scatter_reduce has no complex product, nor has TensorFlow's GPU: the torch
+    GPU registers none, so the node goes to the CPU (found by the kit on an H100)."""
+    registry = torch_registry()
+    gpu = [
+        r.kernel_def
+        for r in registry.kernels.kernels()
+        if r.kernel_def.op == op and r.kernel_def.device_type == "GPU"
+    ]
+    dtypes = {t.name for kernel_def in gpu for t in kernel_def.constraints["T"]}
+    assert dtypes and not {"complex64", "complex128"} & dtypes
+    assert "float32" in dtypes
+    data = np.array([1 + 2j, 3 - 1j, 2j], np.complex64)
+    ids = np.array([0, 0, 1], np.int32)
+    inputs = [data, ids, np.int32(2)] if op.startswith("Unsorted") else [data, ids]
+    (out,), metadata = run_op(registry, op, inputs)  # GPU first in placement order
+    np.testing.assert_allclose(out, [(1 + 2j) * (3 - 1j), 2j], rtol=1e-6)
+    (node,) = [n for n in metadata.step_stats.nodes if "segment" in n.kernel]
+    assert node.device.endswith("CPU:0"), node.device
+
+
 @pytest.mark.parametrize("backend", ["torch", "cupy"])
 def test_the_gpu_kernels_drop_ids_past_num_segments(backend: str) -> None:
     data = np.array([1.0, 2.0, 4.0, 8.0], np.float32)

@@ -28,13 +28,15 @@ def _dtypes(case: Case) -> list[kl.DType]:
 
 def on_gpu(case: Case) -> bool:
     """Whether the torch GPU has a kernel for the case (torch's uint16/32/64 are storage
-    only; CUDA has no integer matrix products: MatMul, BatchMatMulV2, Einsum; ``einsum`` and
-    ``blocked`` are CPU labels)."""
+    only; CUDA has no integer matrix products: MatMul, BatchMatMulV2, Einsum, nor complex
+    segment products; ``einsum`` and ``blocked`` are CPU labels)."""
     if case.label or case.op == "Const":
         return False
     dtypes = _dtypes(case)
     if case.op in ("MatMul", "BatchMatMulV2", "Einsum") and dtypes[0].is_integer:
         return False
+    if case.op.endswith("SegmentProd") and dtypes[0].is_complex:
+        return False  # CUDA has no complex scatter product (nor TensorFlow's GPU a kernel)
     return all(d in TORCH_DTYPES for d in dtypes)
 
 
