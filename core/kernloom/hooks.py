@@ -55,7 +55,7 @@ PROJECT_NAME: Final = "kernloom"
 ENTRY_POINT_GROUP: Final = "kernloom"
 """The entry-point group plugins declare themselves in."""
 
-KERNLOOM_API_VERSION: Final = "1.8"
+KERNLOOM_API_VERSION: Final = "1.9"
 # 1.1: ``kernloom.plugin`` (the declared plugin surface), the array protocol on Device,
 # ProbedDeviceFactory, graph passes, device-independent kernels for every device type.
 # 1.2: whole-list attr constraints (``fused_ops`` forms: BIAS_FORMS, CONV_FORMS,
@@ -78,6 +78,8 @@ KERNLOOM_API_VERSION: Final = "1.8"
 # bicubic_weights, crop_and_resize_shape, check_crop_boxes, crop_taps, CropTaps (images);
 # DiagBand, band_limits, band_mask, diag_range, matrix_diag_size, solve_shape,
 # square_batch, triangular_solve_shape (linear algebra).
+# 1.9: FusedInputs (a fused kernel's plan from its inputs' shapes, kept while the same
+# inputs come back).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

@@ -19,6 +19,7 @@ from kernloom.plugin import (
     CONV_FORMS,
     NUMPY_ELEMENTWISE,
     OUT_BY_POSITION,
+    FusedInputs,
     KernelLibrary,
     OpKernel,
     OpKernelConstruction,
@@ -26,7 +27,6 @@ from kernloom.plugin import (
     broadcast_shape,
     check_bias,
     compile_fused_steps,
-    elementwise_output,
     matmul_shape,
     parse_fused_ops,
     plan_fused_expression,
@@ -51,14 +51,20 @@ class FusedElementwise(OpKernel):
             self._temps,
             out_by_position=OUT_BY_POSITION,
         )
+        self._inputs: FusedInputs[None] = FusedInputs()
 
     def compute(self, ctx: OpKernelContext) -> None:
         inputs = ctx.input_list("inputs")
-        shapes = [x.shape for x in inputs]
-        shape = shapes[0] if all(s == shapes[0] for s in shapes) else broadcast_shape(ctx, *shapes)
+
+        def plan(shapes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], None]:
+            if all(s == shapes[0] for s in shapes):
+                return shapes[0], None
+            return tuple(broadcast_shape(ctx, *shapes)), None
+
+        shape, _, candidates = self._inputs.plan(inputs, plan)
         # An input of the output's shape that nothing else holds may become the output:
         # its block is read only by the steps of that same block, before the last writes.
-        out = elementwise_output(ctx, inputs, shape, shapes)
+        out = FusedInputs.output(ctx, inputs, shape, candidates)
         if out.size == 0:
             return
         if out.ndim == 0 or out.size <= BLOCK_ELEMENTS or shape[0] == 1:

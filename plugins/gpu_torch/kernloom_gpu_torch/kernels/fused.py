@@ -16,6 +16,7 @@ from kernloom.plugin import (
     CONV_FORMS,
     NUMPY_ELEMENTWISE,
     OUT_BY_POSITION,
+    FusedInputs,
     KernelLibrary,
     OpKernel,
     OpKernelConstruction,
@@ -23,7 +24,6 @@ from kernloom.plugin import (
     broadcast_shape,
     check_bias,
     compile_fused_steps,
-    elementwise_output,
     matmul_shape,
     parse_fused_expression,
     parse_fused_ops,
@@ -146,15 +146,21 @@ class CpuFusedElementwise(OpKernel):
         self._shapes: dict[tuple[Any, ...], tuple[tuple[int, ...], bool]] = {}
         """Per input shapes: the output's shape and ``_first_slot_full`` (the same few every
         run; the broadcast was checked when an entry was made)."""
+        self._fused_inputs: FusedInputs[bool] = FusedInputs()
+        """The output's shape, ``_first_slot_full`` and the inputs the output may reuse,
+        kept while the same inputs come back (``FusedInputs``)."""
         self._inputs = [ConstantInput(contiguous=False) for _ in range(int(ctx.attr("N")))]
         """Each input's tensor, kept while it is the same constant (a batch norm's scale and
         shift): 9-22 µs of Python went around each of a DenseNet's 62 groups."""
 
     def compute(self, ctx: OpKernelContext) -> None:
         raw = ctx.input_list("inputs")
-        shapes = tuple([x.shape for x in raw])
-        shape, full = kept_per_shapes(self._shapes, shapes, lambda: self._plan(ctx, shapes))
-        out = elementwise_output(ctx, raw, shape, shapes)  # as numpy's kernel makes it
+
+        def plan(shapes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], bool]:
+            return kept_per_shapes(self._shapes, shapes, lambda: self._plan(ctx, shapes))
+
+        shape, full, candidates = self._fused_inputs.plan(raw, plan)
+        out = FusedInputs.output(ctx, raw, shape, candidates)  # as numpy's kernel makes it
         if out.size == 0:
             return
         if out.size < SMALL_ELEMENTWISE:
