@@ -13,7 +13,14 @@ import kernloom.plugin as klp
 from kernloom.framework.kernel_registry import run_compute
 from kernloom.framework.node_def import KERNEL_LABEL_ATTR, NodeDef
 from kernloom.runtime.placer import Placement, Placer
-from kernloom.testing import FAKE_ACCEL, AccelArray, FakeAccelDevice
+from kernloom.testing import (
+    FAKE_ACCEL,
+    AccelArray,
+    FakeAccelDevice,
+    FakeDevice,
+    FakeDeviceFactory,
+    fake_plugin,
+)
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 ACCEL0 = "/job:localhost/replica:0/task:0/device:FAKE_ACCEL:0"
@@ -257,3 +264,47 @@ def test_the_fake_accelerator_catches_a_missing_copy(registry: klp.Registry) -> 
         ctx = klp.OpKernelContext(kernel, [value_in], device)
         with pytest.raises(kl.KernelError, match=message):
             run_compute(kernel, ctx)
+
+
+class _NoUint16Device(FakeDevice):
+    """A device whose buffers cannot hold uint16 (as torch's cannot)."""
+
+    def holds(self, dtype: kl.DType) -> bool:
+        return dtype != kl.uint16
+
+
+def test_core_kernels_stay_off_a_device_that_cannot_hold_the_dtype() -> None:
+    """Identity, IdentityN and the control-flow kernels take every dtype on every device;
+    a node of a dtype the device cannot hold goes to the next type (the torch GPU's
+    uint16: an Identity was placed there and its input's copy failed)."""
+    from kernloom_cpu_numpy import plugin as cpu_plugin
+
+    registry = klp.Registry()
+    registry.register_plugin(cpu_plugin, name="cpu_numpy")
+    factory = FakeDeviceFactory("ACME", device_class=_NoUint16Device)
+    registry.register_plugin(fake_plugin(("ACME", factory, 500)), name="acme")
+    g = kl.Graph(registry)
+    with g.as_default():
+        small = kl.placeholder(kl.uint16, [3], name="small")
+        wide = kl.placeholder(kl.float32, [3], name="wide")
+        id16 = kl.ops.identity(small, name="id16")
+        idn = kl.ops.identity_n([small, wide], name="idn")[0]
+        kl.ops.identity(wide, name="id32")
+        _, looped = kl.while_loop(
+            lambda i, v: i < 2, lambda i, v: (i + 1, kl.ops.identity(v)), [kl.constant(0), small]
+        )
+    placement = place(g)
+    acme0 = "/job:localhost/replica:0/task:0/device:ACME:0"
+    assert placement["id16"] == CPU0 and placement["idn"] == CPU0
+    assert placement["id32"] == acme0  # float32: the higher-priority type
+    why = placement.decision("id16").explain()
+    assert "ACME: no: its devices (numpy) cannot hold uint16 values" in why
+    values = np.array([1, 2, 65535], np.uint16)
+    with kl.Session(g) as session:
+        got = session.run(
+            [id16, idn, looped],
+            {small: values, wide: np.ones(3, np.float32)},
+        )
+    for value in got:
+        assert value.dtype == np.uint16
+        np.testing.assert_array_equal(value, values)

@@ -62,10 +62,6 @@ TOPK_UNSORTED = (
     "TopKV2 with sorted=false: TensorFlow returns its heap's order, kernloom the sorted one "
     "(documented: kernloom ops TopKV2)"
 )
-GPU_UINT16_IDENTITY_N = (
-    "bug outside this suite's files: IdentityN's device-independent kernel is placed on the "
-    "torch GPU for a uint16 input, which that device cannot hold (copying it fails)"
-)
 RANGE_NO_CPU_KERNEL = (
     "documented deviation (docs/tensorflow_fidelity.md): Range of int8, int16, uint16, "
     "uint32 -- the op allows them, TensorFlow's CPU has no kernel (the node is refused when "
@@ -76,7 +72,6 @@ DEVIATIONS: dict[str, str] = {
         ("range_int8", "range_int16", "range_uint16", "range_uint32"), RANGE_NO_CPU_KERNEL
     ),
     "topk_unsorted": TOPK_UNSORTED,
-    **{f"identityn_one-{m}-torchgpu": GPU_UINT16_IDENTITY_N for m in ("static", "dynamic")},
 }
 """Cases kernloom does not follow on purpose or cannot follow in the files this suite may
 change (strict xfails, so that a change of either side is seen); keys: a case's name, or

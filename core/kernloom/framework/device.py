@@ -242,6 +242,14 @@ class Device(abc.ABC):
 
     # -- the array protocol: hooks ---------------------------------------------------------
 
+    def holds(self, dtype: DType) -> bool:
+        """Whether this device's buffers can hold values of ``dtype``. The core's
+        device-independent kernels (Identity, IdentityN, the control-flow and call-frame
+        kernels) take every dtype on every device; the placer puts a node of a dtype the
+        device cannot hold elsewhere (torch has uint16/32/64 as storage types only).
+        Default: every dtype."""
+        return True
+
     def is_device_value(self, value: Any) -> bool:
         """Whether ``value`` is a buffer of this device's array type. Default: an instance of
         a type this device's ``_allocate`` has returned; numpy arrays before it has

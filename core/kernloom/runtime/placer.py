@@ -27,10 +27,13 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from kernloom.dtypes import resource
-from kernloom.errors import Hint, InvalidArgumentError, NotFoundError, Setting
+from kernloom.errors import Hint, InvalidArgumentError, KernloomError, NotFoundError, Setting
 from kernloom.framework.device import Device
+from kernloom.framework.device_independent_kernels import CORE_ORIGIN
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.device_name import DeviceSpec, parse_device_name
+from kernloom.framework.node_def import NodeDef
+from kernloom.framework.op_kernel import KernelSignature
 from kernloom.graph.graph import Graph, Node
 from kernloom.registry import Registry, registry_of
 
@@ -147,8 +150,41 @@ class Placer:
             why = self._registry.kernels.why_not(
                 node_def, node.attrs, device_type, self._first[device_type].backend
             )
+            if why is None:
+                why = self._unheld(node, node_def, device_type)
             out.append(TypeCandidate(device_type, why is None, why or ""))
         return tuple(out)
+
+    def _unheld(self, node: Node, node_def: NodeDef, device_type: str) -> str | None:
+        """Why a core kernel that takes every dtype (Identity, IdentityN, control flow)
+        cannot run ``node`` on ``device_type``: a dtype of its inputs or outputs that the
+        type's devices cannot hold (``Device.holds``). None where they can, and for
+        plugins' kernels, which say their dtypes themselves."""
+        device = self._first[device_type]
+        try:
+            registration = self._registry.kernels.find(
+                node_def, node.attrs, device_type, device.backend
+            )
+        except KernloomError:  # (a tie between kernels: the run reports it, as before)
+            return None
+        if registration.origin != CORE_ORIGIN:
+            return None
+        signature = KernelSignature.make(
+            node.name, node.op_def, node.attrs, registration.kernel_def
+        )
+        device_inputs = (
+            t for i, t in enumerate(node.inputs) if i not in signature.host_memory_inputs
+        )
+        device_outputs = (
+            t for i, t in enumerate(node.outputs) if i not in signature.host_memory_outputs
+        )
+        for tensor in (*device_inputs, *device_outputs):
+            if not device.holds(tensor.dtype):
+                return (
+                    f"its devices ({device.backend}) cannot hold {tensor.dtype.name} values, "
+                    f"which the core's {node.op} kernel would keep there"
+                )
+        return None
 
     def run(self) -> Placement:
         nodes = self._graph.nodes

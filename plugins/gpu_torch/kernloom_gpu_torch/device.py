@@ -91,6 +91,11 @@ class TorchDevice(klp.Device):
     def _allocate(self, shape: tuple[int, ...], dtype: klp.DType) -> torch.Tensor:
         return torch.empty(shape, dtype=torch_dtype(dtype), device=self.torch_device)
 
+    def holds(self, dtype: klp.DType) -> bool:
+        # Not uint16/32/64: torch stores them but implements almost nothing for them, and
+        # copying them in is refused (``copy_from_host``). Resource handles are host objects.
+        return dtype in TORCH_DTYPES or dtype.numpy_dtype.kind == "O"
+
     def copy_from_host(self, array: np.ndarray[Any, Any]) -> torch.Tensor:
         host = np.asarray(array)
         dtype = klp.as_dtype(host.dtype)

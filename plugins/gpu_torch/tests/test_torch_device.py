@@ -321,3 +321,32 @@ def test_torch_gpu_host_memory_inputs_arrive_from_a_gpu_const() -> None:
     values, metadata = run_op(REGISTRY, "Reshape", [x, np.array([3, -1], np.int32)], {})
     np.testing.assert_array_equal(values[0], x.reshape(3, 4))
     assert metadata.placement is not None and metadata.placement["op"] == GPU0
+
+
+def test_uint16_values_stay_off_the_torch_gpu() -> None:
+    """torch holds no usable uint16: the core's Identity, IdentityN and cond kernels, which
+    take every dtype, run such values on the CPU (an Identity of uint16 was placed on the
+    GPU and its input's copy failed)."""
+    registry = torch_registry()
+    gpu = next(d for d in registry.create_devices() if d.device_type == "GPU")
+    assert not gpu.holds(kl.uint16) and not gpu.holds(kl.uint64) and gpu.holds(kl.float16)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.uint16, [4])
+        pred = kl.placeholder(kl.bool_, [])
+        fetches = [
+            kl.ops.identity(x),
+            kl.ops.identity_n([x, kl.constant(np.float32(2))])[0],
+            kl.cond(pred, lambda: kl.ops.identity(x), lambda: kl.ops.identity_n([x])[0]),
+        ]
+    values = np.array([0, 1, 40000, 65535], np.uint16)
+    metadata = kl.RunMetadata()
+    with kl.Session(g) as session:
+        got = session.run(fetches, {x: values, pred: True}, kl.RunOptions(trace=True), metadata)
+    for value in got:
+        assert value.dtype == np.uint16
+        np.testing.assert_array_equal(value, values)
+    assert metadata.placement is not None
+    on_gpu = {n for n, d in metadata.placement.items() if d == GPU0}
+    uint16_nodes = {n.name for n in g.nodes if any(t.dtype == kl.uint16 for t in n.outputs)}
+    assert uint16_nodes and not uint16_nodes & on_gpu
