@@ -78,6 +78,9 @@ class AcmeDevice(klp.Device):
                 return AcmeBuffer(free.pop())
         return AcmeBuffer(np.empty(shape, np_dtype), shape)
 
+    def holds(self, dtype):
+        return not (bug("holds_denies_int8") and dtype.name == "int8")
+
     def copy_from_host(self, array):
         if HOST_MEMORY:
             return array
@@ -421,6 +424,7 @@ MUTANTS: list[Any] = [
         ),
     ),
     ("allocate_ignores_dtype", False, "device", ["allocation", "dtype float32, expected int32"]),
+    ("holds_denies_int8", False, "device", ["holds(int8) is False", "registered for int8"]),
     ("not_thread_safe", False, "executor", ["run from 8 threads at once", "wrong result"]),
     ("graph_pass_zero_times", False, "executor", ["graph pass 'acme_zero_times'", "changed"]),
     ("bare_exception", False, "Sum", ["Sum float32 on ACME", "InvalidArgumentError"]),

@@ -82,8 +82,15 @@ def _same(actual: Any, expected: Array) -> str | None:
 
 
 def check_copies(plan: KitPlan, dtype: DType) -> None:
-    """Host -> device -> host keeps shape, dtype and every value of each sample."""
+    """Host -> device -> host keeps shape, dtype and every value of each sample; and the
+    device says it holds the dtype (``Device.holds``), which its kernels claim."""
     device = plan.device
+    if not device.holds(dtype):
+        raise KitFailure(
+            f"{device.name}: holds({dtype.name}) is False, but kernels of the device are "
+            f"registered for {dtype.name}; the placer keeps values it cannot hold off the "
+            f"device, so either the kernels' type constraints or holds is wrong"
+        )
     kept: list[tuple[str, Any, Array]] = []
     for what, host in sample_values(dtype):
         before = host.copy()
