@@ -12,6 +12,7 @@ from kernloom.onnx.ops import (
     recurrent,
     reduce,
     resize,
+    sampling,
     shape,
     unique,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "recurrent",
     "reduce",
     "resize",
+    "sampling",
     "shape",
     "unique",
 ]
