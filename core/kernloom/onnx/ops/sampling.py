@@ -4,14 +4,17 @@ gathers, arithmetic and segment sums.
 * GridSample maps each grid point to input coordinates, then sums the taps of its
   interpolation kernel (1 for nearest, 2 per axis for linear, 4 per axis for cubic): each
   combination of per-axis taps is one GatherV2 over the flattened spatial axes. Padding
-  follows onnx's reference (PyTorch's grid_sampler): ``border`` and ``reflection`` first
-  move a coordinate that lies outside the borders, then each tap index is clamped or
-  reflected again; ``zeros`` reads 0 for a tap outside the input. Coordinates are computed
-  in float64 and rounded to float32 as the reference does, so that nearest's round half
-  to even sees the same value; the blend is then float32 (float64 for float64 input).
-  Linear and cubic need a float input; nearest gathers any dtype.
+  follows onnx's reference: ``border`` and ``reflection`` first move a coordinate that
+  lies outside the borders, then each tap index is clamped or reflected again; ``zeros``
+  reads 0 for a tap outside the input. For cubic with ``border`` or ``reflection`` this
+  deviates from PyTorch and onnxruntime, which move only the taps: a coordinate less
+  than half a pixel beyond the border blends slightly differently. Coordinates are
+  computed in float64 and rounded to float32 as the reference does, so that nearest's
+  round half to even sees the same value; the blend is then float32 (float64 for float64
+  input). Linear and cubic need a float input; nearest gathers any dtype.
 * AffineGrid multiplies the homogeneous base grid by each theta (BatchMatMulV2, float64
-  as the reference, then theta's dtype: onnx's reference always answers float32).
+  as the reference, then theta's dtype: onnx's reference always answers float32). An
+  axis of one point with ``align_corners=1`` sits at 0, as in PyTorch's affine_grid.
 * RoiAlign samples each bin on a regular grid whose size, for ``sampling_ratio=0``, is
   per region (ceil(roi size / output size)): the graph samples the largest grid of all
   regions, found at run time, and masks the samples a region does not have. ``max`` is
@@ -304,8 +307,11 @@ def _base_coordinates(ctx: ConversionContext, length: Tensor, align_corners: boo
     length_f = ops.cast(length, DstT=F64)
     one, two = ctx.const(np.float64(1.0)), ctx.const(np.float64(2.0))
     if align_corners:
+        # One point has no corners to align to: PyTorch's affine_grid puts it at 0 (onnx's
+        # reference divides by zero, onnxruntime answers 1).
         step = ops.div_no_nan(two, ops.sub(length_f, one))
-        return ops.sub(ops.mul(steps, step), one)
+        spread = ops.sub(ops.mul(steps, step), one)
+        return ops.select_v2(ops.greater(length_f, one), spread, ops.zeros_like(spread))
     step = ops.real_div(two, length_f)
     start = ops.sub(ops.mul(step, ctx.const(np.float64(0.5))), one)
     return ops.add_v2(start, ops.mul(steps, step))
