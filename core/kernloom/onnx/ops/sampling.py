@@ -21,8 +21,9 @@ gathers, arithmetic and segment sums.
   the reference's (and onnxruntime's): the maximum over the samples of the largest of the
   four weighted corner values, not of the interpolated value.
 * Col2Im sums each column element into its image position with UnsortedSegmentSum; the
-  positions are computed at import, so ``image_shape`` and ``block_shape`` must be
-  known then (an initializer or a Constant).
+  positions are computed in the graph, so ``image_shape`` and ``block_shape`` may be
+  run-time inputs: only their length (the number of image axes) must be known at import.
+  Where they are known then, the blocks' fit is checked at import too.
 """
 
 from __future__ import annotations
