@@ -14,6 +14,7 @@ from kernloom.onnx.ops import (
     resize,
     sampling,
     shape,
+    transformer,
     unique,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "resize",
     "sampling",
     "shape",
+    "transformer",
     "unique",
 ]

@@ -1,0 +1,358 @@
+"""ONNX's newer transformer ops, composed of kernloom ops: RotaryEmbedding (opset 23),
+CausalConvWithState and LinearAttention (opset 27), SwiGLU (opset 28) and
+ai.onnx.preview's FlexAttention (its score_mod and prob_mod graphs built inline).
+
+Deliberate limits and deviations, each reported at import where it applies:
+
+* LinearAttention is a recurrence over the sequence; it is unrolled into one small block
+  of ops per token, so the sequence length (query's dimension 1) and the packed head
+  widths must be known at import time, and a long prefill makes a graph that grows with
+  it. As onnx's reference, the recurrence runs in float32 whatever the input dtype.
+* CausalConvWithState needs the kernel size (weight's dimension 2) at import time; the
+  convolution is the sum of k shifted, weighted copies of the padded input, so the order
+  of its additions may differ from a Conv kernel's in the last bit. As the reference, a
+  float16 convolution sums in float32, rounds to float16, adds the bias in float16, and
+  runs the activation in float32.
+* RotaryEmbedding with a 3-D input needs num_heads and the hidden size at import time.
+* FlexAttention needs the head counts (dimension 1 of Q and K) at import time. Its
+  scores leave the Q.K matmul in Q's dtype and go through score_mod, the softmax and
+  prob_mod in float32 for float16 inputs (the reference's promotion), or in
+  softmax_precision when that is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+
+import kernloom.dtypes as d
+from kernloom import ops
+from kernloom.graph.tensor import Tensor
+from kernloom.onnx._context import ConversionContext, OnnxNode
+from kernloom.onnx._dtypes import kernloom_dtype
+from kernloom.onnx._registry import converter
+from kernloom.onnx.ops._helpers import rank_of, static_dims
+from kernloom.onnx.ops.control_flow import convert_subgraph
+
+Result = Sequence[Tensor | None]
+
+_PREVIEW = "ai.onnx.preview"
+
+
+def _last_axis(
+    ctx: ConversionContext, x: Tensor, begin: int | None, end: int | None, stride: int = 1
+) -> Tensor:
+    """x[..., begin:end:stride] (None: that end open), whatever x's rank."""
+    return ops.strided_slice(
+        x,
+        ctx.int64s([0, begin or 0]),
+        ctx.int64s([0, end or 0]),
+        ctx.int64s([1, stride]),
+        begin_mask=2 if begin is None else 0,
+        end_mask=2 if end is None else 0,
+        ellipsis_mask=1,
+    )
+
+
+def _known(node: OnnxNode, x: Tensor, axis: int, what: str) -> int:
+    """Dimension ``axis`` of x, which the converter needs at import time."""
+    rank_of(node, x, what)
+    dim = x.shape.as_tuple()[axis]
+    if dim is None:
+        raise node.fail(f"dimension {axis} of {what} must be known at import time")
+    return int(dim)
+
+
+def _shape_with(ctx: ConversionContext, x: Tensor, keep: int, tail: Sequence[int]) -> Tensor:
+    """The shape of x's first ``keep`` dimensions followed by ``tail``: a constant when
+    those are known, else built from x's run-time shape."""
+    dims = static_dims(x)
+    if dims is not None:
+        return ctx.int64s([*dims[:keep], *tail])
+    lead = ops.strided_slice(
+        ops.shape(x, out_type=d.int64), ctx.int64s([0]), ctx.int64s([keep]), ctx.int64s([1])
+    )
+    return ops.concat_v2([lead, ctx.int64s(list(tail))], ctx.const(np.int32(0)))
+
+
+def _as(x: Tensor, dtype: d.DType) -> Tensor:
+    return x if x.dtype == dtype else ops.cast(x, DstT=dtype)
+
+
+# -- RotaryEmbedding -------------------------------------------------------------------------
+
+
+@converter("RotaryEmbedding", 23, attrs=("interleaved", "num_heads", "rotary_embedding_dim"))
+def _rotary_embedding(node: OnnxNode, ctx: ConversionContext) -> Result:
+    x, cos, sin = ctx.input(0), ctx.input(1), ctx.input(2)
+    positions = ctx.optional(3)
+    rank = rank_of(node, x, "input X")
+    rotary = int(node.attr("rotary_embedding_dim", 0))
+    interleaved = bool(node.attr("interleaved", 0))
+    if rank not in (3, 4):
+        raise node.fail(f"input X must be 3-D or 4-D, got rank {rank}")
+    if rotary < 0 or rotary % 2:
+        raise node.fail(f"rotary_embedding_dim must be 0 or a positive even number, got {rotary}")
+    if positions is not None:
+        zero = ctx.const(np.int32(0))
+        cos, sin = ops.gather_v2(cos, positions, zero), ops.gather_v2(sin, positions, zero)
+    # cos and sin are [batch, seq, rotary / 2]: they broadcast over the heads axis.
+    if rank == 4:
+        work, heads_axis = x, 1  # [batch, heads, seq, head_size]
+    else:
+        heads = int(node.attr("num_heads", 0))
+        hidden = _known(node, x, 2, "input X")
+        if heads <= 0:
+            raise node.fail("a 3-D input X needs the num_heads attribute (a positive int)")
+        if hidden % heads:
+            raise node.fail(f"X's hidden size {hidden} is not a multiple of num_heads {heads}")
+        work = ops.reshape(x, _shape_with(ctx, x, 2, [heads, hidden // heads]))
+        heads_axis = 2  # [batch, seq, heads, head_size]
+    cos = ops.expand_dims(cos, ctx.const(np.int32(heads_axis)))
+    sin = ops.expand_dims(sin, ctx.const(np.int32(heads_axis)))
+    last = ctx.const(np.int32(-1))
+    turned = work if rotary == 0 else _last_axis(ctx, work, None, rotary)
+    if interleaved:
+        x1, x2 = _last_axis(ctx, turned, 0, None, 2), _last_axis(ctx, turned, 1, None, 2)
+    else:
+        x1, x2 = ops.split(last, turned, num_split=2)
+    real = ops.sub(ops.mul(cos, x1), ops.mul(sin, x2))
+    imag = ops.add_v2(ops.mul(sin, x1), ops.mul(cos, x2))
+    if interleaved:
+        done = ops.reshape(ops.pack([real, imag], axis=-1), ops.shape(turned, out_type=d.int64))
+    else:
+        done = ops.concat_v2([real, imag], last)
+    if rotary != 0:
+        done = ops.concat_v2([done, _last_axis(ctx, work, rotary, None)], last)
+    if rank == 3:
+        done = ops.reshape(done, ops.shape(x, out_type=d.int64))
+    return [done]
+
+
+# -- SwiGLU ----------------------------------------------------------------------------------
+
+
+@converter("SwiGLU", 28, attrs=("alpha",))
+def _swiglu(node: OnnxNode, ctx: ConversionContext) -> Result:
+    a, b = ctx.input(0), ctx.input(1)
+    if a.dtype != b.dtype:
+        raise node.fail(f"A is {a.dtype.name} and B is {b.dtype.name}: they must match")
+    if a.shape.is_fully_defined() and b.shape.is_fully_defined() and a.shape != b.shape:
+        raise node.fail(
+            f"A has shape {a.shape} and B {b.shape}: SwiGLU needs equal shapes (no broadcast)"
+        )
+    alpha = float(node.attr("alpha", 1.0))
+    gate = a if alpha == 1.0 else ops.mul(a, ctx.const_like(alpha, a))
+    return [ops.mul(ops.mul(a, ops.sigmoid(gate)), b)]
+
+
+# -- CausalConvWithState ---------------------------------------------------------------------
+
+
+@converter("CausalConvWithState", 27, attrs=("activation",))
+def _causal_conv_with_state(node: OnnxNode, ctx: ConversionContext) -> Result:
+    x, weight = ctx.input(0), ctx.input(1)
+    bias, past = ctx.optional(2), ctx.optional(3)
+    activation = str(node.attr("activation", "none"))
+    if activation not in ("none", "silu", "swish"):
+        raise node.fail(f"activation must be 'none', 'silu' or 'swish', got {activation!r}")
+    for tensor, what in ((x, "input"), (weight, "weight")):
+        if rank_of(node, tensor, what) != 3:
+            raise node.fail(f"{what} must be 3-D, got rank {tensor.shape.rank}")
+    k = _known(node, weight, 2, "weight")
+    if k < 1:
+        raise node.fail(f"the kernel size (weight's dimension 2) must be positive, got {k}")
+    if past is None:
+        padded = ops.pad(x, ctx.int64s([[0, 0], [0, 0], [k - 1, 0]]))
+    else:
+        padded = ops.concat_v2([past, x], ctx.const(np.int32(2)))
+    # [channels, 1, k] as [channels, k]: each tap's column broadcasts over batch and length.
+    # A float16 convolution sums in float32 and rounds once, as numpy's float16 matmul.
+    wide = d.float32 if x.dtype.itemsize < 4 else x.dtype
+    taps = ops.reshape(_as(weight, wide), ctx.int64s([-1, k]))
+    signal = _as(padded, wide)
+    total: Tensor | None = None
+    for j in range(k):
+        shifted = _last_axis(ctx, signal, j, None if j == k - 1 else j - (k - 1))
+        term = ops.mul(shifted, _last_axis(ctx, taps, j, j + 1))
+        total = term if total is None else ops.add_v2(total, term)
+    assert total is not None
+    total = _as(total, x.dtype)
+    if bias is not None:
+        total = ops.add_v2(total, ops.reshape(bias, ctx.int64s([-1, 1])))
+    if activation != "none":
+        wide = _as(total, d.float32)
+        total = _as(ops.mul(wide, ops.sigmoid(wide)), x.dtype)
+    state = _last_axis(ctx, padded, 0, 0) if k == 1 else _last_axis(ctx, padded, 1 - k, None)
+    return [total, state]
+
+
+# -- LinearAttention -------------------------------------------------------------------------
+
+_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+def _heads_first(ctx: ConversionContext, x: Tensor, steps: int, heads: int) -> Tensor:
+    """[batch, steps, heads * size] as float32 [batch, heads, steps, size]."""
+    width = int(x.shape.as_tuple()[2])  # type: ignore[arg-type]
+    split = ops.reshape(_as(x, d.float32), ctx.int64s([-1, steps, heads, width // heads]))
+    return ops.transpose(split, ctx.int32s([0, 2, 1, 3]))
+
+
+@converter(
+    "LinearAttention",
+    27,
+    attrs=("chunk_size", "kv_num_heads", "q_num_heads", "scale", "update_rule"),
+)
+def _linear_attention(node: OnnxNode, ctx: ConversionContext) -> Result:
+    query, key, value = ctx.input(0), ctx.input(1), ctx.input(2)
+    past, decay, beta = ctx.optional(3), ctx.optional(4), ctx.optional(5)
+    rule = str(node.attr("update_rule", "gated_delta"))
+    if rule not in _RULES:
+        raise node.fail(f"update_rule must be one of {', '.join(_RULES)}; got {rule!r}")
+    q_heads, kv_heads = node.attr("q_num_heads"), node.attr("kv_num_heads")
+    if q_heads is None or kv_heads is None:
+        raise node.fail("the q_num_heads and kv_num_heads attributes are required")
+    q_heads, kv_heads = int(q_heads), int(kv_heads)
+    if q_heads <= 0 or kv_heads <= 0 or q_heads % kv_heads:
+        raise node.fail(
+            f"q_num_heads ({q_heads}) must be a positive multiple of kv_num_heads ({kv_heads})"
+        )
+    gated, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    for present, needed, what in ((decay, gated, "decay (input 4)"), (beta, delta, "beta (input 5)")):
+        if needed and present is None:
+            raise node.fail(f"update_rule {rule!r} needs {what}")
+        if present is not None and not needed:
+            raise node.fail(f"update_rule {rule!r} takes no {what}; remove it")
+    for tensor, what in ((query, "query"), (key, "key"), (value, "value")):
+        if rank_of(node, tensor, what) != 3:
+            raise node.fail(f"{what} must be 3-D [batch, seq, heads * size]")
+    steps = _known(node, query, 1, "query (the sequence length)")
+    q_width = _known(node, query, 2, "query")
+    _known(node, key, 2, "key")
+    v_width = _known(node, value, 2, "value")
+    if q_width % q_heads:
+        raise node.fail(f"query's width {q_width} is not a multiple of q_num_heads {q_heads}")
+    if v_width % kv_heads:
+        raise node.fail(f"value's width {v_width} is not a multiple of kv_num_heads {kv_heads}")
+    size_k, size_v, group = q_width // q_heads, v_width // kv_heads, q_heads // kv_heads
+    scale = float(node.attr("scale", 0.0)) or 1 / np.sqrt(size_k)
+
+    q = _heads_first(ctx, query, steps, q_heads)
+    k = _heads_first(ctx, key, steps, kv_heads)
+    v = _heads_first(ctx, value, steps, kv_heads)
+    g = b = None
+    if decay is not None:
+        width = _known(node, decay, 2, "decay")
+        if width not in (kv_heads, kv_heads * size_k):
+            raise node.fail(
+                f"decay's last dimension {width} must be kv_num_heads ({kv_heads}) or "
+                f"kv_num_heads * d_k ({kv_heads * size_k})"
+            )
+        g = ops.exp(_heads_first(ctx, decay, steps, kv_heads))  # [B, H_kv, T, 1 or d_k]
+    if beta is not None:
+        width = _known(node, beta, 2, "beta")
+        if width not in (kv_heads, 1):
+            raise node.fail(f"beta's last dimension {width} must be kv_num_heads ({kv_heads}) or 1")
+        b = _heads_first(ctx, beta, steps, width)  # [B, H_kv or 1, T, 1]
+
+    state = None if past is None else _as(past, d.float32)  # [B, H_kv, d_k, d_v]
+    to_kv_heads = ctx.int64s([-1, kv_heads, group, size_k])
+    read_shape = ctx.int64s([-1, q_heads, 1, size_v])
+    swap = ctx.int32s([0, 1, 3, 2])
+    outputs = []
+    for t in range(steps):
+
+        def at(x: Tensor, t: int = t) -> Tensor:
+            return ops.strided_slice(
+                x, ctx.int64s([0, 0, t]), ctx.int64s([0, 0, t + 1]), ctx.int64s([1, 1, 1]),
+                begin_mask=3, end_mask=3,
+            )
+
+        k_t, v_t = at(k), at(v)  # [B, H_kv, 1, d_k], [B, H_kv, 1, d_v]
+        if g is not None and state is not None:
+            state = ops.mul(state, ops.transpose(at(g), swap))  # decay along d_k
+        if b is not None:
+            if state is not None:
+                v_t = ops.sub(v_t, ops.batch_mat_mul_v2(k_t, state))
+            v_t = ops.mul(at(b), v_t)
+        written = ops.batch_mat_mul_v2(k_t, v_t, adj_x=True)  # k_t ⊗ v_t
+        state = written if state is None else ops.add_v2(state, written)
+        # Each KV head's state serves `group` consecutive query heads.
+        q_t = ops.reshape(at(q), to_kv_heads)
+        read = ops.reshape(ops.batch_mat_mul_v2(q_t, state), read_shape)
+        outputs.append(ops.mul(read, ctx.const(np.float32(scale))))
+    assert state is not None
+    joined = outputs[0] if steps == 1 else ops.concat_v2(outputs, ctx.const(np.int32(2)))
+    out = ops.reshape(
+        ops.transpose(joined, ctx.int32s([0, 2, 1, 3])), ctx.int64s([-1, steps, q_heads * size_v])
+    )
+    return [_as(out, query.dtype), _as(state, query.dtype if past is None else past.dtype)]
+
+
+# -- FlexAttention (ai.onnx.preview) ---------------------------------------------------------
+
+
+def _modified(
+    ctx: ConversionContext, node: OnnxNode, attr: str, x: Tensor
+) -> Tensor:
+    """The output of the graph attribute ``attr`` (one input, one output) applied to x,
+    as x's dtype."""
+    graph = node.attr(attr)
+    if not isinstance(graph, onnx.GraphProto):
+        raise node.fail(f"attribute {attr!r} must be a graph")
+    if len(graph.input) != 1 or len(graph.output) != 1:
+        raise node.fail(
+            f"{attr} must take one input and give one output; it has {len(graph.input)} "
+            f"input(s) and {len(graph.output)} output(s)"
+        )
+    (out,) = convert_subgraph(ctx, node, attr, {graph.input[0].name: x})
+    return _as(out, x.dtype)
+
+
+@converter(
+    "FlexAttention",
+    1,
+    attrs=("prob_mod", "score_mod", "scale", "softmax_precision"),
+    domain=_PREVIEW,
+)
+def _flex_attention(node: OnnxNode, ctx: ConversionContext) -> Result:
+    q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
+    for tensor, what in ((q, "Q"), (k, "K"), (v, "V")):
+        if rank_of(node, tensor, what) != 4:
+            raise node.fail(f"{what} must be 4-D [batch, heads, seq, size]")
+    q_heads, kv_heads = _known(node, q, 1, "Q"), _known(node, k, 1, "K")
+    if q_heads != kv_heads:
+        if kv_heads <= 0 or q_heads % kv_heads:
+            raise node.fail(
+                f"Q's {q_heads} heads must be a multiple of K's and V's {kv_heads}"
+            )
+        # Each K/V head serves q_heads / kv_heads consecutive query heads.
+        owner = ctx.int64s([h * kv_heads // q_heads for h in range(q_heads)])
+        one = ctx.const(np.int32(1))
+        k, v = ops.gather_v2(k, owner, one), ops.gather_v2(v, owner, one)
+    dtype = q.dtype
+    scale = node.attr("scale")
+    if scale is None:
+        scale = 1 / np.sqrt(_known(node, q, 3, "Q"))
+    root = ctx.const(np.sqrt(np.float32(scale)), dtype)
+    scores = ops.batch_mat_mul_v2(ops.mul(q, root), ops.mul(k, root), adj_y=True)
+    precision = node.attr("softmax_precision")
+    if precision is not None:
+        work = kernloom_dtype(int(precision), f"node {node.name!r} softmax_precision")
+    elif dtype.itemsize < 4:
+        work = d.float32
+    else:
+        work = dtype
+    scores = _as(scores, work)
+    if node.attr("score_mod") is not None:
+        scores = _modified(ctx, node, "score_mod", scores)
+    probs = ops.softmax(scores)
+    if node.attr("prob_mod") is not None:
+        probs = _modified(ctx, node, "prob_mod", probs)
+    return [_as(ops.batch_mat_mul_v2(probs, _as(v, work)), v.dtype)]
+
+
+__all__: list[str] = []
