@@ -59,7 +59,7 @@ def _last_axis(
 def _known(node: OnnxNode, x: Tensor, axis: int, what: str) -> int:
     """Dimension ``axis`` of x, which the converter needs at import time."""
     rank_of(node, x, what)
-    dim = x.shape.as_tuple()[axis]
+    dim = x.shape.as_list()[axis]
     if dim is None:
         raise node.fail(f"dimension {axis} of {what} must be known at import time")
     return int(dim)
@@ -165,7 +165,7 @@ def _causal_conv_with_state(node: OnnxNode, ctx: ConversionContext) -> Result:
     if k < 1:
         raise node.fail(f"the kernel size (weight's dimension 2) must be positive, got {k}")
     if past is None:
-        padded = ops.pad(x, ctx.int64s([[0, 0], [0, 0], [k - 1, 0]]))
+        padded = ops.pad(x, ctx.const(np.asarray([[0, 0], [0, 0], [k - 1, 0]], np.int64)))
     else:
         padded = ops.concat_v2([past, x], ctx.const(np.int32(2)))
     # [channels, 1, k] as [channels, k]: each tap's column broadcasts over batch and length.
@@ -183,8 +183,8 @@ def _causal_conv_with_state(node: OnnxNode, ctx: ConversionContext) -> Result:
     if bias is not None:
         total = ops.add_v2(total, ops.reshape(bias, ctx.int64s([-1, 1])))
     if activation != "none":
-        wide = _as(total, d.float32)
-        total = _as(ops.mul(wide, ops.sigmoid(wide)), x.dtype)
+        gate = _as(total, d.float32)
+        total = _as(ops.mul(gate, ops.sigmoid(gate)), x.dtype)
     state = _last_axis(ctx, padded, 0, 0) if k == 1 else _last_axis(ctx, padded, 1 - k, None)
     return [total, state]
 
@@ -196,7 +196,7 @@ _RULES = ("linear", "gated", "delta", "gated_delta")
 
 def _heads_first(ctx: ConversionContext, x: Tensor, steps: int, heads: int) -> Tensor:
     """[batch, steps, heads * size] as float32 [batch, heads, steps, size]."""
-    width = int(x.shape.as_tuple()[2])  # type: ignore[arg-type]
+    width = int(x.shape.as_list()[2])  # type: ignore[arg-type]
     split = ops.reshape(_as(x, d.float32), ctx.int64s([-1, steps, heads, width // heads]))
     return ops.transpose(split, ctx.int32s([0, 2, 1, 3]))
 
@@ -221,7 +221,8 @@ def _linear_attention(node: OnnxNode, ctx: ConversionContext) -> Result:
             f"q_num_heads ({q_heads}) must be a positive multiple of kv_num_heads ({kv_heads})"
         )
     gated, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
-    for present, needed, what in ((decay, gated, "decay (input 4)"), (beta, delta, "beta (input 5)")):
+    extras = ((decay, gated, "decay (input 4)"), (beta, delta, "beta (input 5)"))
+    for present, needed, what in extras:
         if needed and present is None:
             raise node.fail(f"update_rule {rule!r} needs {what}")
         if present is not None and not needed:
@@ -267,8 +268,12 @@ def _linear_attention(node: OnnxNode, ctx: ConversionContext) -> Result:
 
         def at(x: Tensor, t: int = t) -> Tensor:
             return ops.strided_slice(
-                x, ctx.int64s([0, 0, t]), ctx.int64s([0, 0, t + 1]), ctx.int64s([1, 1, 1]),
-                begin_mask=3, end_mask=3,
+                x,
+                ctx.int64s([0, 0, t]),
+                ctx.int64s([0, 0, t + 1]),
+                ctx.int64s([1, 1, 1]),
+                begin_mask=3,
+                end_mask=3,
             )
 
         k_t, v_t = at(k), at(v)  # [B, H_kv, 1, d_k], [B, H_kv, 1, d_v]
@@ -295,9 +300,7 @@ def _linear_attention(node: OnnxNode, ctx: ConversionContext) -> Result:
 # -- FlexAttention (ai.onnx.preview) ---------------------------------------------------------
 
 
-def _modified(
-    ctx: ConversionContext, node: OnnxNode, attr: str, x: Tensor
-) -> Tensor:
+def _modified(ctx: ConversionContext, node: OnnxNode, attr: str, x: Tensor) -> Tensor:
     """The output of the graph attribute ``attr`` (one input, one output) applied to x,
     as x's dtype."""
     graph = node.attr(attr)
@@ -326,9 +329,7 @@ def _flex_attention(node: OnnxNode, ctx: ConversionContext) -> Result:
     q_heads, kv_heads = _known(node, q, 1, "Q"), _known(node, k, 1, "K")
     if q_heads != kv_heads:
         if kv_heads <= 0 or q_heads % kv_heads:
-            raise node.fail(
-                f"Q's {q_heads} heads must be a multiple of K's and V's {kv_heads}"
-            )
+            raise node.fail(f"Q's {q_heads} heads must be a multiple of K's and V's {kv_heads}")
         # Each K/V head serves q_heads / kv_heads consecutive query heads.
         owner = ctx.int64s([h * kv_heads // q_heads for h in range(q_heads)])
         one = ctx.const(np.int32(1))
