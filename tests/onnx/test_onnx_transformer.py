@@ -242,15 +242,17 @@ def _l2(x: np.ndarray[Any, Any], heads: int) -> np.ndarray[Any, Any]:
 
 
 def _linear_attention(
-    feeds: dict[str, np.ndarray[Any, Any]], runtime_batch: bool, **attrs: Any
+    feeds: dict[str, np.ndarray[Any, Any]], runtime: bool, **attrs: Any
 ) -> onnx.ModelProto:
+    """The model of one LinearAttention node; ``runtime``: batch and sequence lengths (and
+    the state's heads) are left to run time, which takes the while loop."""
     names = ["q", "k", "v", "past", "decay", "beta"]
     used = [n if n in feeds else "" for n in names]
     while used[-1] == "":
         used.pop()
     node = helper.make_node("LinearAttention", used, ["y", "state"], name="la", **attrs)
     elem = ELEM[feeds["q"].dtype.type]
-    inputs = _inputs(feeds, list(feeds) if runtime_batch else [], [0])
+    inputs = _inputs(feeds, list(feeds) if runtime else [], [0, 1])
     return model([node], inputs, _outputs(["y", "state"], elem), opset=27)
 
 
@@ -265,13 +267,15 @@ LINEAR_CASES = [
     ("delta", 4, 2, 1, 0, 1, True),
     ("gated_delta", 2, 1, 6, 2, 2, True),
     ("gated_delta", 4, 4, 3, 1, 1, False),
+    ("gated_delta", 2, 2, 0, 2, 2, True),  # no token: the state passes through
+    ("linear", 2, 2, 0, 0, 0, False),  # no token and no state: zeros
 ]
 
 
-@pytest.mark.parametrize("runtime_batch", [False, True], ids=["import", "runtime"])
+@pytest.mark.parametrize("runtime", [False, True], ids=["import", "runtime"])
 @pytest.mark.parametrize(("rule", "hq", "hkv", "t", "decay", "beta", "past"), LINEAR_CASES)
 def test_linear_attention(
-    runtime_batch: bool,
+    runtime: bool,
     rule: str,
     hq: int,
     hkv: int,
@@ -296,7 +300,7 @@ def test_linear_attention(
         width = 1 if beta == 1 else hkv
         feeds["beta"] = rng.random((b, t, width)).astype(np.float32)
     attrs = {"update_rule": rule, "q_num_heads": hq, "kv_num_heads": hkv}
-    proto = _linear_attention(feeds, runtime_batch, **attrs)
+    proto = _linear_attention(feeds, runtime, **attrs)
     check_against_oracle(proto, feeds, rtol=1e-5, atol=1e-5)
 
 
@@ -317,7 +321,7 @@ def test_linear_attention_scale_and_float16() -> None:
 @pytest.mark.parametrize(
     ("inputs", "attrs", "message"),
     [
-        ({"q": [1, None, 4]}, {}, "dimension 1 of query .* must be known at import time"),
+        ({"q": [1, 2, None]}, {}, "dimension 2 of query must be known at import time"),
         ({}, {"update_rule": "gated"}, "update_rule 'gated' needs decay"),
         ({"beta": [1, 2, 2]}, {"update_rule": "linear"}, "takes no beta .*remove it"),
         ({}, {"update_rule": "rwkv"}, "must be one of linear, gated, delta, gated_delta"),

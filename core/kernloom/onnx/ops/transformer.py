@@ -4,10 +4,12 @@ ai.onnx.preview's FlexAttention (its score_mod and prob_mod graphs built inline)
 
 Deliberate limits and deviations, each reported at import where it applies:
 
-* LinearAttention is a recurrence over the sequence; it is unrolled into one small block
-  of ops per token, so the sequence length (query's dimension 1) and the packed head
-  widths must be known at import time, and a long prefill makes a graph that grows with
-  it. As onnx's reference, the recurrence runs in float32 whatever the input dtype.
+* LinearAttention is a recurrence over the sequence, run token by token as onnx's
+  reference (chunk_size, a tuning hint, is ignored): unrolled into one small block of
+  ops per token when the sequence length is known at import time, else a while loop
+  that appends each token's output. The packed widths (dimension 2 of query, key, value,
+  decay and beta) must be known at import time. As the reference, the recurrence runs
+  in float32 whatever the input dtype.
 * CausalConvWithState needs the kernel size (weight's dimension 2) at import time; the
   convolution is the sum of k shifted, weighted copies of the padded input, so the order
   of its additions may differ from a Conv kernel's in the last bit. As the reference, a
@@ -29,12 +31,14 @@ import onnx
 
 import kernloom.dtypes as d
 from kernloom import ops
+from kernloom.graph.control_flow import while_loop
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import converter
 from kernloom.onnx.ops._helpers import rank_of, static_dims
 from kernloom.onnx.ops.control_flow import convert_subgraph
+from kernloom.shapes import TensorShape
 
 Result = Sequence[Tensor | None]
 
@@ -194,11 +198,103 @@ def _causal_conv_with_state(node: OnnxNode, ctx: ConversionContext) -> Result:
 _RULES = ("linear", "gated", "delta", "gated_delta")
 
 
-def _heads_first(ctx: ConversionContext, x: Tensor, steps: int, heads: int) -> Tensor:
+def _heads_first(ctx: ConversionContext, x: Tensor, heads: int) -> Tensor:
     """[batch, steps, heads * size] as float32 [batch, heads, steps, size]."""
     width = int(x.shape.as_list()[2])  # type: ignore[arg-type]
-    split = ops.reshape(_as(x, d.float32), ctx.int64s([-1, steps, heads, width // heads]))
+    split = ops.reshape(_as(x, d.float32), _shape_with(ctx, x, 2, [heads, width // heads]))
     return ops.transpose(split, ctx.int32s([0, 2, 1, 3]))
+
+
+class _Recurrence:
+    """One token's step of LinearAttention on [batch, heads, steps, size] float32 inputs:
+    the state update of the rule, then the read of the new state by the query."""
+
+    __slots__ = ("b", "ctx", "g", "k", "q", "read_shape", "scale", "to_kv_heads", "v")
+
+    def __init__(
+        self,
+        ctx: ConversionContext,
+        qkv: tuple[Tensor, Tensor, Tensor],
+        g: Tensor | None,
+        b: Tensor | None,
+        heads: tuple[int, int],
+        sizes: tuple[int, int],
+        scale: float,
+    ) -> None:
+        self.ctx = ctx
+        self.q, self.k, self.v = qkv
+        self.g, self.b = g, b
+        (q_heads, kv_heads), (size_k, size_v) = heads, sizes
+        # Each KV head's state serves q_heads / kv_heads consecutive query heads.
+        self.to_kv_heads = ctx.int64s([-1, kv_heads, q_heads // kv_heads, size_k])
+        self.read_shape = ctx.int64s([-1, q_heads, 1, size_v])
+        self.scale = ctx.const(np.float32(scale))
+
+    def step(self, state: Tensor | None, begin: Tensor, end: Tensor) -> tuple[Tensor, Tensor]:
+        """(the new state [B, H_kv, d_k, d_v], the output [B, H_q, 1, d_v]) of the token
+        that ``begin``:``end`` (int64 [0, 0, t] and [0, 0, t + 1]) picks on axis 2."""
+        ctx = self.ctx
+
+        def at(x: Tensor) -> Tensor:
+            return ops.strided_slice(x, begin, end, ctx.int64s([1, 1, 1]), begin_mask=3, end_mask=3)
+
+        k_t, v_t = at(self.k), at(self.v)  # [B, H_kv, 1, d_k], [B, H_kv, 1, d_v]
+        if self.g is not None and state is not None:
+            # The decay [B, H_kv, 1, 1 or d_k] scales the state along d_k.
+            state = ops.mul(state, ops.transpose(at(self.g), ctx.int32s([0, 1, 3, 2])))
+        if self.b is not None:
+            if state is not None:
+                v_t = ops.sub(v_t, ops.batch_mat_mul_v2(k_t, state))
+            v_t = ops.mul(at(self.b), v_t)
+        written = ops.batch_mat_mul_v2(k_t, v_t, adj_x=True)  # k_t ⊗ v_t
+        state = written if state is None else ops.add_v2(state, written)
+        q_t = ops.reshape(at(self.q), self.to_kv_heads)
+        read = ops.reshape(ops.batch_mat_mul_v2(q_t, state), self.read_shape)
+        return state, ops.mul(read, self.scale)
+
+    def unrolled(self, state: Tensor | None, steps: int) -> tuple[Tensor | None, Tensor | None]:
+        """(final state, outputs [B, H_q, steps, d_v]) of a sequence known at import."""
+        ctx = self.ctx
+        outputs = []
+        for t in range(steps):
+            state, out = self.step(state, ctx.int64s([0, 0, t]), ctx.int64s([0, 0, t + 1]))
+            outputs.append(out)
+        if not outputs:
+            return state, None
+        joined = outputs[0] if steps == 1 else ops.concat_v2(outputs, ctx.const(np.int32(2)))
+        return state, joined
+
+    def looped(self, state: Tensor, outputs: Tensor, steps: Tensor) -> tuple[Tensor, Tensor]:
+        """(final state, outputs) of a sequence whose length ``steps`` (an int64 scalar)
+        is known at run time only: a while loop that appends each token's output."""
+        ctx = self.ctx
+        lead = ctx.int64s([0, 0])
+        one = ctx.const(np.int64(1))
+        two = ctx.const(np.int32(2))
+
+        def keep_going(t: Tensor, *_: Tensor) -> Tensor:
+            return ops.less(t, steps)
+
+        def iterate(t: Tensor, state: Tensor, outputs: Tensor) -> list[Tensor]:
+            begin = ops.concat_v2([lead, ops.reshape(t, ctx.int64s([1]))], ctx.const(np.int32(0)))
+            end = ops.add_v2(begin, ctx.int64s([0, 0, 1]))
+            state, out = self.step(state, begin, end)
+            return [ops.add_v2(t, one), state, ops.concat_v2([outputs, out], two)]
+
+        batch = state.shape.as_list()[0]
+        invariants = [
+            TensorShape([]),
+            state.shape,
+            TensorShape([batch, outputs.shape.as_list()[1], None, outputs.shape.as_list()[3]]),
+        ]
+        _, state, outputs = while_loop(
+            keep_going,
+            iterate,
+            [ctx.const(np.int64(0)), state, outputs],
+            shape_invariants=invariants,
+            name="tokens",
+        )
+        return state, outputs
 
 
 @converter(
@@ -230,7 +326,6 @@ def _linear_attention(node: OnnxNode, ctx: ConversionContext) -> Result:
     for tensor, what in ((query, "query"), (key, "key"), (value, "value")):
         if rank_of(node, tensor, what) != 3:
             raise node.fail(f"{what} must be 3-D [batch, seq, heads * size]")
-    steps = _known(node, query, 1, "query (the sequence length)")
     q_width = _known(node, query, 2, "query")
     _known(node, key, 2, "key")
     v_width = _known(node, value, 2, "value")
@@ -238,12 +333,14 @@ def _linear_attention(node: OnnxNode, ctx: ConversionContext) -> Result:
         raise node.fail(f"query's width {q_width} is not a multiple of q_num_heads {q_heads}")
     if v_width % kv_heads:
         raise node.fail(f"value's width {v_width} is not a multiple of kv_num_heads {kv_heads}")
-    size_k, size_v, group = q_width // q_heads, v_width // kv_heads, q_heads // kv_heads
+    size_k, size_v = q_width // q_heads, v_width // kv_heads
     scale = float(node.attr("scale", 0.0)) or 1 / np.sqrt(size_k)
 
-    q = _heads_first(ctx, query, steps, q_heads)
-    k = _heads_first(ctx, key, steps, kv_heads)
-    v = _heads_first(ctx, value, steps, kv_heads)
+    qkv = (
+        _heads_first(ctx, query, q_heads),
+        _heads_first(ctx, key, kv_heads),
+        _heads_first(ctx, value, kv_heads),
+    )
     g = b = None
     if decay is not None:
         width = _known(node, decay, 2, "decay")
@@ -252,48 +349,35 @@ def _linear_attention(node: OnnxNode, ctx: ConversionContext) -> Result:
                 f"decay's last dimension {width} must be kv_num_heads ({kv_heads}) or "
                 f"kv_num_heads * d_k ({kv_heads * size_k})"
             )
-        g = ops.exp(_heads_first(ctx, decay, steps, kv_heads))  # [B, H_kv, T, 1 or d_k]
+        g = ops.exp(_heads_first(ctx, decay, kv_heads))  # [B, H_kv, T, 1 or d_k]
     if beta is not None:
         width = _known(node, beta, 2, "beta")
         if width not in (kv_heads, 1):
             raise node.fail(f"beta's last dimension {width} must be kv_num_heads ({kv_heads}) or 1")
-        b = _heads_first(ctx, beta, steps, width)  # [B, H_kv or 1, T, 1]
+        b = _heads_first(ctx, beta, width)  # [B, H_kv or 1, T, 1]
+    recurrence = _Recurrence(ctx, qkv, g, b, (q_heads, kv_heads), (size_k, size_v), scale)
 
     state = None if past is None else _as(past, d.float32)  # [B, H_kv, d_k, d_v]
-    to_kv_heads = ctx.int64s([-1, kv_heads, group, size_k])
-    read_shape = ctx.int64s([-1, q_heads, 1, size_v])
-    swap = ctx.int32s([0, 1, 3, 2])
-    outputs = []
-    for t in range(steps):
-
-        def at(x: Tensor, t: int = t) -> Tensor:
-            return ops.strided_slice(
-                x,
-                ctx.int64s([0, 0, t]),
-                ctx.int64s([0, 0, t + 1]),
-                ctx.int64s([1, 1, 1]),
-                begin_mask=3,
-                end_mask=3,
+    steps = query.shape.as_list()[1]
+    out: Tensor | None = None
+    if steps is not None:
+        state, out = recurrence.unrolled(state, steps)
+    if state is None or out is None:  # no token to unroll, or a length known at run time
+        zero = ctx.const(np.float32(0))
+        if state is None:
+            state = ops.fill(_shape_with(ctx, query, 1, [kv_heads, size_k, size_v]), zero)
+        out = ops.fill(_shape_with(ctx, query, 1, [q_heads, 0, size_v]), zero)
+        if steps is None:
+            length = ops.strided_slice(
+                ops.shape(query, out_type=d.int64),
+                ctx.int64s([1]),
+                ctx.int64s([2]),
+                ctx.int64s([1]),
+                shrink_axis_mask=1,
             )
-
-        k_t, v_t = at(k), at(v)  # [B, H_kv, 1, d_k], [B, H_kv, 1, d_v]
-        if g is not None and state is not None:
-            state = ops.mul(state, ops.transpose(at(g), swap))  # decay along d_k
-        if b is not None:
-            if state is not None:
-                v_t = ops.sub(v_t, ops.batch_mat_mul_v2(k_t, state))
-            v_t = ops.mul(at(b), v_t)
-        written = ops.batch_mat_mul_v2(k_t, v_t, adj_x=True)  # k_t ⊗ v_t
-        state = written if state is None else ops.add_v2(state, written)
-        # Each KV head's state serves `group` consecutive query heads.
-        q_t = ops.reshape(at(q), to_kv_heads)
-        read = ops.reshape(ops.batch_mat_mul_v2(q_t, state), read_shape)
-        outputs.append(ops.mul(read, ctx.const(np.float32(scale))))
-    assert state is not None
-    joined = outputs[0] if steps == 1 else ops.concat_v2(outputs, ctx.const(np.int32(2)))
-    out = ops.reshape(
-        ops.transpose(joined, ctx.int32s([0, 2, 1, 3])), ctx.int64s([-1, steps, q_heads * size_v])
-    )
+            state, out = recurrence.looped(state, out, length)
+    out = ops.transpose(out, ctx.int32s([0, 2, 1, 3]))
+    out = ops.reshape(out, _shape_with(ctx, query, 2, [q_heads * size_v]))
     return [_as(out, query.dtype), _as(state, query.dtype if past is None else past.dtype)]
 
 
