@@ -36,7 +36,7 @@ from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import converter
-from kernloom.onnx.ops._helpers import rank_of, static_dims
+from kernloom.onnx.ops._helpers import rank_of, shape_of, static_dims
 from kernloom.onnx.ops.control_flow import convert_subgraph
 from kernloom.shapes import TensorShape
 
@@ -125,13 +125,13 @@ def _rotary_embedding(node: OnnxNode, ctx: ConversionContext) -> Result:
     real = ops.sub(ops.mul(cos, x1), ops.mul(sin, x2))
     imag = ops.add_v2(ops.mul(sin, x1), ops.mul(cos, x2))
     if interleaved:
-        done = ops.reshape(ops.pack([real, imag], axis=-1), ops.shape(turned, out_type=d.int64))
+        done = ops.reshape(ops.pack([real, imag], axis=-1), shape_of(ctx, turned))
     else:
         done = ops.concat_v2([real, imag], last)
     if rotary != 0:
         done = ops.concat_v2([done, _last_axis(ctx, work, rotary, None)], last)
     if rank == 3:
-        done = ops.reshape(done, ops.shape(x, out_type=d.int64))
+        done = ops.reshape(done, shape_of(ctx, x))
     return [done]
 
 
