@@ -16,7 +16,8 @@ Deliberate limits and deviations, each reported at import where it applies:
   float16 convolution sums in float32, rounds to float16, adds the bias in float16, and
   runs the activation in float32.
 * RotaryEmbedding with a 3-D input needs num_heads and the hidden size at import time.
-* FlexAttention needs the head counts (dimension 1 of Q and K) at import time. Its
+* FlexAttention needs the head counts (dimension 1 of Q and K) at import time, and
+  without a scale attribute Q's head size (dimension 3) too. Its
   scores leave the Q.K matmul in Q's dtype and go through score_mod, the softmax and
   prob_mod in float32 for float16 inputs (the reference's promotion), or in
   softmax_precision when that is set.
