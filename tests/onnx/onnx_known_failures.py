@@ -345,16 +345,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_training_dropout_zero_ratio",
         "test_training_dropout_zero_ratio_mask",
     ],
-    "QLinearMatMul: no converter yet": [
-        "test_qlinearmatmul_2D_int8_float16",
-        "test_qlinearmatmul_2D_int8_float32",
-        "test_qlinearmatmul_2D_uint8_float16",
-        "test_qlinearmatmul_2D_uint8_float32",
-        "test_qlinearmatmul_3D_int8_float16",
-        "test_qlinearmatmul_3D_int8_float32",
-        "test_qlinearmatmul_3D_uint8_float16",
-        "test_qlinearmatmul_3D_uint8_float32",
-    ],
     "a rank unknown at import time (Unsqueeze of a run-time shape)": [
         "test_rotary_embedding_3d_input_expanded",
         "test_rotary_embedding_expanded",
@@ -418,10 +408,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_ai_onnx_ml_tree_ensemble_set_membership",
         "test_ai_onnx_ml_tree_ensemble_single_tree",
     ],
-    "ConvInteger: no converter yet": [
-        "test_convinteger_with_padding",
-        "test_convinteger_without_padding",
-    ],
     "string tensors: kernloom has no string dtype": [
         "test_equal_string_broadcast",
         "test_equal_string",
@@ -451,13 +437,7 @@ KNOWN_FAILURES: dict[str, list[str]] = {
     "GatherND with batch_dims: not converted yet": [
         "test_gathernd_example_int32_batch_dim1",
     ],
-    "MatMulInteger: no converter yet": [
-        "test_matmulinteger",
-    ],
     "MelWeightMatrix: no converter yet": [
         "test_melweightmatrix",
-    ],
-    "QLinearConv: no converter yet": [
-        "test_qlinearconv",
     ],
 }

@@ -1,5 +1,6 @@
 """Bitwise ops on integers (``tf.bitwise``): BitwiseAnd, BitwiseOr, BitwiseXor, Invert,
-LeftShift and RightShift, as TensorFlow's CPU kernels compute them.
+LeftShift and RightShift, as TensorFlow's CPU kernels compute them; and Bitcast
+(``tf.bitcast``), which reads a tensor's bytes as another dtype.
 
 TensorFlow documents a shift by a negative amount or by the bit width or more as
 implementation-defined; its CPU kernels clamp the amount to ``[0, bits - 1]`` (``1 << 8``
@@ -11,8 +12,12 @@ the sign).
 from __future__ import annotations
 
 from kernloom.framework.op_def import OpLibrary
-from kernloom.framework.shape_inference import broadcast_binary_shape, unchanged_shape
-from kernloom.op_library.types import INTEGERS, spec
+from kernloom.framework.shape_inference import (
+    InferenceContext,
+    broadcast_binary_shape,
+    unchanged_shape,
+)
+from kernloom.op_library.types import INTEGERS, NUMBERS, spec
 
 __all__ = ["define"]
 
@@ -20,6 +25,32 @@ _SHIFT_RULE = (
     "The amount is clamped to [0, bits - 1] (TensorFlow's CPU kernels; its docs leave a "
     "negative or too large amount undefined) and the result wraps to the dtype."
 )
+
+
+def _bitcast_shape(ctx: InferenceContext) -> None:
+    """TensorFlow's Bitcast shape function: the shape stays for types of one size; a
+    narrower output type adds a last dimension of ``in_size / out_size``; a wider one
+    needs a last dimension of ``out_size / in_size`` (where known) and drops it."""
+    shape = ctx.input_shape(0)
+    if shape.rank is None:
+        ctx.set_output(0, shape)
+        return
+    source, target = ctx.attr("T"), ctx.attr("type")
+    in_size, out_size = source.numpy_dtype.itemsize, target.numpy_dtype.itemsize
+    if in_size == out_size:
+        ctx.set_output(0, shape)
+    elif in_size > out_size:
+        ctx.set_output(0, [*shape.as_list(), in_size // out_size])
+    else:
+        ratio = out_size // in_size
+        dims = shape.as_list()
+        if not dims or (dims[-1] is not None and dims[-1] != ratio):
+            last = "a scalar" if not dims else f"its last dimension is {dims[-1]}"
+            raise ctx.fail(
+                f"Bitcast from {source.name} to {target.name} needs an input whose last "
+                f"dimension is {ratio} (the {target.name} values it makes up), but {last}"
+            )
+        ctx.set_output(0, dims[:-1])
 
 
 def define(lib: OpLibrary) -> None:
@@ -54,4 +85,21 @@ def define(lib: OpLibrary) -> None:
         .attr(f"T: {integers}")
         .shape_fn(unchanged_shape)
         .doc("~x: every bit flipped (-x - 1 for signed integers).")
+    )
+    (
+        lib.register_op("Bitcast")
+        .input("input: T")
+        .output("output: type")
+        .attr(f"T: {spec(NUMBERS)}")
+        .attr(f"type: {spec(NUMBERS)}")
+        .shape_fn(_bitcast_shape)
+        .doc(
+            "The input's bytes read as `type` (little-endian, as the host stores them), "
+            "no value converted.",
+            "Types of one size keep the shape. A narrower `type` adds a last dimension of "
+            "in_size / out_size (float32 -> uint8: [..., 4]); a wider one needs a last "
+            "dimension of out_size / in_size and removes it (uint8 [..., 4] -> int32). "
+            "TensorFlow's bfloat16 and quantized types have no kernloom dtype; bool is not "
+            "in TensorFlow's list either.",
+        )
     )

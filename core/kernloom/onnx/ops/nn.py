@@ -107,10 +107,20 @@ def _i32(value: int) -> Any:
 
 @converter("Conv", 1, attrs=(*_WINDOW_ATTRS, "group"))
 def _conv(node: OnnxNode, ctx: ConversionContext) -> Result:
-    x, w = ctx.input(0), ctx.input(1)
-    bias = ctx.optional(2)
+    return [convolve(node, ctx, ctx.input(0), ctx.input(1), ctx.static_input(1), ctx.optional(2))]
+
+
+def convolve(
+    node: OnnxNode,
+    ctx: ConversionContext,
+    x: Tensor,
+    w: Tensor,
+    w_static: np.ndarray[Any, Any] | None,
+    bias: Tensor | None,
+) -> Tensor:
+    """ONNX's Conv of x by w (``w_static``: w's value where known at import time) under
+    the node's window attributes, plus bias: also the core of ConvInteger and QLinearConv."""
     x4, squeezed = _to_4d(node, x, "input X")
-    w_static = ctx.static_input(1)
     if w_static is not None:
         kernel_w = w_static if w_static.ndim == 4 else w_static[:, :, None, :]
         kernel = list(kernel_w.shape[2:])
@@ -152,7 +162,7 @@ def _conv(node: OnnxNode, ctx: ConversionContext) -> Result:
         y = ops.bias_add(y, bias, data_format="NCHW")
     if squeezed:
         y = ops.squeeze(y, squeeze_dims=[2])
-    return [y]
+    return y
 
 
 # -- pooling --------------------------------------------------------------------------------
@@ -337,10 +347,15 @@ def _gemm(node: OnnxNode, ctx: ConversionContext) -> Result:
 
 @converter("MatMul", 1)
 def _matmul(node: OnnxNode, ctx: ConversionContext) -> Result:
-    a, b = ctx.input(0), ctx.input(1)
+    return [matrix_product(node, ctx.input(0), ctx.input(1))]
+
+
+def matrix_product(node: OnnxNode, a: Tensor, b: Tensor) -> Tensor:
+    """ONNX's MatMul (numpy's matmul: 1-D operands, broadcast batch axes) of a and b: also
+    the core of MatMulInteger and QLinearMatMul."""
     ra, rb = rank_of(node, a, "input A"), rank_of(node, b, "input B")
     if ra == 2 and rb == 2:
-        return [ops.mat_mul(a, b)]
+        return ops.mat_mul(a, b)
     a2 = ops.expand_dims(a, _i32(0)) if ra == 1 else a
     b2 = ops.expand_dims(b, _i32(1)) if rb == 1 else b
     y = ops.batch_mat_mul_v2(a2, b2)
@@ -350,10 +365,10 @@ def _matmul(node: OnnxNode, ctx: ConversionContext) -> Result:
         squeeze.append(out_rank - 2)
     if rb == 1:
         squeeze.append(out_rank - 1)
-    return [ops.squeeze(y, squeeze_dims=squeeze) if squeeze else y]
+    return ops.squeeze(y, squeeze_dims=squeeze) if squeeze else y
 
 
-__all__: list[str] = []
+__all__ = ["convolve", "matrix_product"]
 
 
 def _rearrange(node: OnnxNode, ctx: ConversionContext, to_depth: bool) -> Result:

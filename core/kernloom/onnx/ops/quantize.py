@@ -52,7 +52,8 @@ def _broadcastable(node: OnnxNode, ctx: ConversionContext, x: Tensor, p: Tensor)
     return ops.slice(flat, ctx.int64s(begin), ctx.int64s(x_dims))
 
 
-def _saturate(ctx: ConversionContext, y: Tensor, target: d.DType) -> Tensor:
+def saturate(ctx: ConversionContext, y: Tensor, target: d.DType) -> Tensor:
+    """y (a float holding whole numbers) clamped to ``target``'s range and cast to it."""
     info = np.iinfo(target.numpy_dtype)
     low, high = ctx.const_like(float(info.min), y), ctx.const_like(float(info.max), y)
     return ops.cast(ops.minimum(ops.maximum(y, low), high), DstT=target)
@@ -88,7 +89,7 @@ def _quantize(node: OnnxNode, ctx: ConversionContext) -> Result:
     y = ops.round(ops.real_div(_f32(x), _f32(_broadcastable(node, ctx, x, scale))))
     if zero is not None:
         y = ops.add_v2(y, _f32(_broadcastable(node, ctx, x, zero)))
-    return [_saturate(ctx, y, target)]
+    return [saturate(ctx, y, target)]
 
 
 @converter("DynamicQuantizeLinear", 11)
@@ -100,9 +101,9 @@ def _dynamic_quantize(node: OnnxNode, ctx: ConversionContext) -> Result:
     high = ops.maximum(zero, ops.max(x, every))
     low = ops.minimum(zero, ops.min(x, every))
     scale = ops.real_div(ops.sub(high, low), ctx.const_like(255, x))
-    zero_point = _saturate(ctx, ops.round(ops.real_div(ops.neg(low), scale)), d.uint8)
+    zero_point = saturate(ctx, ops.round(ops.real_div(ops.neg(low), scale)), d.uint8)
     y = ops.add_v2(ops.round(ops.real_div(x, scale)), ops.cast(zero_point, DstT=d.float32))
-    return [_saturate(ctx, y, d.uint8), scale, zero_point]
+    return [saturate(ctx, y, d.uint8), scale, zero_point]
 
 
-__all__: list[str] = []
+__all__ = ["saturate"]
