@@ -80,6 +80,7 @@ def every_op_graph() -> kl.Graph:
             kl.ops.left_shift(i, i),
             kl.ops.right_shift(i, i),
             kl.ops.invert(i),
+            kl.ops.bitcast(i, type=kl.uint8),
             kl.ops.cumprod(b, kl.constant(np.int32(0)), exclusive=True),
             kl.ops.truncate_div(i, i),
             kl.ops.truncate_mod(i, i),

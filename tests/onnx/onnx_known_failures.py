@@ -299,18 +299,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_maxpool_3d_dilations_use_ref_impl",
         "test_maxpool_3d_dilations_use_ref_impl_large",
     ],
-    "BitCast: no converter yet": [
-        "test_bitcast_2d_float32_to_int32",
-        "test_bitcast_bool_to_uint8",
-        "test_bitcast_float32_to_int32",
-        "test_bitcast_float64_to_int64",
-        "test_bitcast_int32_to_float32",
-        "test_bitcast_int64_to_float64",
-        "test_bitcast_int8_to_uint8",
-        "test_bitcast_scalar_float32_to_int32",
-        "test_bitcast_uint16_to_int16",
-        "test_bitcast_uint32_to_int32",
-    ],
     "DFT: no converter yet": [
         "test_dft_axis",
         "test_dft_axis_opset19",

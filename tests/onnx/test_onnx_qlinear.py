@@ -21,7 +21,13 @@ INT8: int = TensorProto.INT8
 INT32: int = TensorProto.INT32
 FLOAT: int = TensorProto.FLOAT
 FLOAT16: int = TensorProto.FLOAT16
-NP: dict[int, Any] = {UINT8: np.uint8, INT8: np.int8, INT32: np.int32, FLOAT: np.float32, FLOAT16: np.float16}
+NP: dict[int, Any] = {
+    UINT8: np.uint8,
+    INT8: np.int8,
+    INT32: np.int32,
+    FLOAT: np.float32,
+    FLOAT16: np.float16,
+}
 
 
 def _ints(rng: np.random.Generator, shape: list[int], onnx_type: int) -> Any:

@@ -403,6 +403,36 @@ def _cast_cases() -> Iterator[DiffCase]:
         )
 
 
+def _random_bytes(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> Array:
+    """Values of random bit patterns (NaNs, infinities and subnormals among the floats)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.random(shape) < 0.5
+    count = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    return rng.integers(0, 256, size=count, dtype=np.uint8).view(dt).reshape(shape)
+
+
+def _bitcast_cases() -> Iterator[DiffCase]:
+    """Every pair of types (bool, which neither takes, included): random bit patterns
+    shaped to fit (a wider type consumes a last dimension of out_size / in_size), the edge
+    values where the type does not widen, and inputs whose last dimension does not fit.
+    Its own generator: the cases after these keep their samples."""
+    rng = np.random.default_rng(21)
+    for src, dst in itertools.product(ALL, ALL):
+        ratio = max(np.dtype(dst).itemsize // np.dtype(src).itemsize, 1)
+        name = f"Bitcast-{np.dtype(src).name}-{np.dtype(dst).name}"
+        attrs = {"type": np.dtype(dst)}
+        x = _random_bytes(rng, (2, 3, ratio), src)
+        yield DiffCase("Bitcast", [x], attrs, id=f"{name}-bits")
+        if ratio == 1:
+            yield DiffCase("Bitcast", [edges(src)], attrs, id=f"{name}-edges")
+            yield DiffCase("Bitcast", [np.asarray(x[0, 0, 0])], attrs, id=f"{name}-scalar")
+        else:
+            bad = _random_bytes(rng, (2, ratio + 1), src)
+            yield DiffCase("Bitcast", [bad], attrs, id=f"{name}-bad")
+            yield DiffCase("Bitcast", [np.asarray(bad[0, 0])], attrs, id=f"{name}-bad-scalar")
+
+
 def _select_cases() -> Iterator[DiffCase]:
     shapes = (
         ((2, 3), (2, 3), (2, 3)),
@@ -898,3 +928,4 @@ def cases() -> Iterator[DiffCase]:
     yield from _crop_and_resize_cases()
     yield from _type_list_cases()
     yield from _linalg_cases()
+    yield from _bitcast_cases()  # last: the cases above keep their random samples

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -22,6 +22,7 @@ __all__ = [
     "argmax_axis",
     "axes_of",
     "bias_channel",
+    "bitcast_dims",
     "broadcast_shape",
     "check_bias",
     "check_permutation",
@@ -36,6 +37,12 @@ __all__ = [
 ]
 
 Shape = tuple[int, ...]
+
+
+class Fails(Protocol):
+    """A kernel's or a shape function's context: what names the node in an error."""
+
+    def fail(self, message: str) -> Exception: ...
 
 
 def axes_of(ctx: OpKernelContext, value: Any, rank: int, what: str) -> Shape:
@@ -246,3 +253,26 @@ def add_n_shape(ctx: OpKernelContext, shapes: Sequence[Sequence[int]]) -> Shape:
         if tuple(s) != first:
             raise ctx.fail(f"input {i} has shape {list(s)}, input 0 has {list(first)}")
     return first
+
+
+def bitcast_dims(
+    ctx: Fails, shape: Sequence[int | None], source: Any, target: Any
+) -> list[int | None]:
+    """Bitcast's output shape (TensorFlow's rule) for dtypes ``source`` -> ``target``:
+    the same for types of one size; a narrower target appends ``in_size / out_size``; a
+    wider one needs a last dimension of ``out_size / in_size`` and drops it. A dimension
+    not known yet (None, when a graph is built) is taken to fit."""
+    in_size, out_size = source.numpy_dtype.itemsize, target.numpy_dtype.itemsize
+    if in_size == out_size:
+        return list(shape)
+    if in_size > out_size:
+        return [*shape, in_size // out_size]
+    ratio = out_size // in_size
+    if not shape or (shape[-1] is not None and shape[-1] != ratio):
+        found = "a scalar" if not shape else f"of shape {list(shape)}"
+        raise ctx.fail(
+            f"Bitcast from {source.name} to {target.name} needs an input whose last "
+            f"dimension is {ratio} (the {source.name} values of one {target.name}); the "
+            f"input is {found}"
+        )
+    return list(shape[:-1])

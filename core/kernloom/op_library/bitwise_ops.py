@@ -11,6 +11,7 @@ the sign).
 
 from __future__ import annotations
 
+from kernloom.framework.kernel_checks import bitcast_dims
 from kernloom.framework.op_def import OpLibrary
 from kernloom.framework.shape_inference import (
     InferenceContext,
@@ -28,29 +29,12 @@ _SHIFT_RULE = (
 
 
 def _bitcast_shape(ctx: InferenceContext) -> None:
-    """TensorFlow's Bitcast shape function: the shape stays for types of one size; a
-    narrower output type adds a last dimension of ``in_size / out_size``; a wider one
-    needs a last dimension of ``out_size / in_size`` (where known) and drops it."""
+    """TensorFlow's Bitcast shape function (``bitcast_dims``); an unknown rank stays so."""
     shape = ctx.input_shape(0)
     if shape.rank is None:
         ctx.set_output(0, shape)
         return
-    source, target = ctx.attr("T"), ctx.attr("type")
-    in_size, out_size = source.numpy_dtype.itemsize, target.numpy_dtype.itemsize
-    if in_size == out_size:
-        ctx.set_output(0, shape)
-    elif in_size > out_size:
-        ctx.set_output(0, [*shape.as_list(), in_size // out_size])
-    else:
-        ratio = out_size // in_size
-        dims = shape.as_list()
-        if not dims or (dims[-1] is not None and dims[-1] != ratio):
-            last = "a scalar" if not dims else f"its last dimension is {dims[-1]}"
-            raise ctx.fail(
-                f"Bitcast from {source.name} to {target.name} needs an input whose last "
-                f"dimension is {ratio} (the {target.name} values it makes up), but {last}"
-            )
-        ctx.set_output(0, dims[:-1])
+    ctx.set_output(0, bitcast_dims(ctx, shape.as_list(), ctx.attr("T"), ctx.attr("type")))
 
 
 def define(lib: OpLibrary) -> None:

@@ -2,6 +2,7 @@
 
 from kernloom.onnx.ops import (
     attention,
+    bitcast,
     control_flow,
     elementwise,
     indexing,
@@ -21,6 +22,7 @@ from kernloom.onnx.ops import (
 
 __all__ = [
     "attention",
+    "bitcast",
     "control_flow",
     "elementwise",
     "indexing",

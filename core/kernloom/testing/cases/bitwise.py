@@ -1,7 +1,8 @@
 """Reference cases for the ops added with TensorFlow's bitwise family: the bitwise ops and
 Cumprod (numpy computed directly, with TensorFlow's rule for a shift amount that is
-negative or the bit width or more: its CPU kernels clamp it to ``[0, bits - 1]``), and
-TruncateDiv, TruncateMod, Mod, Xdivy, Xlogy, Xlog1py and Rint."""
+negative or the bit width or more: its CPU kernels clamp it to ``[0, bits - 1]``),
+TruncateDiv, TruncateMod, Mod, Xdivy, Xlogy, Xlog1py and Rint; and Bitcast (the input's
+bytes read back with ``np.frombuffer``, shaped by TensorFlow's rule written out)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,66 @@ BINARY: tuple[tuple[str, Callable[..., Any]], ...] = (
 def cases() -> Iterator[Case]:
     yield from _bitwise_cases()
     yield from more_cases()
+    yield from bitcast_cases()
+
+
+BITCAST_TYPES = (
+    kl.float16, kl.float32, kl.float64, kl.int8, kl.int16, kl.int32, kl.int64,
+    kl.uint8, kl.uint16, kl.uint32, kl.uint64, kl.complex64, kl.complex128,
+)  # fmt: skip
+
+
+def _bitcast(target: kl.DType) -> Callable[[Array], Array]:
+    """The bytes of x (C order, little-endian as stored) as ``target``: a narrower type
+    gets a last axis of in/out values, a wider one loses the last axis it consumes."""
+
+    def reference(x: Array) -> Array:
+        out = target.numpy_dtype
+        values = np.frombuffer(np.ascontiguousarray(x).tobytes(), dtype=out).copy()
+        ratio_in, ratio_out = x.dtype.itemsize, out.itemsize
+        if ratio_in == ratio_out:
+            return values.reshape(x.shape)
+        if ratio_in > ratio_out:
+            return values.reshape(*x.shape, ratio_in // ratio_out)
+        return values.reshape(x.shape[:-1])
+
+    return reference
+
+
+def bitcast_cases() -> Iterator[Case]:
+    """Every pair of types, on a shape that fits (a wider type needs a last dimension of
+    out_size / in_size): a matrix, a scalar, an empty tensor; a transposed input (its
+    bytes in C order of the logical array)."""
+    for source in BITCAST_TYPES:
+        in_size = source.numpy_dtype.itemsize
+        for target in BITCAST_TYPES:
+            out_size = target.numpy_dtype.itemsize
+            last = max(out_size // in_size, 1)
+            cid = f"Bitcast-{source}-to-{target}"
+            x = sample((2, 3, last), source)
+            yield Case("Bitcast", [x], {"type": target}, reference=_bitcast(target), id=cid)
+            empty = np.zeros((0, last), source.numpy_dtype)
+            yield Case(
+                "Bitcast", [empty], {"type": target}, reference=_bitcast(target), id=f"{cid}-empty"
+            )
+            if last == 1:
+                scalar = sample((), source)
+                yield Case(
+                    "Bitcast",
+                    [scalar],
+                    {"type": target},
+                    reference=_bitcast(target),
+                    id=f"{cid}-scalar",
+                )
+    transposed = np.arange(24, dtype=np.int32).reshape(2, 4, 3).transpose(2, 1, 0)
+    for target in (kl.uint8, kl.float32, kl.int64):
+        yield Case(
+            "Bitcast",
+            [transposed],
+            {"type": target},
+            reference=_bitcast(target),
+            id=f"Bitcast-int32-to-{target}-transposed",
+        )
 
 
 def _bitwise_cases() -> Iterator[Case]:

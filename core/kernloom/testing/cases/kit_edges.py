@@ -153,6 +153,13 @@ def error_cases() -> Iterator[Case]:
     yield Case("FloorDiv", [np.ones(2, np.int32), divisor], id="FloorDiv-error-int-by-zero")
     yield Case("FloorMod", [np.ones(2, np.int32), divisor], id="FloorMod-error-int-by-zero")
     yield Case("Reshape", [f32, np.array([4, 2], np.int32)], id="Reshape-error-element-count")
+    yield Case(
+        "Bitcast",
+        [np.ones((2, 3), np.uint8)],
+        {"type": kl.int32},
+        id="Bitcast-error-last-dimension-not-the-size-ratio",
+    )
+    yield Case("Bitcast", [np.float16(1)], {"type": kl.float32}, id="Bitcast-error-scalar-widened")
     singular = np.array([[[1, 2], [2, 4]], [[1, 0], [0, 1]]], np.float64)
     yield Case("MatrixInverse", [singular], id="MatrixInverse-error-singular")
     yield Case("MatrixSolve", [singular, np.ones((2, 2, 1))], id="MatrixSolve-error-singular")

@@ -26,6 +26,7 @@ from kernloom.plugin import (
     argmax_axis,
     as_dtype,
     bias_channel,
+    bitcast_dims,
     broadcast_shape,
     check_permutation,
     concat_shape,
@@ -242,6 +243,18 @@ class _Kernels:
         x = ctx.input(0)
         ctx.set_output(0, x.reshape(reshape_dims(ctx, x.shape, host(ctx, 1))))
 
+    def bitcast(self, ctx: OpKernelContext) -> None:
+        """``ndarray.view``, as the numpy kernel: a C-order copy first where the sizes
+        differ (view then needs the last axis contiguous; a scalar becomes a vector)."""
+        x = ctx.input(0)
+        source, target = ctx.attr("T"), ctx.attr("type")
+        dims = [int(n or 0) for n in bitcast_dims(ctx, x.shape, source, target)]
+        if source.numpy_dtype.itemsize == target.numpy_dtype.itemsize:
+            ctx.set_output(0, x.view(target.numpy_dtype))
+            return
+        rows = self.xp.ascontiguousarray(x) if x.ndim else x.reshape(1)
+        ctx.set_output(0, rows.view(target.numpy_dtype).reshape(dims))
+
     def transpose(self, ctx: OpKernelContext) -> None:
         x = ctx.input(0)
         perm = check_permutation(ctx, x.ndim, host(ctx, 1))
@@ -332,6 +345,7 @@ class _Kernels:
             ("Softmax", self.softmax, typed(t.OP_TYPES)),
             ("LogSoftmax", self.log_softmax, typed(t.OP_TYPES)),
             ("Reshape", self.reshape, {"host_memory": ["shape"], "expensive": False}),
+            ("Bitcast", self.bitcast, {"expensive": False}),
             ("Transpose", self.transpose, {"host_memory": ["perm"]}),
             ("ConcatV2", self.concat, {"host_memory": ["axis"]}),
             ("Fill", self.fill, {"host_memory": ["dims"]}),

@@ -88,6 +88,11 @@ def _standard() -> list[tuple[str, Kernel, dict[str, Any]]]:
         ("Softmax", math.softmax, typed(t.OP_TYPES)),
         ("LogSoftmax", math.log_softmax, typed(t.OP_TYPES)),
         ("Reshape", array.reshape, {"host_memory": ["shape"], "expensive": False}),
+        (
+            "Bitcast",
+            array.bitcast,
+            {"type_constraints": {"T": d.NUMBERS, "type": d.NUMBERS}, "expensive": False},
+        ),
         ("Transpose", array.transpose, typed(d.ALL, host_memory=["perm"])),
         ("ConcatV2", array.concat, typed(d.ALL, host_memory=["axis"])),
         ("Fill", array.fill, typed(d.ALL, host_memory=["dims"])),

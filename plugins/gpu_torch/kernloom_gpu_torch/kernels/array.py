@@ -14,6 +14,7 @@ from kernloom.plugin import (
     OpKernel,
     OpKernelConstruction,
     OpKernelContext,
+    bitcast_dims,
     check_permutation,
     concat_output,
     concat_shape,
@@ -21,6 +22,7 @@ from kernloom.plugin import (
     reshape_dims,
     transpose_output,
 )
+from kernloom_gpu_torch.dtypes import torch_dtype
 from kernloom_gpu_torch.kernels._util import (
     host_input,
     kept_per_shapes,
@@ -36,6 +38,7 @@ __all__ = [
     "KEEP_LAYOUT",
     "SMALL_CONCAT",
     "CpuConcat",
+    "bitcast",
     "concat",
     "cpu_transpose",
     "fill",
@@ -67,6 +70,17 @@ off)."""
 def reshape(ctx: OpKernelContext) -> None:
     x = tensor_input(ctx, 0)
     result(ctx, 0, x.reshape(reshape_dims(ctx, x.shape, host_input(ctx, 1))))
+
+
+def bitcast(ctx: OpKernelContext) -> None:
+    """``Tensor.view(dtype)``, which scales the last dimension by in_size / out_size (on
+    a contiguous tensor; a scalar becomes a vector): the reshape then splits or drops it,
+    as TensorFlow's shape rule says."""
+    x = tensor_input(ctx, 0)
+    source, target = ctx.attr("T"), ctx.attr("type")
+    dims = [int(n or 0) for n in bitcast_dims(ctx, tuple(x.shape), source, target)]
+    rows = x.contiguous() if x.ndim else x.reshape(1)
+    result(ctx, 0, rows.view(torch_dtype(target)).reshape(dims))
 
 
 def transpose(ctx: OpKernelContext) -> None:
