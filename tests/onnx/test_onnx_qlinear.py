@@ -434,3 +434,14 @@ def test_a_float_scale_of_the_wrong_kind_is_refused() -> None:
         ko.OnnxImportError, match=r"'qmm' \(QLinearMatMul, opset 21\).*a_scale is int32"
     ):
         ko.import_model(proto)
+
+
+def test_a_per_channel_output_scale_is_refused() -> None:
+    proto = _qlinear_matmul([3, 4], [4, 5], (UINT8, UINT8, UINT8), FLOAT)
+    proto.graph.input[6].type.tensor_type.shape.dim.add().dim_value = 5
+    with pytest.raises(
+        ko.OnnxImportError,
+        match=r"'qmm' \(QLinearMatMul, opset 21\).*y_scale has shape \[5\]; ONNX allows one "
+        "element",
+    ):
+        ko.import_model(proto)

@@ -16,15 +16,16 @@ Each is composed exactly from kernloom ops, as onnx's reference computes it:
 Zero points and scales follow ONNX's layouts: per tensor (a scalar or one element); for
 the left matrix of MatMulInteger / QLinearMatMul a 1-D one is per row (made [M, 1]), for
 the right one per column (it broadcasts over the last axis as it is); for ConvInteger /
-QLinearConv the weight's 1-D zero point and scale are per output channel. Their shapes
-must be known at import time. Float8 operands (QLinearMatMul since opset 21) have no
-kernloom dtype and fail at import.
+QLinearConv the weight's 1-D zero point and scale are per output channel; the output's
+scale and zero point, and the convolution input's, are per tensor (one element, as ONNX
+says; more is an import error). Their shapes must be known at import time. Float8
+operands (QLinearMatMul since opset 21) have no kernloom dtype and fail at import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -58,19 +59,26 @@ def _check_quantized(node: OnnxNode, t: Tensor, what: str) -> None:
         raise node.fail(f"{what} is {t.dtype}; int8 or uint8 is supported")
 
 
+PER_TENSOR: Final = "per tensor"
+"""A parameter ONNX allows only one element of (it fails otherwise)."""
+Layout = list[int] | str | None
+
+
 def _laid_out(
-    node: OnnxNode, ctx: ConversionContext, p: Tensor, what: str, vector_shape: list[int] | None
+    node: OnnxNode, ctx: ConversionContext, p: Tensor, what: str, layout: Layout
 ) -> Tensor:
     """A zero point or scale shaped to broadcast: a one-element one as a scalar, a 1-D
-    one reshaped to ``vector_shape`` (its per-row / per-channel layout; None: as it is),
-    any other as it is (it broadcasts as it stands)."""
+    one reshaped to ``layout`` (its per-row / per-channel shape; None: as it is), any
+    other as it is (it broadcasts as it stands); ``PER_TENSOR``: one element or an error."""
     dims = static_dims(p)
     if dims is None:
         raise node.fail(f"the shape of {what} must be known at import time")
     if int(np.prod(dims, dtype=np.int64)) == 1:
         return ops.reshape(p, ctx.int64s([]))
-    if len(dims) == 1 and vector_shape is not None:
-        return ops.reshape(p, ctx.int64s(vector_shape))
+    if layout == PER_TENSOR:
+        raise node.fail(f"{what} has shape {dims}; ONNX allows one element (per tensor) here")
+    if len(dims) == 1 and isinstance(layout, list):
+        return ops.reshape(p, ctx.int64s(layout))
     return p
 
 
@@ -80,7 +88,7 @@ def _centred(
     index: int,
     zero_index: int,
     what: str,
-    vector_shape: list[int] | None,
+    layout: Layout,
 ) -> Tensor:
     """Input ``index`` in int32 less its zero point (input ``zero_index``, if given)."""
     x = ctx.input(index)
@@ -90,7 +98,7 @@ def _centred(
     if zero is None:
         return value
     _check_quantized(node, zero, f"the zero point of {what}")
-    shaped = _laid_out(node, ctx, zero, f"the zero point of {what}", vector_shape)
+    shaped = _laid_out(node, ctx, zero, f"the zero point of {what}", layout)
     return ops.sub(value, _int32(shaped))
 
 
@@ -114,7 +122,7 @@ def _requantize(
     if zero is not None:
         _check_quantized(node, zero, "the output zero point")
         target = zero.dtype
-        y = ops.add_v2(y, _f64(_laid_out(node, ctx, zero, "the output zero point", None)))
+        y = ops.add_v2(y, _f64(_laid_out(node, ctx, zero, "the output zero point", PER_TENSOR)))
     return saturate(ctx, ops.round(y), target)
 
 
@@ -149,7 +157,7 @@ def _qlinear_matmul(node: OnnxNode, ctx: ConversionContext) -> Result:
     b = _centred(node, ctx, 3, 5, "input b", None)
     a_scale = _laid_out(node, ctx, _scale(node, ctx, 1, "a_scale"), "a_scale", rows)
     b_scale = _laid_out(node, ctx, _scale(node, ctx, 4, "b_scale"), "b_scale", None)
-    y_scale = _laid_out(node, ctx, _scale(node, ctx, 6, "y_scale"), "y_scale", None)
+    y_scale = _laid_out(node, ctx, _scale(node, ctx, 6, "y_scale"), "y_scale", PER_TENSOR)
     product = matrix_product(node, a, b)
     multiplier = _multiplier(a_scale, b_scale, y_scale)
     return [_requantize(node, ctx, product, multiplier, ctx.optional(7), ctx.input(0).dtype)]
@@ -181,7 +189,7 @@ def _centred_weight(
 
 
 def _conv_input(node: OnnxNode, ctx: ConversionContext) -> Tensor:
-    return _centred(node, ctx, 0, 2, "input X", None)
+    return _centred(node, ctx, 0, 2, "input X", PER_TENSOR)
 
 
 @converter("ConvInteger", 10, attrs=_CONV_ATTRS)
@@ -200,8 +208,8 @@ def _qlinear_conv(node: OnnxNode, ctx: ConversionContext) -> Result:
         raise node.fail(f"the bias B is {bias.dtype}; QLinearConv takes an int32 bias")
     product = convolve(node, ctx, x, w, w_value, bias)
     channels = [1, -1] + [1] * (rank_of(node, ctx.input(0), "input x") - 2)
-    x_scale = _laid_out(node, ctx, _scale(node, ctx, 1, "x_scale"), "x_scale", None)
+    x_scale = _laid_out(node, ctx, _scale(node, ctx, 1, "x_scale"), "x_scale", PER_TENSOR)
     w_scale = _laid_out(node, ctx, _scale(node, ctx, 4, "w_scale"), "w_scale", channels)
-    y_scale = _laid_out(node, ctx, _scale(node, ctx, 6, "y_scale"), "y_scale", None)
+    y_scale = _laid_out(node, ctx, _scale(node, ctx, 6, "y_scale"), "y_scale", PER_TENSOR)
     multiplier = _multiplier(x_scale, w_scale, y_scale)
     return [_requantize(node, ctx, product, multiplier, ctx.optional(7), ctx.input(0).dtype)]
