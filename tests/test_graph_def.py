@@ -359,7 +359,7 @@ def _math_family_nodes(b: kl.Tensor) -> list[kl.Tensor]:
         ops.cumsum(b, 0, exclusive=True),
         ops.top_kv2(b, 1)[1],
     ]
-    return [*unary, *binary, nan, *logic, *ordered, *_segment_nodes(b)]
+    return [*unary, *binary, nan, *logic, *ordered, *_segment_nodes(b), *_spectral_nodes(b)]
 
 
 def _segment_nodes(b: kl.Tensor) -> list[kl.Tensor]:
@@ -380,6 +380,16 @@ def _segment_nodes(b: kl.Tensor) -> list[kl.Tensor]:
         f(b, ids) for f in (ops.segment_sum, ops.segment_mean, ops.segment_max, ops.segment_min)
     ]
     return [*unsorted, *ordered, ops.segment_prod(b, np.zeros(1, np.int32))]
+
+
+def _spectral_nodes(b: kl.Tensor) -> list[kl.Tensor]:
+    """One node of each FFT op: RFFT of ``b`` with a known fft_length, IRFFT with one
+    only known at run time (a placeholder), the complex ones on RFFT's output."""
+    ops = kl.ops
+    spectrum = ops.rfft(b, np.int32([2]))
+    length = kl.placeholder(kl.int32, [1], name="fft_length")
+    complex_ = [f(spectrum) for f in (ops.fft, ops.ifft, ops.fft2d, ops.ifft2d)]
+    return [spectrum, *complex_, ops.irfft(spectrum, length)]
 
 
 def _loop_graph() -> tuple[kl.Graph, str]:

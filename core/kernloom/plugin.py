@@ -46,7 +46,7 @@ from kernloom.errors import (
     KernelError,
     RegistrationError,
 )
-from kernloom.framework import indexing_checks
+from kernloom.framework import indexing_checks, spectral_checks
 from kernloom.framework.allocator import AllocatorStats
 from kernloom.framework.cast_rules import tf_cast
 from kernloom.framework.device import (
@@ -277,6 +277,7 @@ __all__ = [
     "select_condition_shape",
     "solve_shape",
     "space_to_depth_shape",
+    "spectral_checks",
     "square_batch",
     "tf_cast",
     "tf_reshape_dims",

@@ -26,6 +26,7 @@ from kernloom.op_library import (
     resource_variable_ops,
     segment_ops,
     sendrecv_ops,
+    spectral_ops,
 )
 
 __all__ = ["STANDARD_ORIGIN", "standard_ops"]
@@ -51,6 +52,7 @@ def standard_ops() -> OpRegistry:
                 conv_ops,
                 image_ops,
                 linalg_ops,
+                spectral_ops,
                 sendrecv_ops,
                 function_ops,
                 control_flow_ops,

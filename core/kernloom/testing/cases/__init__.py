@@ -20,6 +20,7 @@ from kernloom.testing.cases import (
     nn,
     segment,
     space_batch,
+    spectral,
     standard,
     tf_edges,
 )
@@ -37,6 +38,7 @@ FAMILIES = (
     nn,
     image_linalg,
     linalg,
+    spectral,
     fused,
     tf_edges,
     kit_edges,

@@ -24,6 +24,7 @@ from kernloom_cpu_numpy.kernels import (
     reductions,
     segment,
     space_batch,
+    spectral,
 )
 
 __all__ = ["build_library"]
@@ -47,6 +48,7 @@ def build_library() -> KernelLibrary:
         conv,
         image,
         linalg,
+        spectral,
         fused,
         complex_rules,
     ):

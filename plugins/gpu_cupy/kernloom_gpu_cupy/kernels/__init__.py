@@ -51,6 +51,7 @@ from kernloom_gpu_cupy.kernels import (
     reductions,
     segment,
     space_batch,
+    spectral,
 )
 
 __all__ = ["BACKEND", "FUSED_LABEL", "build_library"]
@@ -387,6 +388,7 @@ def build_library(xp: ModuleType) -> KernelLibrary:
         indexing,
         segment,
         space_batch,
+        spectral,
         conv,
         image,
         linalg,

@@ -28,6 +28,7 @@ from kernloom_gpu_torch.kernels import (
     reductions,
     segment,
     space_batch,
+    spectral,
 )
 from kernloom_gpu_torch.kernels._util import cpu_kernel
 from kernloom_gpu_torch.kernels.elementwise import (
@@ -152,6 +153,7 @@ def build_library() -> KernelLibrary:
         conv,
         image,
         linalg,
+        spectral,
         fused,
         onednn,
         packed_matmul,
