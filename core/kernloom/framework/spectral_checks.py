@@ -11,13 +11,20 @@ itself never does). Messages are TensorFlow's (core/kernels/fft_ops.cc, spectral
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
 from kernloom.errors import InvalidArgumentError
 
-__all__ = ["FFT_RANK", "REAL_PAIRS", "check_real_types", "fft_lengths", "spectral_shape"]
+__all__ = [
+    "FFT_RANK",
+    "REAL_PAIRS",
+    "check_real_types",
+    "fft_lengths",
+    "real_fft_plan",
+    "spectral_shape",
+]
 
 Dim = int | None
 
@@ -29,11 +36,17 @@ REAL_PAIRS: Final = {"float32": "complex64", "float64": "complex128"}
 
 def check_real_types(op: str, real: str, complex_: str) -> None:
     """RFFT and IRFFT pair float32 with complex64 and float64 with complex128 (TensorFlow's
-    kernels fail on another pair with 'Wrong types for forward real FFT')."""
+    kernels fail on another pair with 'Wrong types for forward real FFT'). The fix named is
+    the attr that is not the input's: RFFT's Tcomplex, IRFFT's Treal."""
     if REAL_PAIRS.get(real) != complex_:
+        fix = (
+            f"Tcomplex={REAL_PAIRS[real]}"
+            if op == "RFFT"
+            else "Treal=" + {v: k for k, v in REAL_PAIRS.items()}[complex_]
+        )
         raise InvalidArgumentError(
             f"{op} pairs Treal=float32 with Tcomplex=complex64 and float64 with complex128, "
-            f"not Treal={real} with Tcomplex={complex_}: set Tcomplex={REAL_PAIRS[real]}"
+            f"not Treal={real} with Tcomplex={complex_}: set {fix}"
         )
 
 
@@ -84,3 +97,14 @@ def spectral_shape(op: str, shape: Sequence[Dim], lengths: tuple[int, ...] | Non
         )
     out[-1] = length // 2 + 1 if op == "RFFT" and length != 0 else length
     return out
+
+
+def real_fft_plan(
+    op: str, shape: Sequence[int], fft_length: np.ndarray[Any, Any]
+) -> tuple[tuple[int, ...], int]:
+    """For a kernel of RFFT or IRFFT: the output's (complete) shape and the transform's
+    length, checked as the shape function checks them."""
+    lengths = fft_lengths(op, fft_length, np.shape(fft_length))
+    assert lengths is not None  # a value was given
+    out = spectral_shape(op, shape, lengths)
+    return tuple(d for d in out if d is not None), lengths[0]

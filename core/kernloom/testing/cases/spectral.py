@@ -25,6 +25,7 @@ COMPLEX_REFERENCES: dict[str, Callable[[Array], Array]] = {
     "IFFT2D": np.fft.ifft2,
 }
 
+
 def _complex(op: str) -> Callable[[Array], Array]:
     def reference(x: Array) -> Array:
         if x.size == 0:
@@ -32,6 +33,7 @@ def _complex(op: str) -> Callable[[Array], Array]:
         return np.asarray(COMPLEX_REFERENCES[op](x.astype(np.complex128))).astype(x.dtype)
 
     return reference
+
 
 def _rfft(x: Array, fft_length: Array) -> Array:
     n = int(fft_length[0])
@@ -41,6 +43,7 @@ def _rfft(x: Array, fft_length: Array) -> Array:
         return np.zeros(shape, out_dtype)
     return np.fft.rfft(x[..., :n].astype(np.float64)).astype(out_dtype)
 
+
 def _irfft(x: Array, fft_length: Array) -> Array:
     n = int(fft_length[0])
     out_dtype = np.float32 if x.dtype == np.complex64 else np.float64
@@ -48,8 +51,10 @@ def _irfft(x: Array, fft_length: Array) -> Array:
         return np.zeros((*x.shape[:-1], n), out_dtype)
     return np.fft.irfft(x[..., : n // 2 + 1].astype(np.complex128), n).astype(out_dtype)
 
+
 def _length(n: int) -> Array:
     return np.array([n], np.int32)
+
 
 def _complex_cases() -> Iterator[Case]:
     shapes: dict[str, list[tuple[int, ...]]] = {
@@ -66,6 +71,7 @@ def _complex_cases() -> Iterator[Case]:
                     reference=_complex(op),
                     id=f"{op}-{dtype}-{name}",
                 )
+
 
 def _real_cases() -> Iterator[Case]:
     # (input's shape, fft_length): equal, cropped, odd, length 1, empty input, length 0
@@ -100,6 +106,7 @@ def _real_cases() -> Iterator[Case]:
                 id=f"IRFFT-{complex_}-{'x'.join(map(str, shape))}-{n}",
             )
 
+
 def _by_hand() -> Iterator[Case]:
     ramp = np.array([0, 1, 2, 3], np.complex64)
     yield Case(
@@ -127,6 +134,7 @@ def _by_hand() -> Iterator[Case]:
         reference=lambda *_: np.array([2, -1, 0, 0], np.float32),
         id="IRFFT-hermitian-ends-by-hand",
     )
+
 
 def cases() -> Iterator[Case]:
     yield from _complex_cases()

@@ -46,15 +46,13 @@ def complex_fft(op: str) -> Any:
 def real_fft(op: str) -> Any:
     def compute(ctx: OpKernelContext) -> None:
         x = ctx.input(0)
-        length = ic.checked(ctx, spectral_checks.fft_lengths, op, ctx.input(1), ctx.input(1).shape)
-        shape = ic.checked(ctx, spectral_checks.spectral_shape, op, x.shape, length)
+        shape, n = ic.checked(ctx, spectral_checks.real_fft_plan, op, x.shape, ctx.input(1))
         out = ctx.allocate_output(0, shape)
         if out.size == 0:
             return
         if x.size == 0:
             out.fill(0)
             return
-        (n,) = length
         if op == "RFFT":
             out[...] = np.fft.rfft(x[..., :n], n)
         else:

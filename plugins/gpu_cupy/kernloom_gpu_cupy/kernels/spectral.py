@@ -63,15 +63,13 @@ class _Kernels:
 
         def compute(ctx: OpKernelContext) -> None:
             x, lengths = ctx.input(0), _host(ctx, 1)
-            length = ic.checked(ctx, spectral_checks.fft_lengths, op, lengths, lengths.shape)
-            shape = ic.checked(ctx, spectral_checks.spectral_shape, op, x.shape, length)
+            shape, n = ic.checked(ctx, spectral_checks.real_fft_plan, op, x.shape, lengths)
             out = ctx.allocate_output(0, shape)
             if out.size == 0:
                 return
             if x.size == 0:
                 out.fill(0)
                 return
-            (n,) = length
             if op == "RFFT":
                 value = xp.fft.rfft(x[..., :n], n)
             else:

@@ -59,15 +59,13 @@ def real_fft(op: str) -> Any:
     def compute(ctx: OpKernelContext) -> None:
         x = tensor_input(ctx, 0)
         lengths = host_input(ctx, 1)
-        length = ic.checked(ctx, spectral_checks.fft_lengths, op, lengths, lengths.shape)
-        shape = ic.checked(ctx, spectral_checks.spectral_shape, op, tuple(x.shape), length)
+        shape, n = ic.checked(ctx, spectral_checks.real_fft_plan, op, tuple(x.shape), lengths)
         out = output(ctx, 0, shape)
         if out.numel() == 0:
             return
         if x.numel() == 0:
             out.zero_()
             return
-        (n,) = length
         if op == "RFFT":
             out.copy_(torch.fft.rfft(x[..., :n], n, dim=-1))
         else:
