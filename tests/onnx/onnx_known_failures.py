@@ -299,18 +299,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_maxpool_3d_dilations_use_ref_impl",
         "test_maxpool_3d_dilations_use_ref_impl_large",
     ],
-    "DFT: no converter yet": [
-        "test_dft_axis",
-        "test_dft_axis_opset19",
-        "test_dft",
-        "test_dft_inverse",
-        "test_dft_inverse_opset19",
-        "test_dft_irfft",
-        "test_dft_irfft_opset19",
-        "test_dft_opset19",
-        "test_dft_rfft",
-        "test_dft_rfft_opset19",
-    ],
     "NonMaxSuppression: no converter yet": [
         "test_nonmaxsuppression_center_point_box_format",
         "test_nonmaxsuppression_flipped_coordinates",
@@ -412,10 +400,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_maxunpool_export_with_output_shape",
         "test_maxunpool_export_without_output_shape",
     ],
-    "STFT: no converter yet": [
-        "test_stft",
-        "test_stft_with_window",
-    ],
     "ArrayFeatureExtractor: no converter yet": [
         "test_ai_onnx_ml_array_feature_extractor",
     ],
@@ -424,8 +408,5 @@ KNOWN_FAILURES: dict[str, list[str]] = {
     ],
     "GatherND with batch_dims: not converted yet": [
         "test_gathernd_example_int32_batch_dim1",
-    ],
-    "MelWeightMatrix: no converter yet": [
-        "test_melweightmatrix",
     ],
 }

@@ -16,6 +16,7 @@ from kernloom.onnx.ops import (
     resize,
     sampling,
     shape,
+    spectral,
     transformer,
     unique,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "resize",
     "sampling",
     "shape",
+    "spectral",
     "transformer",
     "unique",
 ]
