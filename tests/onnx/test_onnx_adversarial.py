@@ -389,7 +389,7 @@ def test_an_unsupported_op_loaded_from_a_file_names_the_file_and_the_unnamed_nod
     tmp_path: Path,
 ) -> None:
     proto = model(
-        [helper.make_node("DFT", ["x"], ["d"])],
+        [helper.make_node("StringNormalizer", ["x"], ["d"])],
         {"x": (FLOAT, [2, 2])},
         {"d": (FLOAT, None)},  # type: ignore[dict-item]
     )
@@ -398,5 +398,5 @@ def test_an_unsupported_op_loaded_from_a_file_names_the_file_and_the_unnamed_nod
         ko.InferenceSession(path)
     message = str(info.value)
     assert message.startswith(f"{path}: the ONNX model uses 1 unsupported node(s)")
-    assert "node 'DFT_0' (DFT, opset 17) [unnamed; output 'd']: " in message
+    assert "node 'StringNormalizer_0' (StringNormalizer, opset 17) [unnamed; output 'd']: " in message
     assert info.value.problems[0].unnamed_outputs == ("d",)
