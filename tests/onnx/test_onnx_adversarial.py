@@ -398,5 +398,7 @@ def test_an_unsupported_op_loaded_from_a_file_names_the_file_and_the_unnamed_nod
         ko.InferenceSession(path)
     message = str(info.value)
     assert message.startswith(f"{path}: the ONNX model uses 1 unsupported node(s)")
-    assert "node 'StringNormalizer_0' (StringNormalizer, opset 17) [unnamed; output 'd']: " in message
+    assert (
+        "node 'StringNormalizer_0' (StringNormalizer, opset 17) [unnamed; output 'd']: " in message
+    )
     assert info.value.problems[0].unnamed_outputs == ("d",)
