@@ -398,7 +398,47 @@ def _space_batch_cases() -> Iterator[DiffCase]:
                 )
 
 
+def _spectral_cases() -> Iterator[DiffCase]:
+    """The FFT ops on complex64/complex128 (float32/float64 for RFFT): ranks 1-3, lengths
+    even and odd, RFFT and IRFFT cropping, shorter inputs and bad fft_lengths (both must
+    raise), empty inputs of the complex ops. Compared within LINALG_TOLERANCE: DUCC and
+    pocketfft sum in other orders. Left out: RFFT/IRFFT of an empty input with a positive
+    fft_length and RFFT with fft_length 0 (TensorFlow returns uninitialised memory, and
+    RFFT of length 0 aborts its process; kernloom gives zeros / an empty output)."""
+    for op in ("FFT", "IFFT", "FFT2D", "IFFT2D"):
+        for dtype in (np.complex64, np.complex128):
+            name = f"{op}-{_name(dtype)}"
+            for shape in ((8,), (3, 5), (2, 3, 4), (2, 0, 3), (1, 1)):
+                yield DiffCase(op, [sample(shape, dtype)], id=f"{name}-{shape}", factorised=True)
+        yield DiffCase(op, [np.complex64(1)], id=f"{op}-scalar")  # both raise
+    yield DiffCase("FFT2D", [sample((4,), np.complex64)], id="FFT2D-rank1")
+    for real, complex_ in ((np.float32, np.complex64), (np.float64, np.complex128)):
+        attrs = {"Treal": np.dtype(real), "Tcomplex": np.dtype(complex_)}
+        for shape, length in (((8,), 8), ((2, 7), 7), ((3, 9), 6), ((2, 5), 1), ((4,), 9)):
+            yield DiffCase(
+                "RFFT",
+                [sample(shape, real), _i32([length])],
+                attrs,
+                host=frozenset({1}),
+                id=f"RFFT-{_name(real)}-{shape}-{length}",
+                factorised=True,
+            )
+        for shape, length in (((5,), 8), ((2, 4), 7), ((3, 9), 6), ((2, 3), 1), ((3,), 6)):
+            yield DiffCase(
+                "IRFFT",
+                [sample(shape, complex_), _i32([length])],
+                attrs,
+                host=frozenset({1}),
+                id=f"IRFFT-{_name(complex_)}-{shape}-{length}",
+                factorised=True,
+            )
+    for op, x in (("RFFT", sample((4,), np.float32)), ("IRFFT", sample((4,), np.complex64))):
+        for length, label in ((_i32([-1]), "negative"), (_i32([2, 2]), "two")):
+            yield DiffCase(op, [x, length], host=frozenset({1}), id=f"{op}-{label}-length")
+
+
 def cases() -> Iterator[DiffCase]:
+    yield from _spectral_cases()
     yield from _segment_cases()
     yield from _space_batch_cases()
     yield from _joining_cases()
