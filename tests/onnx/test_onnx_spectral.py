@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx_helpers import FLOAT, INT64, check_against_oracle, model
 
+import kernloom as kl
 import kernloom.onnx as ko
 
 RNG = np.random.default_rng(7)
@@ -330,3 +331,32 @@ def test_mel_weight_matrix_output_datatype(output: int) -> None:
         [node], {}, {"y": (output, None)}, initializers=dict(zip(names, arrays, strict=True))
     )
     check_against_oracle(proto, {})
+
+
+# -- run-time checks --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("opset", "length", "axis", "rule"),
+    [
+        (20, 0, -2, "dft/dft_length_must_be_positive"),
+        (17, -3, 1, "dft/dft_length_must_be_positive"),
+        (20, 4, -1, "dft/axis_must_be_in_-3_to_-2_or_0_to_1"),
+        (20, 4, 2, "dft/axis_must_be_in_-3_to_-2_or_0_to_1"),
+    ],
+)
+def test_dft_values_refused_at_import_fail_at_run_time_naming_the_rule(
+    opset: int, length: int, axis: int, rule: str
+) -> None:
+    proto, feeds = _dft(opset=opset, shape=(2, 4, 2), axis=axis, length=length, static=False)
+    session = ko.InferenceSession(proto.SerializeToString())
+    with pytest.raises(kl.KernelError, match=rf"'{rule}' \(op Assert\): assertion failed"):
+        session.run(None, feeds)
+
+
+def test_stft_frame_step_refused_at_import_fails_at_run_time_naming_the_rule() -> None:
+    proto, feeds = _stft(length=16, parts=1, step=4, window=None, frame_length=4, static=False)
+    session = ko.InferenceSession(proto.SerializeToString())
+    feeds["step"] = np.asarray(0, np.int64)
+    with pytest.raises(kl.KernelError, match=r"'stft/frame_step_must_be_positive' \(op Assert\)"):
+        session.run(None, feeds)

@@ -14,10 +14,10 @@ schema's words: a one-sided forward DFT of a complex signal is its full DFT crop
 as frequencies with zero imaginary parts.
 
 Every length, step and axis may be known at import time or only at run time (the graph
-then computes its shapes and permutations); the input's rank and its last dimension (1 or
-2) must be known at import time. A run-time DFT axis out of range fails in the Transpose it
-feeds, not with the import-time message. bfloat16 signals are refused (kernloom has no
-bfloat16).
+then computes its shapes and permutations, and an Assert named after the rule, such as
+``<node>/dft_length_must_be_positive``, checks what the import would have refused); the
+input's rank and its last dimension (1 or 2) must be known at import time. bfloat16
+signals are refused (kernloom has no bfloat16).
 
 MelWeightMatrix is composed of elementwise ops over a [bins, mel bins] grid with onnx's
 reference's arithmetic (the mel scale's ends in the edges' dtype, the rest in float64).
@@ -38,6 +38,7 @@ import onnx
 
 import kernloom.dtypes as d
 from kernloom import ops
+from kernloom.graph.builder import control_dependencies
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._registry import converter
@@ -206,12 +207,38 @@ def _scalar_input(ctx: ConversionContext, index: int) -> int | Tensor | None:
     return ops.reshape(ops.cast(ctx.input(index), DstT=d.int32), ctx.int32s([]))
 
 
+def _checked(value: Tensor, ok: Tensor, what: str) -> Tensor:
+    """``value`` once an Assert named ``what`` (in the node's name scope) has passed: a
+    run-time value that breaks an import-time rule fails there, naming the rule
+    (``assertion failed: [v]``)."""
+    assert_op = ops.assert_  # TensorFlow's Assert (`assert` is a keyword)
+    check = assert_op(ok, [value], name=what)  # in the node's name scope
+    with control_dependencies([check]):
+        return ops.identity(value)
+
+
+def _positive(ctx: ConversionContext, node: OnnxNode, value: int | Tensor, what: str) -> Length:
+    """A length or step that must be positive: checked now, or when the graph runs."""
+    if isinstance(value, int):
+        if value < 1:
+            raise node.fail(f"{what} must be positive, not {value}")
+        return value
+    ok = ops.greater(value, ctx.const(np.int32(0)))
+    return _checked(value, ok, f"{what}_must_be_positive")
+
+
 def _signal_axis(ctx: ConversionContext, node: OnnxNode, axis: int | Tensor, rank: int) -> Axis:
     """ONNX's DFT axis (of the input's ``rank`` dimensions, in [-rank, -2] or
     [0, rank - 2]) as an axis of the signal's rank - 1 dimensions."""
-    if isinstance(axis, Tensor):  # checked by the Transpose it makes: a bad one fails there
-        if rank == 2:
-            return 0
+    if isinstance(axis, Tensor):
+        low, high = ctx.const(np.int32(-rank)), ctx.const(np.int32(rank - 2))
+        ok = ops.logical_and(
+            ops.greater_equal(axis, low),
+            ops.logical_and(
+                ops.less_equal(axis, high), ops.not_equal(axis, ctx.const(np.int32(-1)))
+            ),
+        )
+        axis = _checked(axis, ok, f"axis_must_be_in_{-rank}_to_-2_or_0_to_{rank - 2}")
         return ops.floor_mod(axis, ctx.const(np.int32(rank)))
     if not (-rank <= axis <= -2 or 0 <= axis <= rank - 2):
         raise node.fail(
@@ -236,8 +263,8 @@ def _dft(
     if rank < 2:
         raise node.fail(f"the input must have rank 2 or more (a signal and its parts), not {rank}")
     signal_axis = _signal_axis(ctx, node, axis, rank)
-    if isinstance(length, int) and length < 1:
-        raise node.fail(f"dft_length must be positive, not {length}")
+    if length is not None:
+        length = _positive(ctx, node, length, "dft_length")
     compute = _compute_dtype(node, x)
     real, imag = _parts(ctx, node, x if x.dtype == compute else ops.cast(x, DstT=compute))
     perms = _permutations(ctx, signal_axis, rank - 1)
@@ -288,10 +315,9 @@ def _stft(node: OnnxNode, ctx: ConversionContext) -> Result:
         raise node.fail(
             f"the signal must have rank 3 ([batch, length, 1 or 2]), not {signal.shape}"
         )
-    step = _scalar_input(ctx, 1)
-    assert step is not None  # a required input
-    if isinstance(step, int) and step < 1:
-        raise node.fail(f"frame_step must be positive, not {step}")
+    given = _scalar_input(ctx, 1)
+    assert given is not None  # a required input
+    step = _positive(ctx, node, given, "frame_step")
     window = ctx.optional(2)
     window_length: Length | None = None
     if window is not None:
@@ -304,6 +330,8 @@ def _stft(node: OnnxNode, ctx: ConversionContext) -> Result:
             else ops.gather_v2(ops.shape(window, out_type=d.int32), ctx.const(np.int32(0)), 0)
         )
     frame_length = _scalar_input(ctx, 3)
+    if frame_length is not None:
+        frame_length = _positive(ctx, node, frame_length, "frame_length")
     if (
         isinstance(frame_length, int)
         and isinstance(window_length, int)
@@ -321,8 +349,6 @@ def _stft(node: OnnxNode, ctx: ConversionContext) -> Result:
             if known is not None
             else ops.gather_v2(ops.shape(signal, out_type=d.int32), ctx.const(np.int32(1)), 0)
         )
-    if isinstance(frame_length, int) and frame_length < 1:
-        raise node.fail(f"frame_length must be positive, not {frame_length}")
     frames = _frames(ctx, node, signal, frame_length, step)  # [batch, frames, length, parts]
     if window is not None:
         weights = window if window.dtype == signal.dtype else ops.cast(window, DstT=signal.dtype)
