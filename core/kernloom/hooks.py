@@ -81,7 +81,8 @@ KERNLOOM_API_VERSION: Final = "1.9"
 # 1.9: FusedInputs (a fused kernel's plan from its inputs' shapes, kept while the same
 # inputs come back); Device.holds (a dtype the device's buffers cannot hold keeps the
 # core's every-dtype kernels -- Identity, IdentityN, control flow -- off it); bitcast_dims
-# (TensorFlow's Bitcast shape rule).
+# (TensorFlow's Bitcast shape rule); spectral_checks (the FFT ops' shapes and TensorFlow's
+# messages, for their kernels).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may
