@@ -98,6 +98,7 @@ def every_op_graph() -> kl.Graph:
             kl.ops.resize_bilinear(images, [8, 8], half_pixel_centers=True),
             kl.ops.resize_bicubic(images, [3, 5], align_corners=True),
             kl.ops.crop_and_resize(images, [[0.0, 0.0, 1.0, 1.0]], [0], [2, 3], method="nearest"),
+            kl.ops.non_max_suppression([[0.0, 0.0, 1.0, 1.0], [0.0, 0.5, 1.0, 1.5]], [0.9, 0.8], 2),
             kl.ops.resize_nearest_neighbor(images, [2, 2], align_corners=True),
             kl.ops.depth_to_space(kl.ops.space_to_depth(images, block_size=2), block_size=2),
             kl.ops.batch_mat_mul_v2(images, images, adj_y=True),

@@ -4,6 +4,9 @@ One function per public op, named as TensorFlow's generated Python names them, w
 op's real signature and docstring (``help(kl.ops.mat_mul)``). The standard ops' wrappers
 need no plugin; a name that is not a standard op is looked up in the default registry,
 so that ops a plugin defines (``zero_out``) get wrappers too.
+
+Besides them, a few functions of TensorFlow's Python API that fill in an op's arguments
+(``non_max_suppression``, ``tf.image.non_max_suppression``) are written here by hand.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from kernloom.graph.graph import wrapper_name
 from kernloom.op_library import standard_ops
 from kernloom.registry import default_registry
 
-__all__ = ["wrapper"]
+__all__ = ["non_max_suppression", "wrapper"]
 
 _lock = threading.Lock()
 _wrappers: dict[int, Callable[..., Any]] = {}
@@ -32,6 +35,32 @@ def wrapper(op_def: OpDef) -> Callable[..., Any]:
         if found is None:
             found = _wrappers[id(op_def)] = make_wrapper(op_def)
         return found
+
+
+def non_max_suppression(
+    boxes: Any,
+    scores: Any,
+    max_output_size: Any,
+    iou_threshold: Any = 0.5,
+    score_threshold: Any = float("-inf"),
+    name: str | None = None,
+) -> Any:
+    """Greedily select boxes by descending score (``tf.image.non_max_suppression``).
+
+    A NonMaxSuppressionV3 node: ``boxes`` [num_boxes, 4] (two opposite corners each, y
+    before x), ``scores`` [num_boxes]; at most ``max_output_size`` indices (int32) of the
+    boxes scoring above ``score_threshold``, none overlapping a better one by an IoU
+    above ``iou_threshold``. Returns the selected indices, best first.
+    """
+    op = __getattr__("non_max_suppression_v3")
+    return op(
+        boxes,
+        scores,
+        max_output_size,
+        iou_threshold,
+        score_threshold,
+        name=name or "non_max_suppression",
+    )
 
 
 def _public(ops: OpRegistry) -> dict[str, OpDef]:

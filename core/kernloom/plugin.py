@@ -136,6 +136,7 @@ from kernloom.op_library.image_ops import (
     crop_taps,
     depth_to_space_shape,
     nearest_indices,
+    non_max_suppression,
     resize_output_shape,
     space_to_depth_shape,
 )
@@ -259,6 +260,7 @@ __all__ = [
     "may_rewrite",
     "memory_order",
     "nearest_indices",
+    "non_max_suppression",
     "normalize_axis",
     "on_inter_op_worker",
     "parse_fused_expression",

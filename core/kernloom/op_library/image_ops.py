@@ -1,10 +1,10 @@
-"""Image ops: resizing, cropping and space/depth rearrangement (TensorFlow's image_ops and
-array_ops).
+"""Image ops: resizing, cropping, non-max suppression and space/depth rearrangement
+(TensorFlow's image_ops and array_ops).
 
 dtypes: ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor and CropAndResize take the
 real types TensorFlow lists
 (int8, uint8, int16, uint16, int32, int64, float16, float32, float64; no bfloat16, which
-numpy cannot hold); SpaceToDepth and DepthToSpace take every type.
+numpy cannot hold); SpaceToDepth and DepthToSpace take every type; NonMaxSuppressionV3 float16 and float32.
 
 Besides the OpDefs and shape functions, this module holds the op's run-time rules, written
 once for every backend's kernels (re-exported by ``kernloom.plugin``): the checks of
@@ -16,6 +16,7 @@ pixels.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -35,6 +36,7 @@ __all__ = [
     "define",
     "depth_to_space_shape",
     "nearest_indices",
+    "non_max_suppression",
     "resize_output_shape",
     "space_to_depth_shape",
 ]
@@ -343,6 +345,132 @@ def depth_to_space_shape(
     return tuple(out)
 
 
+def _scalar_arg(ctx: Fails, value: Any, what: str) -> Array:
+    array = np.asarray(value)
+    if array.ndim != 0:
+        raise ctx.fail(
+            f"{what} must be 0-D, got shape {list(array.shape)} (Shape must be rank 0 but is "
+            f"rank {array.ndim})"
+        )
+    return array
+
+
+def _corners(boxes: Array) -> tuple[Array, Array, Array, Array, Array]:
+    """Each box's (ymin, xmin, ymax, xmax, area) in float32, the corners in either order,
+    with C++'s std::min/std::max (``b < a ? b : a``), so a NaN stays where TensorFlow
+    leaves it."""
+    b = boxes.astype(np.float32, copy=False)
+
+    def low(a: Array, c: Array) -> Array:
+        return np.where(c < a, c, a)
+
+    def high(a: Array, c: Array) -> Array:
+        return np.where(a < c, c, a)
+
+    ymin, xmin = low(b[:, 0], b[:, 2]), low(b[:, 1], b[:, 3])
+    ymax, xmax = high(b[:, 0], b[:, 2]), high(b[:, 1], b[:, 3])
+    return ymin, xmin, ymax, xmax, (ymax - ymin) * (xmax - xmin)
+
+
+def _iou(corners: tuple[Array, Array, Array, Array, Array], i: int, others: Array) -> Array:
+    """TensorFlow's IOU(i, j) for each j of ``others``, in float32 as its CPU kernel
+    computes it: 0 where either box has no positive area."""
+    ymin, xmin, ymax, xmax, area = corners
+    zero = np.float32(0)
+    top = np.where(ymin[i] < ymin[others], ymin[others], ymin[i])
+    left = np.where(xmin[i] < xmin[others], xmin[others], xmin[i])
+    bottom = np.where(ymax[others] < ymax[i], ymax[others], ymax[i])
+    right = np.where(xmax[others] < xmax[i], xmax[others], xmax[i])
+    height, width = bottom - top, right - left
+    inter = np.where(height < zero, zero, height) * np.where(width < zero, zero, width)
+    empty = (area[i] <= zero) | (area[others] <= zero)
+    with np.errstate(all="ignore"):
+        iou = inter / (area[i] + area[others] - inter)
+    return np.where(empty, zero, iou).astype(np.float32, copy=False)
+
+
+def non_max_suppression(
+    ctx: Fails,
+    boxes: Any,
+    scores: Any,
+    max_output_size: Any,
+    iou_threshold: Any,
+    score_threshold: Any,
+) -> Array:
+    """NonMaxSuppressionV3's selected indices (int32), after TensorFlow's checks in its
+    order: the three scalars, iou_threshold in [0, 1], boxes [num_boxes, 4], scores
+    [num_boxes], max_output_size >= 0.
+
+    TensorFlow's greedy algorithm (its CPU kernel, which its GPU kernel matches): the boxes
+    scoring above score_threshold are taken by descending score, ties by lower index; a
+    candidate is compared with the boxes selected so far, the latest first, and dropped
+    when an IoU exceeds iou_threshold. Scores and thresholds are in the boxes' dtype T
+    (float32 thresholds are rounded to it), IoUs in float32, compared with the threshold
+    in float32 (TensorFlow 2.21 drops float16 boxes whose float32 IoU exceeds the
+    threshold by less than float16 resolves). As there, a NaN IoU zeroes the candidate's score: it is not selected then, but goes
+    back into the queue with its new score while that still beats score_threshold.
+    """
+    size = _scalar_arg(ctx, max_output_size, "max_output_size")
+    iou_t = _scalar_arg(ctx, iou_threshold, "iou_threshold")
+    boxes, scores = np.asarray(boxes), np.asarray(scores)
+    dtype = boxes.dtype.type
+    limit = dtype(iou_t)
+    if not (limit >= 0 and limit <= 1):
+        raise ctx.fail("iou_threshold must be in [0, 1]")
+    bound = np.float32(limit)  # the float32 IoUs are compared with it
+    floor = dtype(_scalar_arg(ctx, score_threshold, "score_threshold"))
+    if boxes.ndim != 2:
+        raise ctx.fail(
+            f"boxes must be 2-D, got shape {list(boxes.shape)} (Shape must be rank 2 but is "
+            f"rank {boxes.ndim})"
+        )
+    if boxes.shape[1] != 4:
+        raise ctx.fail(f"boxes must have 4 columns, got shape {list(boxes.shape)}")
+    if scores.ndim != 1:
+        raise ctx.fail(
+            f"scores must be 1-D, got shape {list(scores.shape)} (Shape must be rank 1 but is "
+            f"rank {scores.ndim})"
+        )
+    if scores.shape[0] != boxes.shape[0]:
+        raise ctx.fail(
+            f"scores has {scores.shape[0]} entries but boxes has {boxes.shape[0]} rows (one each)"
+        )
+    wanted = int(size)
+    if wanted < 0:
+        raise ctx.fail(f"max_output_size must be non-negative, got {wanted}")
+    values = scores.astype(dtype, copy=False)
+    # A min-heap of (-score, index, suppress_begin): the highest score, then the lowest index.
+    queue = [(-float(s), i, 0) for i, s in enumerate(values.tolist()) if values[i] > floor]
+    heapq.heapify(queue)
+    corners = _corners(boxes)
+    selected: list[int] = []
+    zero = dtype(0)
+    while len(selected) < wanted and queue:
+        negative, index, begin = heapq.heappop(queue)
+        original = dtype(-negative)
+        score = original
+        earlier = np.asarray(selected[begin:][::-1], dtype=np.int64)  # the latest first
+        similarity = _iou(corners, index, earlier)
+        suppressed = False
+        # Only an IoU that is not <= the threshold changes anything: above it suppresses,
+        # a NaN one zeroes the score (TensorFlow's weight is 0 for it).
+        for sim in similarity[~(similarity <= bound)]:
+            if sim > bound:
+                suppressed = True
+                break
+            with np.errstate(invalid="ignore"):
+                score = dtype(score * zero)
+            if score <= floor:
+                break
+        if suppressed:
+            continue
+        if score == original:
+            selected.append(index)
+        elif score > floor:
+            heapq.heappush(queue, (-float(score), index, len(selected)))
+    return np.asarray(selected, dtype=np.int32)
+
+
 # -- shape functions -----------------------------------------------------------------------------
 
 
@@ -390,6 +518,24 @@ def _crop_and_resize_shape(ctx: InferenceContext) -> None:
             raise ctx.fail(f"crop_size must be positive, got [{height}, {width}]")
     depth = image[3] if image.rank == 4 else None
     ctx.set_output(0, [rows if rows is not None else entries, height, width, depth])
+
+
+def _non_max_suppression_shape(ctx: InferenceContext) -> None:
+    boxes, scores = ctx.input_shape(0), ctx.input_shape(1)
+    if boxes.rank not in (2, None):
+        raise ctx.fail(f"boxes must be 2-D [num_boxes, 4], got shape {boxes}")
+    if boxes.rank == 2 and boxes[1] not in (4, None):
+        raise ctx.fail(f"boxes must have 4 columns, got shape {boxes}")
+    if scores.rank not in (1, None):
+        raise ctx.fail(f"scores must be 1-D [num_boxes], got shape {scores}")
+    rows = boxes[0] if boxes.rank == 2 else None
+    entries = scores[0] if scores.rank == 1 else None
+    if rows is not None and entries is not None and rows != entries:
+        raise ctx.fail(f"scores has {entries} entries but boxes has {rows} rows (one each)")
+    for index, what in ((2, "max_output_size"), (3, "iou_threshold"), (4, "score_threshold")):
+        if ctx.input_shape(index).rank not in (0, None):
+            raise ctx.fail(f"{what} must be 0-D, got shape {ctx.input_shape(index)}")
+    ctx.set_output(0, [None])
 
 
 def _rearrange_shape(to_depth: bool) -> Any:
@@ -485,6 +631,29 @@ def define(lib: OpLibrary) -> None:
             "interpolates as ResizeBilinear does; nearest rounds halves away from zero. "
             "box_ind outside [0, batch) and non-finite boxes are errors (TensorFlow's "
             "OutOfRange for box_ind; an InvalidArgumentError here).",
+        )
+    )
+
+    (
+        lib.register_op("NonMaxSuppressionV3")
+        .input("boxes: T", "[num_boxes, 4]: two opposite corners (y1, x1, y2, x2) of each box.")
+        .input("scores: T", "[num_boxes]: one score per box.")
+        .input("max_output_size: int32", "The most boxes to select, >= 0.")
+        .input("iou_threshold: T_threshold", "In [0, 1]: the IoU above which a box is dropped.")
+        .input("score_threshold: T_threshold", "Boxes scoring at or below it are never selected.")
+        .output("selected_indices: int32")
+        .attr("T: {float16, float32} = float32")
+        .attr("T_threshold: {float16, float32} = float32")
+        .shape_fn(_non_max_suppression_shape)
+        .doc(
+            "Greedily select boxes by descending score, dropping those that overlap a "
+            "selected box by more than iou_threshold.",
+            "The corners may come in either order. Candidates are the boxes scoring above "
+            "score_threshold, taken by descending score, ties by lower index; a candidate "
+            "is selected unless its IoU with a box selected before exceeds iou_threshold, "
+            "until max_output_size are selected. IoUs are computed in float32 (0 where a "
+            "box has no positive area) as TensorFlow's CPU kernel computes them; the output "
+            "lists the selected boxes' indices in the order they were selected.",
         )
     )
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from kernloom.testing.cases import (
     bitwise,
+    detection,
     elementwise,
     fused,
     image_linalg,
@@ -37,6 +38,7 @@ FAMILIES = (
     space_batch,
     nn,
     image_linalg,
+    detection,
     linalg,
     spectral,
     fused,

@@ -4,7 +4,8 @@ treated as a scalar, NaN turned into a number by Maximum and Minimum, integer ov
 saturates instead of wrapping, the mean of an empty tensor, inputs that are not
 contiguous in memory.
 
-``error_cases()`` are inputs an op must reject with ``InvalidArgumentError`` (TensorFlow's
+``error_cases()`` (with those of the families that keep their own, such as detection) are
+inputs an op must reject with ``InvalidArgumentError`` (TensorFlow's
 ``InvalidArgument``), not with whatever exception the kernel happened to raise; they have
 no reference and are not part of ``cases()``: the kit runs them with placeholders of
 unknown shape, so that the kernel, not shape inference, meets the bad input.
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import kernloom as kl
+from kernloom.testing.cases import detection
 from kernloom.testing.cases.case import Array, Case, sample
 
 __all__ = ["cases", "error_cases"]
@@ -174,3 +176,4 @@ def error_cases() -> Iterator[Case]:
         [f32, np.int32(3), np.float32(0)],
         id="MatrixDiagPartV3-error-k-out-of-bound",
     )
+    yield from detection.error_cases()

@@ -1,5 +1,5 @@
 """Image kernels (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor, CropAndResize,
-SpaceToDepth, DepthToSpace).
+NonMaxSuppressionV3, SpaceToDepth, DepthToSpace).
 
 The resizes gather whole rows, then whole columns, with index vectors computed once per
 call by the op's rules (``bilinear_weights``, ``bicubic_weights``, ``nearest_indices``:
@@ -7,7 +7,8 @@ TensorFlow's float32 coordinate transforms); the bilinear interpolation is three
 vectorised lerps in float32, the bicubic one two 4-tap weighted sums (heights, then
 widths), each in the order TensorFlow's kernel computes them. CropAndResize gathers every
 box's samples at once with index arrays from ``crop_taps`` (one row per box). SpaceToDepth
-and DepthToSpace are one reshape, transpose and copy.
+and DepthToSpace are one reshape, transpose and copy. NonMaxSuppressionV3 is the op's rule
+(``non_max_suppression``: TensorFlow's checks and greedy selection).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kernloom.plugin import (
     crop_taps,
     depth_to_space_shape,
     nearest_indices,
+    non_max_suppression,
     resize_output_shape,
     space_to_depth_shape,
 )
@@ -37,6 +39,7 @@ __all__ = ["register"]
 CPU = "CPU"
 RESIZE_TYPES = (*t.FLOATS, kl.int8, kl.int16, kl.int32, kl.int64, kl.uint8, kl.uint16)
 """TensorFlow's list for the resizes (less bfloat16)."""
+NMS_TYPES = (kl.float16, kl.float32)
 
 
 def _resize_setup(ctx: OpKernelContext) -> tuple[Any, Any, bool, bool]:
@@ -123,6 +126,11 @@ def crop_and_resize(ctx: OpKernelContext) -> None:
     np.copyto(out, np.where(inside, values, extrapolation))
 
 
+def non_max_suppression_v3(ctx: OpKernelContext) -> None:
+    selected = non_max_suppression(ctx, *(ctx.input(i) for i in range(5)))
+    np.copyto(ctx.allocate_output(0, selected.shape), selected)
+
+
 def resize_nearest_neighbor(ctx: OpKernelContext) -> None:
     images, out, align, half = _resize_setup(ctx)
     (_, in_h, in_w, _), (_, out_h, out_w, _) = images.shape, out.shape
@@ -188,5 +196,11 @@ def register(lib: KernelLibrary) -> None:
     cpu("CropAndResize", RESIZE_TYPES, host_memory=["boxes", "box_ind", "crop_size"])(
         crop_and_resize
     )
+    lib.kernel(
+        "NonMaxSuppressionV3",
+        device=CPU,
+        backend="numpy",
+        type_constraints={"T": NMS_TYPES, "T_threshold": NMS_TYPES},
+    )(non_max_suppression_v3)
     cpu("SpaceToDepth", t.ALL)(space_to_depth)
     cpu("DepthToSpace", t.ALL)(depth_to_space)

@@ -1,11 +1,13 @@
 """Image kernels (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor, CropAndResize,
-SpaceToDepth, DepthToSpace).
+NonMaxSuppressionV3, SpaceToDepth, DepthToSpace).
 
 Written over the array module ``xp`` (CuPy; numpy in tests). The source rows, columns
 and weights come from the op's rules (TensorFlow's float32 coordinate transforms,
 computed on the host and copied to the device once per call); the kernels gather whole
 rows and columns and interpolate in float32 in TensorFlow's order. The space/depth ops
-are a reshape, a transpose and one copy.
+are a reshape, a transpose and one copy. NonMaxSuppressionV3 runs on the host, every
+argument in host memory: its greedy loop is sequential, and TensorFlow's GPU kernel waits
+for the device to count its selections too.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kernloom.plugin import (
     crop_taps,
     depth_to_space_shape,
     nearest_indices,
+    non_max_suppression,
     resize_output_shape,
     space_to_depth_shape,
 )
@@ -36,6 +39,15 @@ __all__ = ["register"]
 GPU = "GPU"
 BACKEND = "cupy"
 RESIZE_TYPES = (*t.FLOATS, kl.int8, kl.int16, kl.int32, kl.int64, kl.uint8, kl.uint16)
+NMS_TYPES = (kl.float16, kl.float32)
+NMS_HOST_MEMORY = (
+    "boxes",
+    "scores",
+    "max_output_size",
+    "iou_threshold",
+    "score_threshold",
+    "selected_indices",
+)
 TO_DEPTH = {"NHWC": (0, 1, 3, 2, 4, 5), "NCHW": (0, 3, 5, 1, 2, 4)}
 TO_SPACE = {"NHWC": (0, 1, 3, 2, 4, 5), "NCHW": (0, 3, 4, 1, 5, 2)}
 
@@ -46,6 +58,11 @@ def _host(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
     if isinstance(value, np.ndarray | np.generic):
         return np.asarray(value)
     return ctx.device.copy_to_host(value)
+
+
+def _non_max_suppression_v3(ctx: OpKernelContext) -> None:
+    selected = non_max_suppression(ctx, *(_host(ctx, i) for i in range(5)))
+    np.copyto(ctx.allocate_output(0, selected.shape), selected)
 
 
 def _blocks(shape: tuple[int, ...], block: int, data_format: str) -> tuple[int, ...]:
@@ -206,5 +223,12 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
     gpu("CropAndResize", RESIZE_TYPES, host_memory=["boxes", "box_ind", "crop_size"])(
         kernels.crop_and_resize
     )
+    lib.kernel(
+        "NonMaxSuppressionV3",
+        device=GPU,
+        backend=BACKEND,
+        type_constraints={"T": NMS_TYPES, "T_threshold": NMS_TYPES},
+        host_memory=NMS_HOST_MEMORY,
+    )(_non_max_suppression_v3)
     gpu("SpaceToDepth", t.ALL)(kernels.space_to_depth)
     gpu("DepthToSpace", t.ALL)(kernels.depth_to_space)

@@ -1,10 +1,12 @@
 """Image kernels with torch (ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor,
-CropAndResize, SpaceToDepth, DepthToSpace).
+CropAndResize, NonMaxSuppressionV3, SpaceToDepth, DepthToSpace).
 
 The source rows, columns and weights come from the op's rules (TensorFlow's float32
 coordinate transforms, computed on the host); the kernels gather with ``index_select`` and
 interpolate in float32 in TensorFlow's order, so the results equal the numpy kernels' bit
-for bit. The space/depth ops are a reshape, a permute and one copy.
+for bit. The space/depth ops are a reshape, a permute and one copy. NonMaxSuppressionV3
+runs on the host, every argument in host memory: its greedy loop is sequential, and
+TensorFlow's GPU kernel waits for the device to count its selections too.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kernloom.plugin import (
     crop_taps,
     depth_to_space_shape,
     nearest_indices,
+    non_max_suppression,
     resize_output_shape,
     space_to_depth_shape,
 )
@@ -36,6 +39,15 @@ __all__ = ["register"]
 GPU = "GPU"
 BACKEND = "torch"
 RESIZE_TYPES = d.supported((*d.FLOATS, kl.int8, kl.int16, kl.int32, kl.int64, kl.uint8, kl.uint16))
+NMS_TYPES = (kl.float16, kl.float32)
+NMS_HOST_MEMORY = (
+    "boxes",
+    "scores",
+    "max_output_size",
+    "iou_threshold",
+    "score_threshold",
+    "selected_indices",
+)
 
 
 def _resize_setup(ctx: OpKernelContext) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
@@ -185,6 +197,11 @@ def depth_to_space(ctx: OpKernelContext) -> None:
     out.view(_blocks(shape, block, data_format)).copy_(split.permute(TO_SPACE[data_format]))
 
 
+def non_max_suppression_v3(ctx: OpKernelContext) -> None:
+    selected = non_max_suppression(ctx, *(host_input(ctx, i) for i in range(5)))
+    np.copyto(ctx.allocate_output(0, selected.shape), selected)
+
+
 def register(lib: KernelLibrary) -> None:
     """Add this family's kernels to ``lib``."""
 
@@ -197,5 +214,12 @@ def register(lib: KernelLibrary) -> None:
     gpu("CropAndResize", RESIZE_TYPES, host_memory=["boxes", "box_ind", "crop_size"])(
         crop_and_resize
     )
+    lib.kernel(
+        "NonMaxSuppressionV3",
+        device=GPU,
+        backend=BACKEND,
+        type_constraints={"T": NMS_TYPES, "T_threshold": NMS_TYPES},
+        host_memory=NMS_HOST_MEMORY,
+    )(non_max_suppression_v3)
     gpu("SpaceToDepth", d.ALL)(space_to_depth)
     gpu("DepthToSpace", d.ALL)(depth_to_space)
