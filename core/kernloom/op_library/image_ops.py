@@ -4,7 +4,8 @@
 dtypes: ResizeBilinear, ResizeBicubic, ResizeNearestNeighbor and CropAndResize take the
 real types TensorFlow lists
 (int8, uint8, int16, uint16, int32, int64, float16, float32, float64; no bfloat16, which
-numpy cannot hold); SpaceToDepth and DepthToSpace take every type; NonMaxSuppressionV3 float16 and float32.
+numpy cannot hold); SpaceToDepth and DepthToSpace take every type; NonMaxSuppressionV3
+takes float16 and float32.
 
 Besides the OpDefs and shape functions, this module holds the op's run-time rules, written
 once for every backend's kernels (re-exported by ``kernloom.plugin``): the checks of
@@ -407,8 +408,9 @@ def non_max_suppression(
     when an IoU exceeds iou_threshold. Scores and thresholds are in the boxes' dtype T
     (float32 thresholds are rounded to it), IoUs in float32, compared with the threshold
     in float32 (TensorFlow 2.21 drops float16 boxes whose float32 IoU exceeds the
-    threshold by less than float16 resolves). As there, a NaN IoU zeroes the candidate's score: it is not selected then, but goes
-    back into the queue with its new score while that still beats score_threshold.
+    threshold by less than float16 resolves). As there, a NaN IoU zeroes the candidate's
+    score: it is not selected then, but goes back into the queue with its new score while
+    that still beats score_threshold.
     """
     size = _scalar_arg(ctx, max_output_size, "max_output_size")
     iou_t = _scalar_arg(ctx, iou_threshold, "iou_threshold")

@@ -5,7 +5,8 @@ above ``score_threshold`` sorted by descending score (ties: lower index first), 
 unless its IoU with a box kept before exceeds ``iou_threshold``, until
 ``max_output_size`` are kept. The IoU is computed one pair at a time in float32 scalars in
 the order TensorFlow's CPU kernel writes it (0 where a box has no positive area) and
-compared with the threshold in the boxes' dtype T, as there. A few cases carry values worked by hand.
+compared with the threshold (rounded to the boxes' dtype T), as there. A few cases carry
+values worked by hand.
 """
 
 from __future__ import annotations
