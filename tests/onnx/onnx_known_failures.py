@@ -331,16 +331,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_rotary_embedding_with_interleaved_rotary_dim_expanded",
         "test_rotary_embedding_with_rotary_dim_expanded",
     ],
-    "ScatterND/ScatterElements reductions max, min and mul: not composed yet": [
-        "test_scatter_elements_with_reduction_max",
-        "test_scatter_elements_with_reduction_min",
-        "test_scatter_elements_with_reduction_mul",
-        "test_scatternd_max",
-        "test_scatternd_max_with_element_indices",
-        "test_scatternd_min",
-        "test_scatternd_min_with_element_indices",
-        "test_scatternd_multiply",
-    ],
     "training ops of ai.onnx.preview.training: out of scope for inference": [
         "test_adagrad",
         "test_adagrad_multiple",
@@ -405,8 +395,5 @@ KNOWN_FAILURES: dict[str, list[str]] = {
     ],
     "Binarizer: no converter yet": [
         "test_ai_onnx_ml_binarizer",
-    ],
-    "GatherND with batch_dims: not converted yet": [
-        "test_gathernd_example_int32_batch_dim1",
     ],
 }

@@ -3,6 +3,18 @@ TopK, CumSum, Trilu, EyeLike, NonZero, Hardmax, Einsum.
 
 Element-wise gathers and scatters become GatherNd / ScatterNd over a full coordinate
 grid built from Range ops, so indices are never read at import time.
+
+The scatter reductions max, min and mul are exact segment reductions: each index tuple
+becomes one linear position of data's first dimensions (the tuples' length), and the
+updates of a position are combined by UnsortedSegmentMax / Min / Prod over those positions;
+max and min then meet the data where a position was hit (a position no update hits keeps
+its data: the segment ops' empty values, the dtype's lowest or highest, never reach the
+output), mul multiplies the data by the product (1 where nothing hit). As ONNX's reference
+applies the updates one after another, a float product may differ from it in the last bit
+(the updates are multiplied together first, then into the data).
+
+GatherND with batch_dims b prefixes each index tuple with its b batch coordinates (a grid
+of Ranges) and gathers from the whole tensor.
 """
 
 from __future__ import annotations
@@ -72,6 +84,51 @@ def _gather_elements(node: OnnxNode, ctx: ConversionContext) -> Result:
     return [ops.gather_nd(data, _coordinates(ctx, node, indices, axis, data))]
 
 
+_SEGMENT_REDUCTIONS: dict[str, Callable[..., Tensor]] = {
+    "max": ops.unsorted_segment_max,
+    "min": ops.unsorted_segment_min,
+    "mul": ops.unsorted_segment_prod,
+}
+
+
+def _scatter_reduced(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    data: Tensor,
+    where: Tensor,
+    updates: Tensor,
+    reduction: str,
+) -> Tensor:
+    """data with the updates of each index tuple of ``where`` ([..., k], wrapped) combined
+    into it by ``reduction`` (max, min or mul): segment reductions over the tuples' linear
+    positions in data's first k dimensions, each position a row of the trailing slice."""
+    zero = _i32(ctx, 0)
+    shape = shape_of(ctx, data)
+    depth = ops.slice(
+        ops.shape(where, out_type=d.int64),
+        ctx.int64s([rank_of(node, where, "indices") - 1]),
+        ctx.int64s([1]),
+    )
+    lead = ops.slice(shape, ctx.int64s([0]), depth)
+    tail = ops.slice(shape, depth, ctx.int64s([-1]))
+    positions = ops.prod(lead, ctx.int32s([0]), keep_dims=True)
+    width = ops.prod(tail, ctx.int32s([0]), keep_dims=True)  # 1 when the tuples are full
+    strides = ops.cumprod(lead, zero, exclusive=True, reverse=True)
+    linear = ops.reshape(ops.sum(ops.mul(where, strides), ctx.int32s([-1])), ctx.int64s([-1]))
+    rows = ops.reshape(data, ops.concat_v2([positions, width], zero))
+    values = ops.reshape(updates, ops.concat_v2([ctx.int64s([-1]), width], zero))
+    count = ops.reshape(positions, ctx.int64s([]))
+    combined = _SEGMENT_REDUCTIONS[reduction](values, linear, count)
+    if reduction == "mul":
+        merged = ops.mul(rows, combined)  # an untouched row is multiplied by exactly 1
+    else:
+        hits = ops.unsorted_segment_sum(ops.ones_like(linear), linear, count)
+        touched = ops.expand_dims(ops.greater(hits, ctx.const(np.int64(0))), _i32(ctx, 1))
+        meet = ops.maximum if reduction == "max" else ops.minimum
+        merged = ops.select_v2(touched, meet(rows, combined), rows)
+    return ops.reshape(merged, shape)
+
+
 def _scatter_into(
     ctx: ConversionContext, node: OnnxNode, data: Tensor, where: Tensor, updates: Tensor
 ) -> Tensor:
@@ -79,8 +136,10 @@ def _scatter_into(
     shape = shape_of(ctx, data)
     if reduction == "add":
         return ops.add_v2(data, ops.scatter_nd(where, updates, shape))
+    if reduction in _SEGMENT_REDUCTIONS:
+        return _scatter_reduced(ctx, node, data, where, updates, reduction)
     if reduction != "none":
-        raise node.fail(f"reduction={reduction!r} is not supported (none and add are)")
+        raise node.fail(f"reduction={reduction!r} is not one of ONNX's none, add, mul, max and min")
     hit = ops.scatter_nd(where, ops.ones_like(updates), shape)
     keep = ops.equal(hit, ops.zeros_like(hit))
     return ops.select_v2(keep, data, ops.scatter_nd(where, updates, shape))
@@ -101,24 +160,60 @@ def _scatter(node: OnnxNode, ctx: ConversionContext) -> Result:
 @converter("ScatterND", 11, attrs=("reduction",))
 def _scatter_nd(node: OnnxNode, ctx: ConversionContext) -> Result:
     data, indices, updates = ctx.input(0), ctx.input(1), ctx.input(2)
-    return [_scatter_into(ctx, node, data, ops.cast(indices, DstT=d.int64), updates)]
+    where = ops.cast(indices, DstT=d.int64)
+    if str(node.attr("reduction", "none")) in _SEGMENT_REDUCTIONS:
+        where = _wrap_tuples(ctx, node, where, data, 0)
+    return [_scatter_into(ctx, node, data, where, updates)]
 
 
-@converter("GatherND", 11, attrs=("batch_dims",))
-def _gather_nd(node: OnnxNode, ctx: ConversionContext) -> Result:
-    if int(node.attr("batch_dims", 0)) != 0:
-        raise node.fail("batch_dims other than 0 is not supported")
-    data, indices = ctx.input(0), ctx.input(1)
-    # ONNX indices may count from the end (-1 is the last); GatherNd's may not. Each index
-    # tuple [..., q] wraps by data's first q dimensions.
+def _wrap_tuples(
+    ctx: ConversionContext, node: OnnxNode, indices: Tensor, data: Tensor, skip: int
+) -> Tensor:
+    """ONNX index tuples [..., q] may count from the end (-1 is the last); GatherNd's and
+    the segment ops' may not: each wraps by data's q dimensions after the first ``skip``."""
     indices = ops.cast(indices, DstT=d.int64) if indices.dtype != d.int64 else indices
     depth = ops.slice(
         ops.shape(indices, out_type=d.int64),
         ctx.int64s([rank_of(node, indices, "indices") - 1]),
         ctx.int64s([1]),
     )
-    sizes = ops.slice(shape_of(ctx, data), ctx.int64s([0]), depth)
-    return [ops.gather_nd(data, _wrap_negative(ctx, indices, sizes))]
+    sizes = ops.slice(shape_of(ctx, data), ctx.int64s([skip]), depth)
+    return _wrap_negative(ctx, indices, sizes)
+
+
+def _batch_coordinates(
+    ctx: ConversionContext, node: OnnxNode, indices: Tensor, batch_dims: int
+) -> Tensor:
+    """For each index tuple of ``indices`` [B1..Bb, ..., q]: its own first ``batch_dims``
+    coordinates, as [B1..Bb, ..., batch_dims] (int64)."""
+    outer = rank_of(node, indices, "indices") - 1
+    if not 0 <= batch_dims <= outer:
+        raise node.fail(
+            f"batch_dims={batch_dims} must lie in [0, {outer}] (the rank of indices less one)"
+        )
+    index_shape = ops.shape(indices, out_type=d.int64)
+    base = ops.zeros_like(ops.gather_v2(indices, ctx.const(np.int64(0)), _i32(ctx, outer)))
+    zero, one = ctx.const(np.int64(0)), ctx.const(np.int64(1))
+    parts = []
+    for j in range(batch_dims):
+        line = ops.range(
+            zero, ops.gather_v2(index_shape, ctx.const(np.int64(j)), _i32(ctx, 0)), one
+        )
+        dims = [1] * outer
+        dims[j] = -1
+        parts.append(ops.add_v2(ops.reshape(line, ctx.int64s(dims)), base))
+    return ops.pack(parts, axis=-1)
+
+
+@converter("GatherND", 11, attrs=("batch_dims",))
+def _gather_nd(node: OnnxNode, ctx: ConversionContext) -> Result:
+    data, indices = ctx.input(0), ctx.input(1)
+    batch_dims = int(node.attr("batch_dims", 0))
+    wrapped = _wrap_tuples(ctx, node, indices, data, batch_dims)
+    if batch_dims == 0:
+        return [ops.gather_nd(data, wrapped)]
+    batches = _batch_coordinates(ctx, node, wrapped, batch_dims)
+    return [ops.gather_nd(data, ops.concat_v2([batches, wrapped], _i32(ctx, -1)))]
 
 
 @converter("OneHot", 9, attrs=("axis",))
