@@ -299,18 +299,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_maxpool_3d_dilations_use_ref_impl",
         "test_maxpool_3d_dilations_use_ref_impl_large",
     ],
-    "NonMaxSuppression: no converter yet": [
-        "test_nonmaxsuppression_center_point_box_format",
-        "test_nonmaxsuppression_flipped_coordinates",
-        "test_nonmaxsuppression_identical_boxes",
-        "test_nonmaxsuppression_iou_threshold_boundary",
-        "test_nonmaxsuppression_limit_output_size",
-        "test_nonmaxsuppression_single_box",
-        "test_nonmaxsuppression_suppress_by_IOU_and_scores",
-        "test_nonmaxsuppression_suppress_by_IOU",
-        "test_nonmaxsuppression_two_batches",
-        "test_nonmaxsuppression_two_classes",
-    ],
     "training mode (Dropout, BatchNormalization): inference only": [
         "test_batchnorm_epsilon_training_mode",
         "test_batchnorm_example_training_mode",
@@ -381,14 +369,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
     "optional and sequence values: kernloom graphs carry tensors only": [
         "test_identity_opt",
         "test_identity_sequence",
-    ],
-    "MaxPool's Indices output: not converted yet": [
-        "test_maxpool_with_argmax_2d_precomputed_pads",
-        "test_maxpool_with_argmax_2d_precomputed_strides",
-    ],
-    "MaxUnpool: no converter yet": [
-        "test_maxunpool_export_with_output_shape",
-        "test_maxunpool_export_without_output_shape",
     ],
     "ArrayFeatureExtractor: no converter yet": [
         "test_ai_onnx_ml_array_feature_extractor",

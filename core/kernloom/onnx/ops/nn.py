@@ -5,7 +5,8 @@ ONNX images are NCHW. Conv and MaxPool map to kernloom's Conv2D / MaxPool with
 padding. AveragePool has no EXPLICIT padding in TensorFlow, so pads and ``ceil_mode``
 become a Pad and a VALID AvgPool, divided by the count of the elements each window
 covers (an AvgPool of a padded mask) where ``count_include_pad`` says so; pads that are
-TensorFlow's SAME padding, not counted, are SAME.
+TensorFlow's SAME padding, not counted, are SAME. MaxPool's Indices output is built in
+``detection`` (MaxPoolWithArgmax, its NHWC indices turned into ONNX's).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._registry import converter
 from kernloom.onnx.ops._helpers import axis_of, flatten2d, ints, rank_of, static_dims
+from kernloom.onnx.ops.detection import max_pool_indices
 
 Result = Sequence[Tensor | None]
 
@@ -197,9 +199,10 @@ def _unsqueezed(y: Tensor, squeezed: bool) -> Tensor:
 
 @converter("MaxPool", 1, attrs=(*_WINDOW_ATTRS, "ceil_mode", "storage_order"))
 def _max_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
-    if len([o for o in node.outputs if o]) > 1:
-        raise node.fail("the Indices output is not supported")
     x4, squeezed, kernel, strides, begin, end = _pool_setup(node, ctx)
+    if len(node.outputs) > 1 and node.outputs[1]:
+        y, indices = max_pool_indices(node, ctx, x4, kernel, strides, begin, end)
+        return [_unsqueezed(y, squeezed), _unsqueezed(indices, squeezed)]
     y = ops.max_pool(
         x4,
         ksize=[1, 1, *kernel],
