@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 import kernloom as kl
-from kernloom.testing.cases import detection
 from kernloom.testing.cases.case import Array, Case, sample
+from kernloom.testing.cases.detection import error_cases as detection_error_cases
 
 __all__ = ["cases", "error_cases"]
 
@@ -176,4 +176,4 @@ def error_cases() -> Iterator[Case]:
         [f32, np.int32(3), np.float32(0)],
         id="MatrixDiagPartV3-error-k-out-of-bound",
     )
-    yield from detection.error_cases()
+    yield from detection_error_cases()
