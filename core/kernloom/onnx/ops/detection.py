@@ -200,8 +200,8 @@ def max_pool_indices(
         raise node.fail(f"storage_order={order} must be 0 (row major) or 1 (column major)")
     lowest = ctx.const_like(_lowest(x4.dtype), x4)
     nhwc = ops.transpose(x4, ctx.int32s([0, 2, 3, 1]))
-    padding = [[0, 0], [begin[0], end[0]], [begin[1], end[1]], [0, 0]]
-    padded = ops.pad_v2(nhwc, ctx.int32s(padding), lowest) if any([*begin, *end]) else nhwc  # type: ignore[list-item]
+    padding = np.array([[0, 0], [begin[0], end[0]], [begin[1], end[1]], [0, 0]], np.int32)
+    padded = ops.pad_v2(nhwc, ctx.const(padding), lowest) if padding.any() else nhwc
     pooled, argmax = ops.max_pool_with_argmax(
         padded,
         ksize=[1, *kernel, 1],
