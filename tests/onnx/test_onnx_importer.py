@@ -25,9 +25,9 @@ def test_every_unsupported_node_is_listed_at_once() -> None:
     proto = model(
         [
             helper.make_node("Relu", ["x"], ["a"], name="fine"),
-            helper.make_node("NonMaxSuppression", ["a", "a"], ["b"], name="nms"),
+            helper.make_node("StringNormalizer", ["a"], ["b"], name="strings"),
             helper.make_node("Relu", ["b"], ["c"], name="also_fine", bogus=3),
-            helper.make_node("StringNormalizer", ["c"], ["y"], name="norm"),
+            helper.make_node("TfIdfVectorizer", ["c"], ["y"], name="norm"),
         ],
         {"x": (FLOAT, [2, 2])},
         {"y": (FLOAT, None)},  # type: ignore[dict-item]
@@ -36,10 +36,10 @@ def test_every_unsupported_node_is_listed_at_once() -> None:
         ko.import_model(proto)
     message = str(info.value)
     assert "3 unsupported node(s)" in message
-    assert "node 'nms' (NonMaxSuppression, opset 17): no converter for schema version" in message
+    assert "node 'strings' (StringNormalizer, opset 17): no converter for schema version" in message
     assert "node 'also_fine' (Relu, opset 17): attribute(s) bogus not supported" in message
-    assert "node 'norm' (StringNormalizer, opset 17)" in message
-    assert [p.node for p in info.value.problems] == ["nms", "also_fine", "norm"]
+    assert "node 'norm' (TfIdfVectorizer, opset 17)" in message
+    assert [p.node for p in info.value.problems] == ["strings", "also_fine", "norm"]
 
 
 def test_a_missing_file_is_named(tmp_path: object) -> None:
