@@ -134,11 +134,13 @@ DATA_DEPENDENT_SHAPES = {
     "Where",
     "Unique",
     "PlaceholderWithDefault",
+    "NonMaxSuppressionV3",
     *(f"Segment{kind}" for kind in ("Sum", "Mean", "Max", "Min", "Prod")),
 }
 """Ops whose output shape depends on the values of an input that is not in host memory
 (PlaceholderWithDefault: its declared shape, by design less precise than its default's;
-the sorted segment reductions: their rows are the last segment id + 1)."""
+the sorted segment reductions: their rows are the last segment id + 1; NonMaxSuppressionV3:
+its selection, known only once every score and overlap is)."""
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
