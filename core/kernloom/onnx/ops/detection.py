@@ -23,7 +23,11 @@ with the dtype's lowest value (TensorFlow's op has no explicit padding): each ar
 flat NHWC position in the padded input, is taken apart and put together again as ONNX's
 flat NCHW position in the unpadded input (``storage_order=1``: the spatial dimensions
 column-major). Windows with several maxima give the first in row-major order, as ONNX's
-reference. 2-D pooling only, without dilations, as MaxPoolWithArgmax.
+reference. 2-D pooling only, without dilations, as MaxPoolWithArgmax. Where a window's
+inputs all equal the dtype's lowest value (-inf for floats) and padding comes first in it,
+its index is the padding's (ONNX's reference skips the padding); a window holding NaN
+gives the index of its first NaN (the reference's comparisons skip a NaN after the
+first element).
 
 **MaxUnpool** scatters each value to its flat NCHW index in an output of zeros: indices
 that repeat (overlapping windows chose the same input) carry the same value, so the
