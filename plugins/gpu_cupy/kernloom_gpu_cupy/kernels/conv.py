@@ -17,18 +17,12 @@ import numpy as np
 
 from kernloom.plugin import KernelLibrary, OpKernelContext, Window2D, WindowAttrs, window_attrs
 from kernloom.plugin import types as t
+from kernloom_gpu_cupy.kernels._host import host_input
 
 __all__ = ["register"]
 
 GPU = "GPU"
 BACKEND = "cupy"
-
-
-def _host(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
-    value = ctx.input(index)
-    if isinstance(value, np.ndarray | np.generic):
-        return np.asarray(value)
-    return ctx.device.copy_to_host(value)
 
 
 def _lowest(dtype: Any) -> Any:
@@ -157,7 +151,7 @@ class _Kernels:
         f, dy = ctx.input(1), ctx.input(2)
         self._check4(ctx, dy, "out_backprop")
         kh, kw = self._filter_hw(ctx, f)
-        sizes = [int(v) for v in _host(ctx, 0).reshape(-1)]
+        sizes = [int(v) for v in host_input(ctx, 0).reshape(-1)]
         dy = self._nhwc(dy, attrs)
         if len(sizes) == 2:
             n, h, w, c = int(dy.shape[0]), sizes[0], sizes[1], int(f.shape[2])

@@ -33,6 +33,7 @@ from kernloom.plugin import (
     space_to_depth_shape,
 )
 from kernloom.plugin import types as t
+from kernloom_gpu_cupy.kernels._host import host_input
 
 __all__ = ["register"]
 
@@ -52,16 +53,8 @@ TO_DEPTH = {"NHWC": (0, 1, 3, 2, 4, 5), "NCHW": (0, 3, 5, 1, 2, 4)}
 TO_SPACE = {"NHWC": (0, 1, 3, 2, 4, 5), "NCHW": (0, 3, 4, 1, 5, 2)}
 
 
-def _host(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
-    """A host-memory input as numpy (copied off the device if it was produced there)."""
-    value = ctx.input(index)
-    if isinstance(value, np.ndarray | np.generic):
-        return np.asarray(value)
-    return ctx.device.copy_to_host(value)
-
-
 def _non_max_suppression_v3(ctx: OpKernelContext) -> None:
-    selected = non_max_suppression(ctx, *(_host(ctx, i) for i in range(5)))
+    selected = non_max_suppression(ctx, *(host_input(ctx, i) for i in range(5)))
     np.copyto(ctx.allocate_output(0, selected.shape), selected)
 
 
@@ -92,7 +85,7 @@ class _Kernels:
     def _setup(self, ctx: OpKernelContext) -> tuple[Any, Any, bool, bool]:
         images = ctx.input(0)
         align, half = bool(ctx.attr("align_corners")), bool(ctx.attr("half_pixel_centers"))
-        shape = resize_output_shape(ctx, images.shape, _host(ctx, 1), align, half)
+        shape = resize_output_shape(ctx, images.shape, host_input(ctx, 1), align, half)
         return images, ctx.allocate_output(0, shape), align, half
 
     def resize_bilinear(self, ctx: OpKernelContext) -> None:
@@ -148,7 +141,7 @@ class _Kernels:
         index arrays, one row per box."""
         xp = self.xp
         image = ctx.input(0)
-        boxes, box_ind, crop_size = (_host(ctx, i) for i in (1, 2, 3))
+        boxes, box_ind, crop_size = (host_input(ctx, i) for i in (1, 2, 3))
         shape = crop_and_resize_shape(ctx, image.shape, boxes.shape, box_ind.shape, crop_size)
         out = ctx.allocate_output(0, shape)
         batch = check_crop_boxes(ctx, boxes, box_ind, image.shape[0])

@@ -25,6 +25,7 @@ import numpy as np
 from kernloom.plugin import KernelDefBuilder, KernelLibrary, OpKernelContext, broadcast_shape
 from kernloom.plugin import indexing_checks as ic
 from kernloom.plugin import types as kl_types
+from kernloom_gpu_cupy.kernels._host import host_input
 
 __all__ = ["register"]
 
@@ -42,16 +43,8 @@ MASKS = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axi
 Kernel = Callable[[OpKernelContext], None]
 
 
-def _host(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
-    """A host-memory input as numpy (one produced on this device is copied off it)."""
-    value = ctx.input(index)
-    if isinstance(value, np.ndarray | np.generic):
-        return np.asarray(value)
-    return np.asarray(ctx.device.copy_to_host(value))
-
-
 def _ints(ctx: OpKernelContext, index: int, what: str, rank: int | None = 1) -> list[int]:
-    return ic.checked(ctx, ic.int_list, _host(ctx, index), what, rank=rank)
+    return ic.checked(ctx, ic.int_list, host_input(ctx, index), what, rank=rank)
 
 
 def _scalar(ctx: OpKernelContext, index: int, what: str) -> int:
@@ -68,7 +61,7 @@ class _Kernels:
 
     def pad(self, ctx: OpKernelContext) -> None:
         x = ctx.input(0)
-        pairs, shape = ic.checked(ctx, ic.pad_amounts, x.shape, _host(ctx, 1))
+        pairs, shape = ic.checked(ctx, ic.pad_amounts, x.shape, host_input(ctx, 1))
         fill: Any = 0
         if ctx.num_inputs == 3:
             fill = ctx.input(2)  # a 0-d device array: no trip to the host
@@ -86,7 +79,7 @@ class _Kernels:
     def mirror_pad(self, ctx: OpKernelContext) -> None:
         x = ctx.input(0)
         mode = ctx.attr("mode")
-        pairs, shape = ic.checked(ctx, ic.pad_amounts, x.shape, _host(ctx, 1), mode)
+        pairs, shape = ic.checked(ctx, ic.pad_amounts, x.shape, host_input(ctx, 1), mode)
         out = ctx.allocate_output(0, shape)
         if out.size:
             out[...] = self.xp.pad(x, pairs, mode="reflect" if mode == "REFLECT" else "symmetric")
@@ -274,7 +267,7 @@ class _Kernels:
 
     def expand_dims(self, ctx: OpKernelContext) -> None:
         x = ctx.input(0)
-        axis = ic.checked(ctx, ic.expand_dims_axis, x.ndim, _host(ctx, 1))
+        axis = ic.checked(ctx, ic.expand_dims_axis, x.ndim, host_input(ctx, 1))
         ctx.set_output(0, x.reshape((*x.shape[:axis], 1, *x.shape[axis:])))
 
     def pack(self, ctx: OpKernelContext) -> None:
@@ -319,7 +312,7 @@ class _Kernels:
         ctx.allocate_output(0, ())[...] = len(ctx.input(0).shape)
 
     def range(self, ctx: OpKernelContext) -> None:
-        values = [_host(ctx, i) for i in range(3)]
+        values = [host_input(ctx, i) for i in range(3)]
         for name, value in zip(("start", "limit", "delta"), values, strict=True):
             if value.ndim != 0:
                 raise ctx.fail(f"{name} must be a scalar, not shape {list(value.shape)}")

@@ -25,19 +25,13 @@ from kernloom.plugin import (
     tf_cast,
 )
 from kernloom.plugin import types as t
+from kernloom_gpu_cupy.kernels._host import host_input
 
 __all__ = ["register"]
 
 GPU = "GPU"
 BACKEND = "cupy"
 Kernel = Callable[[OpKernelContext], None]
-
-
-def _host(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
-    value = ctx.input(index)
-    if isinstance(value, np.ndarray | np.generic):
-        return np.asarray(value)
-    return ctx.device.copy_to_host(value)
 
 
 def _scalar_axis(ctx: OpKernelContext, shape: tuple[int, ...], value: Any, op: str) -> int:
@@ -55,7 +49,7 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
     def reduction(fn: Callable[..., Any]) -> Kernel:
         def compute(ctx: OpKernelContext) -> None:
             x = ctx.input(0)
-            axes = reduction_axes(ctx, _host(ctx, 1), x.ndim)
+            axes = reduction_axes(ctx, host_input(ctx, 1), x.ndim)
             out = ctx.allocate_output(0, reduced_shape(x.shape, axes, bool(ctx.attr("keep_dims"))))
             kept = out.reshape(reduced_shape(x.shape, axes, True))
             with np.errstate(all="ignore"):
@@ -79,7 +73,7 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
 
     def arg_min(ctx: OpKernelContext) -> None:
         x = ctx.input(0)
-        axis = _scalar_axis(ctx, x.shape, _host(ctx, 1), "ArgMin")
+        axis = _scalar_axis(ctx, x.shape, host_input(ctx, 1), "ArgMin")
         if x.shape[axis] == 0:
             raise ctx.fail(f"cannot take ArgMin over dimension {axis}, which has size 0")
         if x.dtype.kind == "f":  # NaN and +inf count as the highest finite value (TF's Eigen)
@@ -94,7 +88,7 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
 
         def compute(ctx: OpKernelContext) -> None:
             x = ctx.input(0)
-            axis = _scalar_axis(ctx, x.shape, _host(ctx, 1), op)
+            axis = _scalar_axis(ctx, x.shape, host_input(ctx, 1), op)
             out = ctx.allocate_output(0, x.shape)
             reverse = bool(ctx.attr("reverse"))
             source = xp.flip(x, axis) if reverse else x
@@ -116,7 +110,7 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
         return compute
 
     def top_k(ctx: OpKernelContext) -> None:
-        x, k_value = ctx.input(0), _host(ctx, 1)
+        x, k_value = ctx.input(0), host_input(ctx, 1)
         if k_value.ndim != 0:
             raise ctx.fail(f"k must be a scalar, got shape {list(k_value.shape)}")
         k = int(k_value)

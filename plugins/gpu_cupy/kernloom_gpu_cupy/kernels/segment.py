@@ -26,18 +26,12 @@ import numpy as np
 
 from kernloom.plugin import KernelDefBuilder, KernelLibrary, OpKernelContext
 from kernloom.plugin import indexing_checks as ic
+from kernloom_gpu_cupy.kernels._host import host_input
 
 __all__ = ["register"]
 
 GPU = "GPU"
 BACKEND = "cupy"
-
-
-def _host(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
-    value = ctx.input(index)
-    if isinstance(value, np.ndarray | np.generic):
-        return np.asarray(value)
-    return np.asarray(ctx.device.copy_to_host(value))
 
 
 class _Kernels:
@@ -99,7 +93,7 @@ class _Kernels:
     def unsorted(self, kind: str) -> Any:
         def compute(ctx: OpKernelContext) -> None:
             data, ids = ctx.input(0), ctx.input(1)
-            count_value = _host(ctx, 2)
+            count_value = host_input(ctx, 2)
             if count_value.ndim != 0:
                 raise ctx.fail(
                     f"num_segments should be a scalar, not shape {list(count_value.shape)}"
@@ -121,7 +115,7 @@ class _Kernels:
             xp = self.xp
             data, ids = ctx.input(0), ctx.input(1)
             ic.checked(ctx, ic.segment_shape, data.shape, ids.shape)
-            count = ic.checked(ctx, ic.sorted_segment_rows, _host(ctx, 1))
+            count = ic.checked(ctx, ic.sorted_segment_rows, host_input(ctx, 1))
             out = ctx.allocate_output(0, (count, *data.shape[1:]))
             if out.size == 0:
                 return

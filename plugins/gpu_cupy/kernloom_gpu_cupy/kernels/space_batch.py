@@ -10,24 +10,16 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 from kernloom.plugin import KernelDefBuilder, KernelLibrary, OpKernelContext
 from kernloom.plugin import indexing_checks as ic
 from kernloom.plugin import types as t
+from kernloom_gpu_cupy.kernels._host import host_input
 
 __all__ = ["register"]
 
 GPU = "GPU"
 BACKEND = "cupy"
 REALS = tuple(d for d in t.NUMBERS if not d.is_complex)
-
-
-def _host(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
-    value = ctx.input(index)
-    if isinstance(value, np.ndarray | np.generic):
-        return np.asarray(value)
-    return np.asarray(ctx.device.copy_to_host(value))
 
 
 def _space_to_batch(xp: ModuleType, x: Any, spec: ic.SpaceBatchSpec) -> Any:
@@ -52,8 +44,9 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
     def kernel(to_batch: bool) -> Any:
         def compute(ctx: OpKernelContext) -> None:
             x = ctx.input(0)
+            blocks, paddings = host_input(ctx, 1), host_input(ctx, 2)
             spec = ic.checked(
-                ctx, ic.space_batch_spec, x.shape, _host(ctx, 1), _host(ctx, 2), to_batch=to_batch
+                ctx, ic.space_batch_spec, x.shape, blocks, paddings, to_batch=to_batch
             )
             out = ctx.allocate_output(0, ic.known(spec.shape))
             if out.size:

@@ -15,22 +15,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 from kernloom.plugin import KernelLibrary, OpKernelContext, spectral_checks
 from kernloom.plugin import indexing_checks as ic
+from kernloom_gpu_cupy.kernels._host import host_input
 
 __all__ = ["register"]
 
 GPU = "GPU"
 BACKEND = "cupy"
-
-
-def _host(ctx: OpKernelContext, index: int) -> np.ndarray[Any, Any]:
-    value = ctx.input(index)
-    if isinstance(value, np.ndarray | np.generic):
-        return np.asarray(value)
-    return np.asarray(ctx.device.copy_to_host(value))
 
 
 class _Kernels:
@@ -62,7 +54,7 @@ class _Kernels:
         xp = self.xp
 
         def compute(ctx: OpKernelContext) -> None:
-            x, lengths = ctx.input(0), _host(ctx, 1)
+            x, lengths = ctx.input(0), host_input(ctx, 1)
             shape, n = ic.checked(ctx, spectral_checks.real_fft_plan, op, x.shape, lengths)
             out = ctx.allocate_output(0, shape)
             if out.size == 0:
