@@ -119,13 +119,17 @@ def _element(v: Any) -> str:
 
 class AssertKernel(OpKernel):
     """Fails the step when its condition is false, showing the data (TensorFlow's
-    AssertOp); its inputs are in host memory on every device, so it reads them directly."""
+    AssertOp); its inputs are in host memory on every device, so it reads them directly.
+    An Assert may carry a ``_message`` attr (an internal attr, as TensorFlow's ``_class``):
+    the text TensorFlow would pass as a string data tensor, which kernloom has no dtype
+    for (the ONNX importer's If says this way why a branch that did not build failed)."""
 
     is_expensive = False
 
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
         self._summarize = int(ctx.attr("summarize"))
+        self._message = str(ctx.attrs.get("_message", ""))
 
     def compute(self, ctx: OpKernelContext) -> None:
         condition = np.asarray(ctx.input(0))
@@ -136,7 +140,8 @@ class AssertKernel(OpKernel):
         if bool(condition.reshape(())):
             return
         data = " ".join(f"[{summarize(d, self._summarize)}]" for d in ctx.input_list("data"))
-        raise ctx.fail(f"assertion failed: {data}")
+        message = f" {self._message}" if self._message else ""
+        raise ctx.fail(f"assertion failed: {data}{message}")
 
 
 def pass_through(reuse: int, x: Any) -> Any:

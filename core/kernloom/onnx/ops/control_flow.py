@@ -19,6 +19,7 @@ import onnx
 import kernloom.dtypes as d
 from kernloom import ops
 from kernloom.errors import InvalidArgumentError
+from kernloom.graph.builder import apply_op, control_dependencies
 from kernloom.graph.control_flow import cond, while_loop
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
@@ -112,11 +113,27 @@ def _if(node: OnnxNode, ctx: ConversionContext) -> Result:
     if known is not None and np.size(known) == 1:
         return _taken_branch(ctx, node, "then_branch" if bool(known.reshape(())) else "else_branch")
 
+    built: dict[str, list[Tensor]] = {}
+    failed: dict[str, OnnxImportError] = {}
+
     def branch(attr: str) -> Any:
-        return lambda: convert_subgraph(ctx, node, attr, {})
+        def build() -> list[Tensor]:
+            try:
+                built[attr] = convert_subgraph(ctx, node, attr, {})
+            except OnnxImportError as exc:
+                failed[attr] = exc
+                raise
+            return built[attr]
+
+        return build
 
     try:
-        merged = cond(pred, branch("then_branch"), branch("else_branch"), name="if")
+        try:
+            merged = cond(pred, branch("then_branch"), branch("else_branch"), name="if")
+        except OnnxImportError:
+            if len(failed) != 1:
+                raise
+            merged = _one_branch_fails(ctx, node, pred, branch, failed)
     except OnnxImportError:
         raise
     except InvalidArgumentError as exc:
@@ -124,6 +141,64 @@ def _if(node: OnnxNode, ctx: ConversionContext) -> Result:
             f"then_branch and else_branch do not give outputs kl.cond can merge: {exc}"
         ) from exc
     return list(merged)
+
+
+def _one_branch_fails(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    pred: Tensor,
+    branch: Any,
+    failed: dict[str, OnnxImportError],
+) -> Any:
+    """The If built again with the branch that did not build (``failed``) as one that
+    fails when it runs: an Assert on the condition, naming the If node and the build
+    error. A condition unknown at import leaves both branches to be built, and a branch
+    the model never takes for the inputs it is given may not build at all (the expanded
+    AffineGrid's 3-D branch, for a 2-D size); TensorFlow's cond would fail the same way at
+    graph construction, but an ONNX runtime only ever runs the branch it takes. The
+    other branch is built first, so the failing one can give outputs of its dtypes and
+    static shapes; if it does not build either, the first error stands."""
+    ((bad, error),) = failed.items()
+    good = "else_branch" if bad == "then_branch" else "then_branch"
+    good_outputs: list[Tensor] = []
+
+    def build_good() -> list[Tensor]:
+        good_outputs.extend(branch(good)())
+        return good_outputs
+
+    def build_failing() -> list[Tensor]:
+        # Runs only where pred selects ``bad``: the Assert's condition is then false.
+        holds = pred if bad == "else_branch" else ops.logical_not(pred)
+        message = (
+            f"ONNX node {node.describe()}: its condition selected {bad} at run time, which "
+            f"did not build at import ({error}): feed inputs for which the model takes "
+            f"{good}, or fix the model so that {bad} builds"
+        )
+        check = apply_op(
+            "Assert", [holds, [pred]], {"_message": message}, name=f"{bad}_did_not_build"
+        )
+        assert not isinstance(check, tuple)  # an Assert has no outputs: its node
+        outputs = []
+        with control_dependencies([check]):
+            for value in good_outputs:
+                outputs.append(ops.identity(ctx.const(_placeholder_value(value), value.dtype)))
+        return outputs
+
+    taken = pred if good == "then_branch" else ops.logical_not(pred)
+    try:
+        return cond(taken, build_good, build_failing, name="if")
+    except OnnxImportError:
+        raise error from None
+
+
+def _placeholder_value(value: Tensor) -> np.ndarray[Any, Any]:
+    """Zeros with ``value``'s static shape (an unknown dimension as 0, an unknown rank as a
+    scalar): what a branch that fails when it runs gives to kl.cond's Merge, so the merged
+    output keeps the shape the other branch knows."""
+    if value.shape.rank is None:
+        return np.zeros((), dtype=value.dtype.numpy_dtype)
+    dims = [0 if v is None else int(v) for v in value.shape.as_list()]
+    return np.zeros(dims, dtype=value.dtype.numpy_dtype)
 
 
 def _taken_branch(ctx: ConversionContext, node: OnnxNode, attr: str) -> Result:

@@ -22,9 +22,26 @@ from kernloom.onnx.ops._helpers import same_dtype
 Result = Sequence[Tensor | None]
 
 
-def _binary(op_type: str, first: int, fn: Callable[[Tensor, Tensor], Tensor]) -> None:
+def _binary(
+    op_type: str,
+    first: int,
+    fn: Callable[[Tensor, Tensor], Tensor],
+    fold: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+) -> None:
+    """``fold``: the op in numpy, for a comparison or logical op whose inputs are both
+    known at import time; its result is then known too, so an If on it (the expanded
+    AffineGrid's ``Size(size) == 4``) takes its branch at import, as TensorFlow's
+    smart_cond does with a constant predicate. Exact: bools and integers or floats
+    compared, nothing rounded."""
+
     @converter(op_type, first)
     def convert(node: OnnxNode, ctx: ConversionContext) -> Result:
+        known = [ctx.static.get(name) for name in node.inputs[:2]]
+        if fold is not None and known[0] is not None and known[1] is not None:
+            value = np.asarray(fold(known[0], known[1]))
+            if node.outputs and node.outputs[0]:
+                ctx.static[node.outputs[0]] = value
+            return [ctx.const(value, d.bool_)]
         return [fn(ctx.input(0), ctx.input(1))]
 
 
@@ -37,14 +54,14 @@ _binary("Add", 7, ops.add_v2)
 _binary("Sub", 7, ops.sub)
 _binary("Mul", 7, ops.mul)
 _binary("Div", 7, _div)
-_binary("Equal", 7, ops.equal)
-_binary("Less", 7, ops.less)
-_binary("Greater", 7, ops.greater)
-_binary("LessOrEqual", 12, ops.less_equal)
-_binary("GreaterOrEqual", 12, ops.greater_equal)
-_binary("And", 7, ops.logical_and)
-_binary("Or", 7, ops.logical_or)
-_binary("Xor", 7, ops.not_equal)
+_binary("Equal", 7, ops.equal, np.equal)
+_binary("Less", 7, ops.less, np.less)
+_binary("Greater", 7, ops.greater, np.greater)
+_binary("LessOrEqual", 12, ops.less_equal, np.less_equal)
+_binary("GreaterOrEqual", 12, ops.greater_equal, np.greater_equal)
+_binary("And", 7, ops.logical_and, np.logical_and)
+_binary("Or", 7, ops.logical_or, np.logical_or)
+_binary("Xor", 7, ops.not_equal, np.logical_xor)
 _binary("BitwiseAnd", 18, ops.bitwise_and)
 _binary("BitwiseOr", 18, ops.bitwise_or)
 _binary("BitwiseXor", 18, ops.bitwise_xor)

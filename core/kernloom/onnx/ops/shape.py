@@ -100,7 +100,13 @@ def _shape(node: OnnxNode, ctx: ConversionContext) -> Result:
 
 @converter("Size", 1)
 def _size(node: OnnxNode, ctx: ConversionContext) -> Result:
-    return [ops.size(ctx.input(0), out_type=d.int64)]
+    x = ctx.input(0)
+    if x.shape.is_fully_defined():
+        # Known at import, as Shape's is: an If on it takes its branch at import.
+        count = np.asarray(x.shape.num_elements(), dtype=np.int64)
+        _known(ctx, node, 0, count)
+        return [ctx.const(count)]
+    return [ops.size(x, out_type=d.int64)]
 
 
 @converter("Reshape", 5, attrs=("allowzero",))
@@ -611,12 +617,20 @@ def _center_crop_pad(node: OnnxNode, ctx: ConversionContext) -> Result:
     ]
 
 
+def _scalar_like(ctx: ConversionContext, x: Tensor) -> Tensor:
+    """``x`` as a scalar when it is a vector of one element (by its static shape)."""
+    if x.shape.rank == 1 and x.shape.as_list() == [1]:
+        return ops.reshape(x, ctx.int64s([]))
+    return x
+
+
 @converter("Range", 11)
 def _range(node: OnnxNode, ctx: ConversionContext) -> Result:
     # ONNX's count is max(ceil((limit - start) / delta), 0): a limit on the wrong side of
     # start gives an empty range, where kernloom's Range (TensorFlow's) fails. Such a
-    # limit becomes start.
-    start, limit, delta = ctx.input(0), ctx.input(1), ctx.input(2)
+    # limit becomes start. A one-element vector counts as a scalar, as onnxruntime's
+    # "scalar like" check takes it (the expanded AffineGrid's limit is a Split's [1]).
+    start, limit, delta = (_scalar_like(ctx, ctx.input(i)) for i in range(3))
     zero = ctx.const_like(0, delta)
     backwards = ops.logical_or(
         ops.logical_and(ops.greater(delta, zero), ops.less(limit, start)),
