@@ -4,9 +4,14 @@ The window geometry (output sizes, TF's padding) is computed here once, by ``win
 and ``WindowAttrs.window``, for the shape functions and for every backend's kernels (through
 ``kernloom.plugin``), so that an output size or a padding never differs between devices.
 
+The 3-D ops (Conv3D, MaxPool3D, AvgPool3D) share that geometry: a data_format of NDHWC or
+NCDHW gives three spatial dimensions.
+
 Deviations from TensorFlow, all deliberate: kernloom has no bfloat16 or quantized types, so
 those are left out of the dtype sets; Conv2D and the pools run NCHW on the CPU as well
-(TF's CPU kernels take NHWC only); pooling over the batch or depth dimension is refused.
+(TF's CPU kernels take NHWC only), and so do Conv3D and the 3-D pools NCDHW (TF's
+Eigen CPU kernels take NDHWC only; its oneDNN build runs NCDHW too); pooling over the batch
+or depth dimension is refused.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from kernloom.framework.op_def import OpDefBuilder, OpLibrary
 from kernloom.framework.shape_inference import InferenceContext
 from kernloom.shapes import Dim, TensorShape
 
-__all__ = ["Window2D", "WindowAttrs", "define", "window_attrs"]
+__all__ = ["Window", "WindowAttrs", "define", "window_attrs"]
 
 CONV_TYPES = "{float16, float32, float64, int32}"
 FLOAT_TYPES = "{float16, float32, float64}"
+FLOAT16_32 = "{float16, float32}"
 POOL_TYPES = "{float16, float32, float64, int32, int64, uint8, int16, int8, uint16}"
 ARGMAX_TYPES = (
     "{float32, float64, int32, uint8, int16, int8, int64, uint16, float16, uint32, uint64}"
@@ -41,13 +47,14 @@ class _Context(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Window2D:
-    """Where the windows of a 2-D window op fall on one input: for H then W, the output
-    size and the padding before and after (TF's SAME puts the odd pad at the end)."""
+class Window:
+    """Where the windows of a window op fall on one input: for each spatial dimension (H
+    then W; D, H, W for the 3-D ops), the output size and the padding before and after
+    (TF's SAME puts the odd pad at the end)."""
 
-    output_hw: tuple[int, int]
-    pad_before: tuple[int, int]
-    pad_after: tuple[int, int]
+    output_hw: tuple[int, ...]
+    pad_before: tuple[int, ...]
+    pad_after: tuple[int, ...]
 
     @property
     def padded(self) -> bool:
@@ -57,36 +64,44 @@ class Window2D:
 @dataclass(frozen=True, slots=True)
 class WindowAttrs:
     """A window op's attrs, checked once: layout, window (pools), strides, dilations
-    (convolutions), padding and explicit paddings, all for H then W."""
+    (convolutions), padding and explicit paddings, each per spatial dimension (H, W for
+    the 2-D ops; D, H, W for the 3-D ones)."""
 
     channels_last: bool
-    ksize: tuple[int, int]
-    strides: tuple[int, int]
-    dilations: tuple[int, int]
+    ksize: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
     padding: str
-    explicit: tuple[tuple[int, int], tuple[int, int]]
+    explicit: tuple[tuple[int, int], ...]
 
     @property
-    def spatial_axes(self) -> tuple[int, int]:
-        return (1, 2) if self.channels_last else (2, 3)
+    def rank(self) -> int:
+        """The number of spatial dimensions: 2, or 3 for NDHWC and NCDHW."""
+        return len(self.strides)
+
+    @property
+    def spatial_axes(self) -> tuple[int, ...]:
+        first = 1 if self.channels_last else 2
+        return tuple(range(first, first + self.rank))
 
     @property
     def channel_axis(self) -> int:
-        return 3 if self.channels_last else 1
+        return self.rank + 1 if self.channels_last else 1
+
+    @property
+    def _names(self) -> str:
+        return "HW" if self.rank == 2 else "DHW"
 
     def window(
         self, ctx: _Context, input_hw: Sequence[int], window_hw: Sequence[int] | None = None
-    ) -> Window2D:
+    ) -> Window:
         """The geometry on an input of spatial size ``input_hw``; ``window_hw`` is the
         filter's size for convolutions (the pools' is ``ksize``: ``pool_window``)."""
         window = tuple(window_hw) if window_hw is not None else self.ksize
-        sizes: list[int] = []
-        before: list[int] = []
-        after: list[int] = []
-        for axis in range(2):
-            size, low, high = _axis(
+        axes = [
+            _axis(
                 ctx,
-                "HW"[axis],
+                self._names[axis],
                 int(input_hw[axis]),
                 int(window[axis]),
                 self.strides[axis],
@@ -94,12 +109,13 @@ class WindowAttrs:
                 self.padding,
                 self.explicit[axis],
             )
-            sizes.append(size)
-            before.append(low)
-            after.append(high)
-        return Window2D((sizes[0], sizes[1]), (before[0], before[1]), (after[0], after[1]))
+            for axis in range(self.rank)
+        ]
+        return Window(
+            tuple(a[0] for a in axes), tuple(a[1] for a in axes), tuple(a[2] for a in axes)
+        )
 
-    def pool_window(self, ctx: _Context, input_hw: Sequence[int]) -> Window2D:
+    def pool_window(self, ctx: _Context, input_hw: Sequence[int]) -> Window:
         """A pool's geometry (``window`` over ``ksize``); its explicit padding must be
         narrower than the window, as TensorFlow's pooling kernels require (a window of
         padding alone has no element to pool)."""
@@ -115,9 +131,9 @@ class WindowAttrs:
     def output_dims(
         self, ctx: _Context, input_hw: Sequence[Dim], window_hw: Sequence[Dim]
     ) -> list[Dim]:
-        """Output H and W where known (shape inference: unknown stays unknown)."""
+        """Output spatial sizes where known (shape inference: unknown stays unknown)."""
         out: list[Dim] = []
-        for axis in range(2):
+        for axis in range(self.rank):
             size, window = input_hw[axis], window_hw[axis]
             if size is None or window is None:
                 out.append(None)
@@ -125,7 +141,7 @@ class WindowAttrs:
             out.append(
                 _axis(
                     ctx,
-                    "HW"[axis],
+                    self._names[axis],
                     size,
                     window,
                     self.strides[axis],
@@ -167,47 +183,59 @@ def _axis(
     return out, low, high
 
 
-def _four(ctx: _Context, name: str, channels_last: bool) -> tuple[int, int]:
-    """The H and W entries of a 4-entry attr that must be 1 for batch and channels."""
+def _per_dimension(ctx: _Context, name: str, channels_last: bool, rank: int) -> tuple[int, ...]:
+    """The spatial entries of a (rank + 2)-entry attr that must be 1 for batch and
+    channels."""
     values = [int(v) for v in ctx.attr(name)]
-    if len(values) != 4:
-        raise ctx.fail(f"{name} must have 4 entries (one per dimension), got {values}")
+    if len(values) != rank + 2:
+        raise ctx.fail(f"{name} must have {rank + 2} entries (one per dimension), got {values}")
     if any(v < 1 for v in values):
         raise ctx.fail(f"{name} must be positive, got {values}")
-    batch, channel = (values[0], values[3]) if channels_last else (values[0], values[1])
+    batch, channel = (values[0], values[-1]) if channels_last else (values[0], values[1])
     if batch != 1 or channel != 1:
+        where = "H and W" if rank == 2 else "D, H and W"
         raise ctx.fail(
             f"{name} {values}: the batch and channel entries must be 1 "
-            f"(windows move over H and W only)"
+            f"(windows move over {where} only)"
         )
-    return (values[1], values[2]) if channels_last else (values[2], values[3])
+    return tuple(values[1:-1]) if channels_last else tuple(values[2:])
+
+
+_THREE_D = ("NDHWC", "NCDHW")
 
 
 def window_attrs(ctx: _Context, *, pooling: bool = False) -> WindowAttrs:
     """Check and read a window op's attrs (``ksize`` for the pools, ``dilations`` for the
-    convolutions); a bad value fails naming the node."""
+    convolutions); a bad value fails naming the node. A data_format of NDHWC or NCDHW makes
+    it 3-D (Conv3D and the 3-D pools)."""
     data_format = str(ctx.attr("data_format")) if _has(ctx, "data_format") else "NHWC"
-    channels_last = data_format == "NHWC"
-    strides = _four(ctx, "strides", channels_last)
-    ksize = _four(ctx, "ksize", channels_last) if pooling else (1, 1)
-    dilations = _four(ctx, "dilations", channels_last) if not pooling else (1, 1)
+    channels_last = data_format in ("NHWC", "NDHWC")
+    rank = 3 if data_format in _THREE_D else 2
+    strides = _per_dimension(ctx, "strides", channels_last, rank)
+    ones = (1,) * rank
+    ksize = _per_dimension(ctx, "ksize", channels_last, rank) if pooling else ones
+    dilations = _per_dimension(ctx, "dilations", channels_last, rank) if not pooling else ones
     padding = str(ctx.attr("padding"))
     pads = [int(p) for p in ctx.attr("explicit_paddings")] if _has(ctx, "explicit_paddings") else []
-    explicit = ((0, 0), (0, 0))
+    explicit: tuple[tuple[int, int], ...] = ((0, 0),) * rank
     if padding == "EXPLICIT":
-        if len(pads) != 8:
+        dims = rank + 2
+        if len(pads) != 2 * dims:
             raise ctx.fail(
-                f"explicit_paddings must have 8 entries (before and after for each of the 4 "
-                f"dimensions) when padding is EXPLICIT, got {pads}"
+                f"explicit_paddings must have {2 * dims} entries (before and after for each of "
+                f"the {dims} dimensions) when padding is EXPLICIT, got {pads}"
             )
         if any(p < 0 for p in pads):
             raise ctx.fail(f"explicit_paddings must be non-negative, got {pads}")
-        h, w, n, c = (1, 2, 0, 3) if channels_last else (2, 3, 0, 1)
+        n, c = (0, dims - 1) if channels_last else (0, 1)
         if pads[2 * n] or pads[2 * n + 1] or pads[2 * c] or pads[2 * c + 1]:
             raise ctx.fail(
                 f"explicit_paddings {pads}: the batch and channel dimensions cannot be padded"
             )
-        explicit = ((pads[2 * h], pads[2 * h + 1]), (pads[2 * w], pads[2 * w + 1]))
+        first = 1 if channels_last else 2
+        explicit = tuple(
+            (pads[2 * a], pads[2 * a + 1]) for a in range(first, first + rank)
+        )
     elif pads:
         raise ctx.fail(
             f"explicit_paddings must be empty unless padding is EXPLICIT (padding is "
@@ -233,24 +261,23 @@ def _has(ctx: _Context, name: str) -> bool:
 # -- shape functions ------------------------------------------------------------------------
 
 
-def _rank4(ctx: InferenceContext, index: int, what: str) -> TensorShape:
+def _rank4(ctx: InferenceContext, index: int, what: str, rank: int = 4) -> TensorShape:
     shape = ctx.input_shape(index)
     if shape.rank is None:
-        return TensorShape.unknown(4)
-    if shape.rank != 4:
-        raise ctx.fail(f"{what} must be 4-D, got shape {shape}")
+        return TensorShape.unknown(rank)
+    if shape.rank != rank:
+        raise ctx.fail(f"{what} must be {rank}-D, got shape {shape}")
     return shape
 
 
 def _layout(attrs: WindowAttrs, batch: Dim, hw: Sequence[Dim], channels: Dim) -> list[Dim]:
     if attrs.channels_last:
-        return [batch, hw[0], hw[1], channels]
-    return [batch, channels, hw[0], hw[1]]
+        return [batch, *hw, channels]
+    return [batch, channels, *hw]
 
 
 def _dims(attrs: WindowAttrs, shape: TensorShape) -> tuple[Dim, list[Dim], Dim]:
-    h, w = attrs.spatial_axes
-    return shape[0], [shape[h], shape[w]], shape[attrs.channel_axis]
+    return shape[0], [shape[a] for a in attrs.spatial_axes], shape[attrs.channel_axis]
 
 
 def _filter4(ctx: InferenceContext, index: int) -> TensorShape:
@@ -276,6 +303,21 @@ def _conv2d_shape(ctx: InferenceContext) -> None:
                 f"groups {channels // f[2]}"
             )
     ctx.set_output(0, _layout(attrs, batch, attrs.output_dims(ctx, hw, [f[0], f[1]]), f[3]))
+
+
+def _conv3d_shape(ctx: InferenceContext) -> None:
+    """TF's Conv3DShape: input depth a multiple of the filter's (the CPU kernel then asks
+    for equality), output depth the filter's."""
+    attrs = window_attrs(ctx)
+    x = _rank4(ctx, 0, "input", 5)
+    f = _rank4(ctx, 1, "filter", 5)
+    batch, dhw, channels = _dims(attrs, x)
+    if channels is not None and f[3] is not None and (f[3] == 0 or channels % f[3]):
+        raise ctx.fail(
+            f"Depth of input ({channels}) is not a multiple of input depth of filter ({f[3]})"
+        )
+    out = attrs.output_dims(ctx, dhw, [f[0], f[1], f[2]])
+    ctx.set_output(0, _layout(attrs, batch, out, f[4]))
 
 
 def _depthwise_shape(ctx: InferenceContext) -> None:
@@ -328,7 +370,7 @@ def _backprop_input_shape(ctx: InferenceContext) -> None:
 
 def _pool_shape(ctx: InferenceContext) -> None:
     attrs = window_attrs(ctx, pooling=True)
-    x = _rank4(ctx, 0, "input")
+    x = _rank4(ctx, 0, "input", attrs.rank + 2)
     batch, hw, channels = _dims(attrs, x)
     out = _layout(attrs, batch, attrs.output_dims(ctx, hw, list(attrs.ksize)), channels)
     for index in range(ctx.num_outputs):
@@ -390,7 +432,53 @@ def _convolution(lib: OpLibrary, name: str, types: str, *, cudnn: bool = True) -
     )
 
 
+def _define_3d(lib: OpLibrary) -> None:
+    """TensorFlow's 3-D window ops: SAME or VALID padding only (no EXPLICIT), NDHWC or
+    NCDHW."""
+    layout = "data_format: {'NDHWC', 'NCDHW'} = 'NDHWC'"
+    (
+        lib.register_op("Conv3D")
+        .input("input: T")
+        .input("filter: T")
+        .output("output: T")
+        .attr("T: {float16, float32, float64}")
+        .attr("strides: list(int) >= 5")
+        .attr("padding: {'SAME', 'VALID'}")
+        .attr(layout)
+        .attr("dilations: list(int) = [1, 1, 1, 1, 1]")
+        .shape_fn(_conv3d_shape)
+        .doc(
+            "3-D cross-correlation of input [N, D, H, W, C] (or NCDHW) with filter "
+            "[KD, KH, KW, C, C_out].",
+            "Padding as Conv2D's, per spatial dimension. The input's depth must equal the "
+            "filter's input depth (TensorFlow's CPU kernel: no groups). bfloat16 is left out "
+            "(kernloom has none).",
+        )
+    )
+    for name, types, what in (
+        ("MaxPool3D", FLOAT16_32, "maximum"),
+        ("AvgPool3D", FLOAT_TYPES, "mean"),
+    ):
+        (
+            lib.register_op(name)
+            .input("input: T")
+            .output("output: T")
+            .attr("ksize: list(int) >= 5")
+            .attr("strides: list(int) >= 5")
+            .attr("padding: {'SAME', 'VALID'}")
+            .attr(layout)
+            .attr(f"T: {types}")
+            .shape_fn(_pool_shape)
+            .doc(
+                f"The {what} over each ksize window of input [N, D, H, W, C] (or NCDHW).",
+                "As the 2-D pool: padding never wins a maximum and is never counted in a "
+                "mean's divisor. bfloat16 is left out (kernloom has none).",
+            )
+        )
+
+
 def define(lib: OpLibrary) -> None:
+    _define_3d(lib)
     explicit = "explicit_paddings: list(int) = []"
     layout = _LAYOUT
     (

@@ -24,6 +24,7 @@ from kernloom.testing.cases import (
     spectral,
     standard,
     tf_edges,
+    windows3d,
 )
 from kernloom.testing.cases.case import RNG, Array, Case, assert_matches, sample, tolerance
 
@@ -37,6 +38,7 @@ FAMILIES = (
     segment,
     space_batch,
     nn,
+    windows3d,
     image_linalg,
     detection,
     linalg,

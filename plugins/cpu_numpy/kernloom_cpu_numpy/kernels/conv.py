@@ -1,11 +1,12 @@
-"""Convolution, pooling and normalisation kernels (Conv2D, pools, FusedBatchNormV3, LRN).
+"""Convolution, pooling and normalisation kernels (Conv2D, Conv3D, pools, FusedBatchNormV3, LRN).
 
 No Python loop runs over pixels. A convolution is one matrix product over an im2col matrix
 gathered from a strided window view of the padded input (a 1x1, stride-1 convolution needs
 no copy at all); depthwise convolution is one ``einsum`` over the same windows; pooling
 runs one vectorised ``maximum``/``add`` per window tap over a padded copy (a 3x3/2 max pool
 over [8, 114, 114, 32]: 16 ms, against 33 ms reducing the window view over its two window
-axes). Layouts: everything is computed NHWC; NCHW is transposed in and out. float16 is
+axes). Layouts: everything is computed NHWC; NCHW is transposed in and out. The same
+helpers run the 3-D ops (Conv3D, MaxPool3D, AvgPool3D) over NDHWC. float16 is
 computed in float32 and rounded once. Timings against torch: benchmarks/CONV.md.
 """
 
@@ -16,7 +17,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from kernloom.plugin import KernelLibrary, OpKernelContext, Window2D, WindowAttrs, window_attrs
+from kernloom.plugin import KernelLibrary, OpKernelContext, Window, WindowAttrs, window_attrs
 from kernloom_cpu_numpy.kernels._util import Array, lowest
 
 __all__ = ["register"]
@@ -29,56 +30,62 @@ def _compute_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 def _nhwc(x: Array, attrs: WindowAttrs) -> Array:
-    return x if attrs.channels_last else x.transpose(0, 2, 3, 1)
+    """``x`` channels-last (NHWC, or NDHWC for the 3-D ops): a view."""
+    return x if attrs.channels_last else np.moveaxis(x, 1, -1)
 
 
-def _spatial(x: Array, attrs: WindowAttrs) -> tuple[int, int]:
-    h, w = attrs.spatial_axes
-    return x.shape[h], x.shape[w]
+def _spatial(x: Array, attrs: WindowAttrs) -> tuple[int, ...]:
+    return tuple(x.shape[a] for a in attrs.spatial_axes)
 
 
-def _padded(x: Array, window: Window2D, value: Any = 0) -> Array:
-    """x (NHWC) with the window's padding around H and W."""
+def _padded(x: Array, window: Window, value: Any = 0) -> Array:
+    """Channels-last x with the window's padding around its spatial dimensions."""
     if not window.padded:
         return x
-    (top, left), (bottom, right) = window.pad_before, window.pad_after
-    return np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=value)
+    pads = list(zip(window.pad_before, window.pad_after, strict=True))
+    return np.pad(x, [(0, 0), *pads, (0, 0)], constant_values=value)
 
 
 def _windows(
-    x: Array, window_hw: tuple[int, int], attrs: WindowAttrs, out_hw: tuple[int, int]
+    x: Array, window_hw: tuple[int, ...], attrs: WindowAttrs, out_hw: tuple[int, ...]
 ) -> Array:
-    """A read-only view [N, OH, OW, KH, KW, C] of every window of the padded NHWC ``x``."""
-    n, _, _, c = x.shape
-    sn, sh, sw, sc = x.strides
-    (stride_h, stride_w), (dil_h, dil_w) = attrs.strides, attrs.dilations
+    """A read-only view [N, *out, *window, C] of every window of the padded channels-last
+    ``x`` ([N, OH, OW, KH, KW, C] in 2-D)."""
+    n, c = x.shape[0], x.shape[-1]
+    sn, *spatial, sc = x.strides
+    moves = [s * st for s, st in zip(spatial, attrs.strides, strict=True)]
+    taps = [s * dl for s, dl in zip(spatial, attrs.dilations, strict=True)]
     return as_strided(
-        x,
-        (n, out_hw[0], out_hw[1], window_hw[0], window_hw[1], c),
-        (sn, sh * stride_h, sw * stride_w, sh * dil_h, sw * dil_w, sc),
-        writeable=False,
+        x, (n, *out_hw, *window_hw, c), (sn, *moves, *taps, sc), writeable=False
     )
 
 
-def _taps(x: Array, window_hw: tuple[int, int], attrs: WindowAttrs, out_hw: tuple[int, int]) -> Any:
-    """For each window position (kh, kw): the strided view [N, OH, OW, C] of what it sees."""
-    (stride_h, stride_w), (dil_h, dil_w) = attrs.strides, attrs.dilations
-    for i in range(window_hw[0]):
-        for j in range(window_hw[1]):
-            top, left = i * dil_h, j * dil_w
-            yield x[
-                :,
-                top : top + (out_hw[0] - 1) * stride_h + 1 : stride_h,
-                left : left + (out_hw[1] - 1) * stride_w + 1 : stride_w,
-                :,
-            ]
+def _taps(
+    x: Array, window_hw: tuple[int, ...], attrs: WindowAttrs, out_hw: tuple[int, ...]
+) -> Any:
+    """For each window position (kh, kw): the strided view [N, OH, OW, C] of what it sees
+    (a position (kd, kh, kw) and a view [N, OD, OH, OW, C] in 3-D)."""
+    for position in np.ndindex(*window_hw):
+        yield x[
+            (
+                slice(None),
+                *(
+                    slice(i * dl, i * dl + (out - 1) * st + 1, st)
+                    for i, dl, out, st in zip(
+                        position, attrs.dilations, out_hw, attrs.strides, strict=True
+                    )
+                ),
+                slice(None),
+            )
+        ]
 
 
 def _store(ctx: OpKernelContext, attrs: WindowAttrs, result: Array) -> None:
-    """Write an NHWC result into output 0 in the op's layout."""
-    shape = result.shape if attrs.channels_last else tuple(result.shape[i] for i in (0, 3, 1, 2))
-    out = ctx.allocate_output(0, shape)
-    np.copyto(out, result if attrs.channels_last else result.transpose(0, 3, 1, 2), "unsafe")
+    """Write a channels-last result into output 0 in the op's layout."""
+    if not attrs.channels_last:
+        result = np.moveaxis(result, -1, 1)
+    out = ctx.allocate_output(0, result.shape)
+    np.copyto(out, result, "unsafe")
 
 
 def _filter_hw(ctx: OpKernelContext, f: Array) -> tuple[int, int]:
@@ -89,31 +96,33 @@ def _filter_hw(ctx: OpKernelContext, f: Array) -> tuple[int, int]:
     return f.shape[0], f.shape[1]
 
 
-def _input4(ctx: OpKernelContext, x: Array, what: str = "input") -> None:
-    if x.ndim != 4:
-        raise ctx.fail(f"{what} must be 4-D, got shape {list(x.shape)}")
+def _input4(ctx: OpKernelContext, x: Array, what: str = "input", rank: int = 4) -> None:
+    if x.ndim != rank:
+        raise ctx.fail(f"{what} must be {rank}-D, got shape {list(x.shape)}")
 
 
-def correlate(x: Array, f: Array, attrs: WindowAttrs, window: Window2D) -> Array:
-    """The NHWC convolution of NHWC ``x`` with filter [KH, KW, C / g, C_out], grouped when
-    C is a multiple of the filter's input depth: one product over the im2col matrix."""
+def correlate(x: Array, f: Array, attrs: WindowAttrs, window: Window) -> Array:
+    """The channels-last convolution of channels-last ``x`` with filter
+    [*window, C / g, C_out] ([KH, KW, ...] or [KD, KH, KW, ...]), grouped when C is a
+    multiple of the filter's input depth: one product over the im2col matrix."""
     dtype = _compute_dtype(x.dtype)
     x = _padded(x.astype(dtype, copy=False), window)
     f = f.astype(dtype, copy=False)
-    kh, kw, group_depth, out_depth = f.shape
-    n, c = x.shape[0], x.shape[3]
-    oh, ow = window.output_hw
-    rows = n * oh * ow
-    cols = _windows(x, (kh, kw), attrs, (oh, ow))
+    *kernel, group_depth, out_depth = f.shape
+    taps = int(np.prod(kernel))
+    n, c = x.shape[0], x.shape[-1]
+    out_hw = window.output_hw
+    rows = n * int(np.prod(out_hw))
+    cols = _windows(x, tuple(kernel), attrs, out_hw)
     groups = c // group_depth if group_depth else 1
     if groups == 1:
-        product: Array = cols.reshape(rows, kh * kw * c) @ f.reshape(kh * kw * c, out_depth)
-        return product.reshape(n, oh, ow, out_depth)
+        product: Array = cols.reshape(rows, taps * c) @ f.reshape(taps * c, out_depth)
+        return product.reshape(n, *out_hw, out_depth)
     per_group = out_depth // groups
-    grouped = cols.reshape(rows, kh, kw, groups, group_depth).transpose(3, 0, 1, 2, 4)
-    weights = f.reshape(kh, kw, group_depth, groups, per_group).transpose(3, 0, 1, 2, 4)
+    grouped = cols.reshape(rows, taps, groups, group_depth).transpose(2, 0, 1, 3)
+    weights = f.reshape(taps, group_depth, groups, per_group).transpose(2, 0, 1, 3)
     stacked: Array = grouped.reshape(groups, rows, -1) @ weights.reshape(groups, -1, per_group)
-    return stacked.transpose(1, 0, 2).reshape(n, oh, ow, out_depth)
+    return stacked.transpose(1, 0, 2).reshape(n, *out_hw, out_depth)
 
 
 def conv2d(ctx: OpKernelContext) -> None:
@@ -133,6 +142,24 @@ def conv2d(ctx: OpKernelContext) -> None:
             f"got shape {list(f.shape)}"
         )
     window = attrs.window(ctx, _spatial(x, attrs), window_hw)
+    _store(ctx, attrs, correlate(_nhwc(x, attrs), f, attrs, window))
+
+
+def conv3d(ctx: OpKernelContext) -> None:
+    """TensorFlow's CPU Conv3D: the input's depth equal to the filter's (no groups)."""
+    attrs = window_attrs(ctx)
+    x, f = ctx.input(0), ctx.input(1)
+    _input4(ctx, x, rank=5)
+    _input4(ctx, f, "filter", rank=5)
+    channels = x.shape[attrs.channel_axis]
+    if channels != f.shape[3]:
+        raise ctx.fail(f"input and filter must have the same depth: {channels} vs {f.shape[3]}")
+    if f.size == 0:
+        raise ctx.fail(
+            f"filter must not have zero elements (i.e. all dimensions must be non-zero), "
+            f"got shape {list(f.shape)}"
+        )
+    window = attrs.window(ctx, _spatial(x, attrs), f.shape[:3])
     _store(ctx, attrs, correlate(_nhwc(x, attrs), f, attrs, window))
 
 
@@ -208,18 +235,17 @@ def conv2d_backprop_input(ctx: OpKernelContext) -> None:
     _store(ctx, attrs, canvas[:, top : top + h, left : left + w, :])
 
 
-def _pool_setup(ctx: OpKernelContext) -> tuple[WindowAttrs, Array, Window2D]:
+def _pool_setup(ctx: OpKernelContext) -> tuple[WindowAttrs, Array, Window]:
     attrs = window_attrs(ctx, pooling=True)
     x = ctx.input(0)
-    _input4(ctx, x)
+    _input4(ctx, x, rank=attrs.rank + 2)
     return attrs, _nhwc(x, attrs), attrs.pool_window(ctx, _spatial(x, attrs))
 
 
 def max_pool(ctx: OpKernelContext) -> None:
     attrs, x, window = _pool_setup(ctx)
     padded = _padded(x, window, lowest(x.dtype))
-    n, c = x.shape[0], x.shape[3]
-    out = np.full((n, *window.output_hw, c), lowest(x.dtype), x.dtype)
+    out = np.full((x.shape[0], *window.output_hw, x.shape[-1]), lowest(x.dtype), x.dtype)
     for tap in _taps(padded, attrs.ksize, attrs, window.output_hw):
         np.maximum(out, tap, out=out)  # NaN propagates (TensorFlow's CPU skips it: see docs)
     _store(ctx, attrs, out)
@@ -231,18 +257,30 @@ def _counts(size: int, window: int, stride: int, before: int, out: int) -> Array
     return np.minimum(start + window, size) - np.maximum(start, 0)
 
 
+def _divisor(x_hw: tuple[int, ...], attrs: WindowAttrs, window: Window) -> Array:
+    """How many real elements each output position's window covers: the product over the
+    spatial axes of ``_counts``, shaped [*out, 1] to divide a channels-last sum."""
+    total: Array = np.ones((), np.int64)
+    for axis, size in enumerate(x_hw):
+        counts = _counts(
+            size,
+            attrs.ksize[axis],
+            attrs.strides[axis],
+            window.pad_before[axis],
+            window.output_hw[axis],
+        )
+        total = np.multiply.outer(total, counts)
+    return total[..., None]
+
+
 def avg_pool(ctx: OpKernelContext) -> None:
     attrs, x, window = _pool_setup(ctx)
     dtype = _compute_dtype(x.dtype)
     padded = _padded(x.astype(dtype, copy=False), window)
-    n, h, w, c = x.shape
-    total = np.zeros((n, *window.output_hw, c), dtype)
+    total = np.zeros((x.shape[0], *window.output_hw, x.shape[-1]), dtype)
     for tap in _taps(padded, attrs.ksize, attrs, window.output_hw):
         total += tap
-    (oh, ow), (top, left) = window.output_hw, window.pad_before
-    rows = _counts(h, attrs.ksize[0], attrs.strides[0], top, oh)
-    cols = _counts(w, attrs.ksize[1], attrs.strides[1], left, ow)
-    total /= (rows[:, None] * cols[None, :]).astype(dtype)[:, :, None]
+    total /= _divisor(x.shape[1:-1], attrs, window).astype(dtype)
     _store(ctx, attrs, total)
 
 
@@ -414,6 +452,9 @@ def register(lib: KernelLibrary) -> None:
     cpu("Conv2DBackpropInput", host_memory=["input_sizes"])(conv2d_backprop_input)
     cpu("MaxPool")(max_pool)
     cpu("AvgPool")(avg_pool)
+    cpu("Conv3D")(conv3d)
+    cpu("MaxPool3D")(max_pool)
+    cpu("AvgPool3D")(avg_pool)
     cpu("MaxPoolWithArgmax")(max_pool_with_argmax)
     cpu("FusedBatchNormV3")(fused_batch_norm)
     cpu("LRN")(lrn)

@@ -1,10 +1,12 @@
-"""Convolution, pooling and normalisation kernels (Conv2D, pools, FusedBatchNormV3, LRN).
+"""Convolution, pooling and normalisation kernels (Conv2D, Conv3D, pools, FusedBatchNormV3,
+LRN).
 
 Written over the array module ``xp`` (CuPy; numpy in tests), with basic slicing only (no
 ``as_strided`` windows, which CuPy's arrays do not share with numpy): one strided slice per
 window tap gathers the im2col matrix of a convolution (then one matmul), accumulates a
 depthwise convolution, or folds a pool. The loops run over the KH * KW taps, never over
-pixels. Everything is computed NHWC; NCHW is transposed in and out.
+pixels. Everything is computed NHWC; NCHW is transposed in and out. The 3-D ops (Conv3D,
+MaxPool3D, AvgPool3D) run on the same helpers over NDHWC.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from kernloom.plugin import KernelLibrary, OpKernelContext, Window2D, WindowAttrs, window_attrs
+from kernloom.plugin import KernelLibrary, OpKernelContext, Window, WindowAttrs, window_attrs
 from kernloom.plugin import types as t
 from kernloom_gpu_cupy.kernels._host import host_input
 
@@ -42,47 +44,43 @@ class _Kernels:
     # -- helpers -------------------------------------------------------------------------
 
     def _nhwc(self, x: Any, attrs: WindowAttrs) -> Any:
-        return x if attrs.channels_last else self.xp.transpose(x, (0, 2, 3, 1))
+        """``x`` channels-last (NHWC, or NDHWC for the 3-D ops)."""
+        return x if attrs.channels_last else self.xp.moveaxis(x, 1, -1)
 
     @staticmethod
-    def _spatial(x: Any, attrs: WindowAttrs) -> tuple[int, int]:
-        h, w = attrs.spatial_axes
-        return int(x.shape[h]), int(x.shape[w])
+    def _spatial(x: Any, attrs: WindowAttrs) -> tuple[int, ...]:
+        return tuple(int(x.shape[a]) for a in attrs.spatial_axes)
 
-    def _padded(self, x: Any, window: Window2D, value: Any = 0) -> Any:
+    def _padded(self, x: Any, window: Window, value: Any = 0) -> Any:
         if not window.padded:
             return x
-        (top, left), (bottom, right) = window.pad_before, window.pad_after
-        return self.xp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=value)
+        pads = list(zip(window.pad_before, window.pad_after, strict=True))
+        return self.xp.pad(x, [(0, 0), *pads, (0, 0)], constant_values=value)
 
     @staticmethod
     def _taps(
-        x: Any, window_hw: tuple[int, int], attrs: WindowAttrs, out_hw: tuple[int, int]
-    ) -> Iterator[tuple[int, int, Any]]:
-        (stride_h, stride_w), (dil_h, dil_w) = attrs.strides, attrs.dilations
-        for i in range(window_hw[0]):
-            for j in range(window_hw[1]):
-                top, left = i * dil_h, j * dil_w
-                yield (
-                    i,
-                    j,
-                    x[
-                        :,
-                        top : top + (out_hw[0] - 1) * stride_h + 1 : stride_h,
-                        left : left + (out_hw[1] - 1) * stride_w + 1 : stride_w,
-                        :,
-                    ],
+        x: Any, window_hw: tuple[int, ...], attrs: WindowAttrs, out_hw: tuple[int, ...]
+    ) -> Iterator[tuple[tuple[int, ...], Any]]:
+        """Each window position ((i, j), or (i, j, k) in 3-D) and the strided slice of
+        what it sees over every output position."""
+        for position in np.ndindex(*window_hw):
+            spans = (
+                slice(i * dl, i * dl + (out - 1) * st + 1, st)
+                for i, dl, out, st in zip(
+                    position, attrs.dilations, out_hw, attrs.strides, strict=True
                 )
+            )
+            yield position, x[(slice(None), *spans, slice(None))]
 
     def _store(self, ctx: OpKernelContext, attrs: WindowAttrs, y: Any, index: int = 0) -> None:
-        y = y if attrs.channels_last else self.xp.transpose(y, (0, 3, 1, 2))
+        y = y if attrs.channels_last else self.xp.moveaxis(y, -1, 1)
         out = ctx.allocate_output(index, tuple(int(s) for s in y.shape))
         out[...] = y
 
     @staticmethod
-    def _check4(ctx: OpKernelContext, x: Any, what: str = "input") -> None:
-        if x.ndim != 4:
-            raise ctx.fail(f"{what} must be 4-D, got shape {list(x.shape)}")
+    def _check4(ctx: OpKernelContext, x: Any, what: str = "input", rank: int = 4) -> None:
+        if x.ndim != rank:
+            raise ctx.fail(f"{what} must be {rank}-D, got shape {list(x.shape)}")
 
     @staticmethod
     def _filter_hw(ctx: OpKernelContext, f: Any) -> tuple[int, int]:
@@ -112,7 +110,7 @@ class _Kernels:
         padded = self._padded(self._nhwc(x, attrs).astype(dtype, copy=False), window)
         n, (oh, ow) = int(x.shape[0]), window.output_hw
         cols = xp.empty((n, oh, ow, kh, kw, channels), dtype)
-        for i, j, tap in self._taps(padded, (kh, kw), attrs, (oh, ow)):
+        for (i, j), tap in self._taps(padded, (kh, kw), attrs, (oh, ow)):
             cols[:, :, :, i, j, :] = tap
         rows, groups = n * oh * ow, channels // group_depth
         per_group = out_depth // groups
@@ -123,6 +121,39 @@ class _Kernels:
             weights.transpose(3, 0, 1, 2, 4).reshape(groups, kh * kw * group_depth, per_group),
         )
         self._store(ctx, attrs, product.transpose(1, 0, 2).reshape(n, oh, ow, out_depth))
+
+    def conv3d(self, ctx: OpKernelContext) -> None:
+        """TensorFlow's CPU Conv3D (no groups): an im2col matrix of the KD * KH * KW taps,
+        then one matmul."""
+        xp = self.xp
+        attrs = window_attrs(ctx)
+        x, f = ctx.input(0), ctx.input(1)
+        self._check4(ctx, x, rank=5)
+        self._check4(ctx, f, "filter", rank=5)
+        channels, out_depth = int(x.shape[attrs.channel_axis]), int(f.shape[4])
+        if channels != int(f.shape[3]):
+            raise ctx.fail(
+                f"input and filter must have the same depth: {channels} vs {f.shape[3]}"
+            )
+        if f.size == 0:
+            raise ctx.fail(
+                f"filter must not have zero elements (i.e. all dimensions must be non-zero), "
+                f"got shape {list(f.shape)}"
+            )
+        kernel = tuple(int(k) for k in f.shape[:3])
+        window = attrs.window(ctx, self._spatial(x, attrs), kernel)
+        dtype = _compute_dtype(x.dtype)
+        padded = self._padded(self._nhwc(x, attrs).astype(dtype, copy=False), window)
+        n, out_hw = int(x.shape[0]), window.output_hw
+        cols = xp.empty((n, *out_hw, *kernel, channels), dtype)
+        for position, tap in self._taps(padded, kernel, attrs, out_hw):
+            cols[(slice(None), slice(None), slice(None), slice(None), *position)] = tap
+        taps = kernel[0] * kernel[1] * kernel[2]
+        product = xp.matmul(
+            cols.reshape(-1, taps * channels),
+            f.astype(dtype, copy=False).reshape(taps * channels, out_depth),
+        )
+        self._store(ctx, attrs, product.reshape(n, *out_hw, out_depth))
 
     def depthwise_conv2d(self, ctx: OpKernelContext) -> None:
         xp = self.xp
@@ -141,7 +172,7 @@ class _Kernels:
         weights = f.astype(dtype, copy=False)
         n, (oh, ow) = int(x.shape[0]), window.output_hw
         total = xp.zeros((n, oh, ow, channels, multiplier), dtype)
-        for i, j, tap in self._taps(padded, (kh, kw), attrs, (oh, ow)):
+        for (i, j), tap in self._taps(padded, (kh, kw), attrs, (oh, ow)):
             total += tap[..., None] * weights[i, j]
         self._store(ctx, attrs, total.reshape(n, oh, ow, channels * multiplier))
 
@@ -179,23 +210,23 @@ class _Kernels:
                 dy.astype(dtype, copy=False).reshape(-1, cout),
                 f.astype(dtype, copy=False).reshape(kh * kw * c, cout).T,
             ).reshape(n, oh, ow, kh, kw, c)
-            for i, j, tap in self._taps(canvas, (kh, kw), attrs, (oh, ow)):
+            for (i, j), tap in self._taps(canvas, (kh, kw), attrs, (oh, ow)):
                 tap += taps[:, :, :, i, j, :]
         self._store(ctx, attrs, canvas[:, top : top + h, left : left + w, :])
 
     # -- pooling ---------------------------------------------------------------------------
 
-    def _pool(self, ctx: OpKernelContext) -> tuple[WindowAttrs, Any, Window2D]:
+    def _pool(self, ctx: OpKernelContext) -> tuple[WindowAttrs, Any, Window]:
         attrs = window_attrs(ctx, pooling=True)
         x = ctx.input(0)
-        self._check4(ctx, x)
+        self._check4(ctx, x, rank=attrs.rank + 2)
         return attrs, self._nhwc(x, attrs), attrs.pool_window(ctx, self._spatial(x, attrs))
 
     def max_pool(self, ctx: OpKernelContext) -> None:
         attrs, x, window = self._pool(ctx)
         padded = self._padded(x, window, _lowest(x.dtype))
-        out = self.xp.full((x.shape[0], *window.output_hw, x.shape[3]), _lowest(x.dtype), x.dtype)
-        for _, _, tap in self._taps(padded, attrs.ksize, attrs, window.output_hw):
+        out = self.xp.full((x.shape[0], *window.output_hw, x.shape[-1]), _lowest(x.dtype), x.dtype)
+        for _, tap in self._taps(padded, attrs.ksize, attrs, window.output_hw):
             self.xp.maximum(out, tap, out=out)  # NaN propagates
         self._store(ctx, attrs, out)
 
@@ -207,14 +238,20 @@ class _Kernels:
         attrs, x, window = self._pool(ctx)
         dtype = _compute_dtype(x.dtype)
         padded = self._padded(x.astype(dtype, copy=False), window)
-        n, h, w, c = (int(s) for s in x.shape)
-        total = self.xp.zeros((n, *window.output_hw, c), dtype)
-        for _, _, tap in self._taps(padded, attrs.ksize, attrs, window.output_hw):
+        total = self.xp.zeros((x.shape[0], *window.output_hw, x.shape[-1]), dtype)
+        for _, tap in self._taps(padded, attrs.ksize, attrs, window.output_hw):
             total += tap
-        (oh, ow), (top, left) = window.output_hw, window.pad_before
-        rows = self._counts(h, attrs.ksize[0], attrs.strides[0], top, oh)
-        cols = self._counts(w, attrs.ksize[1], attrs.strides[1], left, ow)
-        total /= (rows[:, None] * cols[None, :]).astype(dtype)[:, :, None]
+        divisor = self.xp.ones((), dtype)
+        for axis, size in enumerate(x.shape[1:-1]):
+            counts = self._counts(
+                int(size),
+                attrs.ksize[axis],
+                attrs.strides[axis],
+                window.pad_before[axis],
+                window.output_hw[axis],
+            )
+            divisor = divisor[..., None] * counts.astype(dtype)  # outer product over axes
+        total /= divisor[..., None]
         self._store(ctx, attrs, total)
 
     def max_pool_with_argmax(self, ctx: OpKernelContext) -> None:
@@ -224,7 +261,7 @@ class _Kernels:
         (oh, ow), (top, left) = window.output_hw, window.pad_before
         (kh, kw), (sh, sw) = attrs.ksize, attrs.strides
         padded = self._padded(x, window, _lowest(x.dtype))
-        taps = [tap for _, _, tap in self._taps(padded, (kh, kw), attrs, (oh, ow))]
+        taps = [tap for _, tap in self._taps(padded, (kh, kw), attrs, (oh, ow))]
         cells = xp.stack(taps, axis=-1)  # [N, OH, OW, C, KH * KW]
         best = cells.max(axis=-1) if cells.size else xp.zeros((n, oh, ow, c), x.dtype)
         hits = cells == best[..., None]
@@ -336,6 +373,9 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
     )
     gpu("MaxPool", *pool_types)(k.max_pool)
     gpu("AvgPool", *floats)(k.avg_pool)
+    gpu("Conv3D", *floats)(k.conv3d)
+    gpu("MaxPool3D", "float16", "float32")(k.max_pool)
+    gpu("AvgPool3D", *floats)(k.avg_pool)
     gpu("MaxPoolWithArgmax", *pool_types, "uint32", "uint64")(k.max_pool_with_argmax)
     gpu("FusedBatchNormV3", "float16", "float32")(k.fused_batch_norm)
     gpu("LRN", "float16", "float32")(k.lrn)

@@ -1,4 +1,5 @@
-"""Convolution, pooling and normalisation kernels (Conv2D, pools, FusedBatchNormV3, LRN).
+"""Convolution, pooling and normalisation kernels (Conv2D, Conv3D, pools, FusedBatchNormV3,
+LRN).
 
 The same functions run on the torch GPU and, through zero-copy ``torch.from_numpy`` views,
 on the numpy CPU device (``register_cpu``). An NHWC tensor seen as NCHW with ``permute``
@@ -8,7 +9,8 @@ and their output permuted back is contiguous NHWC again.
 TF's padding is asymmetric (SAME puts the odd pad at the end) and torch's is not: a
 symmetric pad is passed to torch, an asymmetric one is made with ``F.pad`` first. Integer
 convolutions run in float64 (CUDA has no integer convolution; exact below 2**53) and
-float16 ones in float32 on the CPU, rounded once at the end.
+float16 ones in float32 on the CPU, rounded once at the end. The 3-D ops (Conv3D and the
+3-D pools) share the pooling kernels and helpers, through ``F.conv3d`` and the 3-D pools.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from kernloom.plugin import (
     OpKernel,
     OpKernelConstruction,
     OpKernelContext,
-    Window2D,
+    Window,
     WindowAttrs,
     window_attrs,
 )
@@ -62,20 +64,23 @@ def _compute(x: torch.Tensor) -> torch.Tensor:
 
 
 def _nchw(x: torch.Tensor, attrs: WindowAttrs) -> torch.Tensor:
-    return x.permute(0, 3, 1, 2) if attrs.channels_last else x
+    """``x`` channels-first (NCHW, or NCDHW for the 3-D ops): a view."""
+    return x.movedim(-1, 1) if attrs.channels_last else x
 
 
-def _spatial(x: torch.Tensor, attrs: WindowAttrs) -> tuple[int, int]:
-    h, w = attrs.spatial_axes
-    return int(x.shape[h]), int(x.shape[w])
+def _spatial(x: torch.Tensor, attrs: WindowAttrs) -> tuple[int, ...]:
+    return tuple(int(x.shape[a]) for a in attrs.spatial_axes)
 
 
-def pad_input(x: torch.Tensor, window: Window2D, value: float = 0.0) -> torch.Tensor:
+def pad_input(x: torch.Tensor, window: Window, value: float = 0.0) -> torch.Tensor:
     """NCHW ``x`` with the window's (possibly asymmetric) padding, in ``x``'s memory order:
     ``F.pad`` of a channels_last view returns a contiguous NCHW tensor, on which torch's
     convolution is 2x and its depthwise convolution 4x slower (ResNet's stem, MobileNet)."""
     if not window.padded:
         return x
+    if x.dim() != 4:  # the 3-D ops: F.pad takes the last dimension's pads first
+        pairs = zip(reversed(window.pad_before), reversed(window.pad_after), strict=True)
+        return F.pad(x, [p for pair in pairs for p in pair], value=value)
     (top, left), (bottom, right) = window.pad_before, window.pad_after
     if x.is_contiguous() or not x.is_contiguous(memory_format=torch.channels_last):
         return F.pad(x, (left, right, top, bottom), value=value)
@@ -85,7 +90,7 @@ def pad_input(x: torch.Tensor, window: Window2D, value: float = 0.0) -> torch.Te
     return out.permute(0, 3, 1, 2)
 
 
-def _symmetric(window: Window2D) -> tuple[int, int] | None:
+def _symmetric(window: Window) -> tuple[int, ...] | None:
     """The padding to hand torch when TF's is symmetric, else None."""
     return window.pad_before if window.pad_before == window.pad_after else None
 
@@ -93,7 +98,7 @@ def _symmetric(window: Window2D) -> tuple[int, int] | None:
 def _store(ctx: OpKernelContext, attrs: WindowAttrs, y: torch.Tensor, index: int = 0) -> None:
     """Output ``index`` from an NCHW result, in the op's layout and dtype; zero-copy when
     the result already has the layout's memory order."""
-    y = y.permute(0, 2, 3, 1) if attrs.channels_last else y
+    y = y.movedim(1, -1) if attrs.channels_last else y
     dtype = d.torch_dtype(ctx.signature.output_dtypes[index])
     if not (dtype.is_floating_point or dtype.is_complex) and y.is_floating_point():
         y = y.round().to(torch.int64)  # wraps into int32 as TF's integer arithmetic does
@@ -134,7 +139,7 @@ def _pointwise(x: torch.Tensor, f: torch.Tensor, attrs: WindowAttrs) -> torch.Te
     return product.reshape(n, h, w, -1).permute(0, 3, 1, 2)
 
 
-def _im2col(x: torch.Tensor, f: torch.Tensor, attrs: WindowAttrs, window: Window2D) -> Any:
+def _im2col(x: torch.Tensor, f: torch.Tensor, attrs: WindowAttrs, window: Window) -> Any:
     """The convolution of NHWC ``x`` as one product of its im2col matrix (a strided view of
     the padded input, gathered once) with the filter as it is, returned NCHW. Cheaper than
     torch's convolution when the filter is larger than the im2col matrix (late ResNet
@@ -152,9 +157,9 @@ def _im2col(x: torch.Tensor, f: torch.Tensor, attrs: WindowAttrs, window: Window
     return product.reshape(n, oh, ow, c_out).permute(0, 3, 1, 2)
 
 
-def _input4(ctx: OpKernelContext, x: torch.Tensor, what: str = "input") -> None:
-    if x.dim() != 4:
-        raise ctx.fail(f"{what} must be 4-D, got shape {list(x.shape)}")
+def _input4(ctx: OpKernelContext, x: torch.Tensor, what: str = "input", rank: int = 4) -> None:
+    if x.dim() != rank:
+        raise ctx.fail(f"{what} must be {rank}-D, got shape {list(x.shape)}")
 
 
 def _filter(ctx: OpKernelContext, index: int) -> torch.Tensor:
@@ -167,7 +172,7 @@ def _filter(ctx: OpKernelContext, index: int) -> torch.Tensor:
 
 
 def _zeros(ctx: OpKernelContext, attrs: WindowAttrs, n: int, hw: Sequence[int], c: int) -> None:
-    shape = (n, hw[0], hw[1], c) if attrs.channels_last else (n, c, hw[0], hw[1])
+    shape = (n, *hw, c) if attrs.channels_last else (n, c, *hw)
     output(ctx, 0, shape).zero_()
 
 
@@ -207,6 +212,37 @@ def conv2d(ctx: OpKernelContext) -> None:
         padding=padding or 0,
         dilation=attrs.dilations,
         groups=channels // group_depth,
+    )
+    _store(ctx, attrs, y)
+
+
+def conv3d(ctx: OpKernelContext) -> None:
+    """TensorFlow's CPU Conv3D (no groups) through ``F.conv3d``; asymmetric SAME padding
+    is made with ``F.pad`` first."""
+    attrs = window_attrs(ctx)
+    x, f = tensor_input(ctx, 0), tensor_input(ctx, 1)
+    _input4(ctx, x, rank=5)
+    _input4(ctx, f, "filter", rank=5)
+    channels = int(x.shape[attrs.channel_axis])
+    if channels != int(f.shape[3]):
+        raise ctx.fail(f"input and filter must have the same depth: {channels} vs {f.shape[3]}")
+    if f.numel() == 0:
+        raise ctx.fail(
+            f"filter must not have zero elements (i.e. all dimensions must be non-zero), "
+            f"got shape {list(f.shape)}"
+        )
+    window = attrs.window(ctx, _spatial(x, attrs), tuple(int(k) for k in f.shape[:3]))
+    if x.numel() == 0:
+        _zeros(ctx, attrs, int(x.shape[0]), window.output_hw, int(f.shape[4]))
+        return
+    padding = _symmetric(window)
+    xc = _compute(_nchw(x, attrs))
+    y = F.conv3d(
+        xc if padding is not None else pad_input(xc, window),
+        _compute(f).permute(4, 3, 0, 1, 2).contiguous(),
+        stride=attrs.strides,
+        padding=padding or 0,
+        dilation=attrs.dilations,
     )
     _store(ctx, attrs, y)
 
@@ -278,10 +314,10 @@ def _lowest(x: torch.Tensor) -> float:
     return float("-inf") if x.is_floating_point() else float(torch.iinfo(x.dtype).min)
 
 
-def _pool_input(ctx: OpKernelContext) -> tuple[WindowAttrs, torch.Tensor, Window2D]:
+def _pool_input(ctx: OpKernelContext) -> tuple[WindowAttrs, torch.Tensor, Window]:
     attrs = window_attrs(ctx, pooling=True)
     x = tensor_input(ctx, 0)
-    _input4(ctx, x)
+    _input4(ctx, x, rank=attrs.rank + 2)
     return attrs, x, attrs.pool_window(ctx, _spatial(x, attrs))
 
 
@@ -296,13 +332,17 @@ def max_pool(ctx: OpKernelContext) -> None:
     own = _torch_padding(attrs, window, _spatial(x, attrs))
     if own is not None:  # no padded copy: torch's padding never wins either
         padding, ceil_mode = own
-        y = F.max_pool2d(
+        y = _MAX_POOL[attrs.rank](
             _pooling_layout(xc), attrs.ksize, attrs.strides, padding, ceil_mode=ceil_mode
         )
     else:
         padded = _pooling_layout(pad_input(xc, window, _lowest(xc)))
-        y = F.max_pool2d(padded, attrs.ksize, attrs.strides)
+        y = _MAX_POOL[attrs.rank](padded, attrs.ksize, attrs.strides)
     _store(ctx, attrs, y)
+
+
+_MAX_POOL: Final[dict[int, Any]] = {2: F.max_pool2d, 3: F.max_pool3d}
+_AVG_POOL: Final[dict[int, Any]] = {2: F.avg_pool2d, 3: F.avg_pool3d}
 
 
 def _pooling_layout(x: torch.Tensor) -> torch.Tensor:
@@ -310,14 +350,15 @@ def _pooling_layout(x: torch.Tensor) -> torch.Tensor:
     5-10x slower (max 3x3/1 over [1, 192, 27, 27], two threads: 1.33 ms, against 0.15
     through a channels-last copy and back; average 0.47 against 0.07), so an NCHW graph's
     tensor is copied into that layout first; an NHWC graph's (a permuted view) has it."""
-    if x.device.type != "cpu" or x.is_contiguous(memory_format=torch.channels_last):
+    layout = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+    if x.device.type != "cpu" or x.is_contiguous(memory_format=layout):
         return x
-    return x.contiguous(memory_format=torch.channels_last)
+    return x.contiguous(memory_format=layout)
 
 
 def _torch_padding(
-    attrs: WindowAttrs, window: Window2D, input_hw: tuple[int, int]
-) -> tuple[tuple[int, int], bool] | None:
+    attrs: WindowAttrs, window: Window, input_hw: tuple[int, ...]
+) -> tuple[tuple[int, ...], bool] | None:
     """(padding, ceil_mode) making torch's pooling windows TF's, without a padded copy:
     TF's padding when symmetric (torch allows up to half the window), or, when TF pads only
     at the end, none with ceil_mode (torch's last window may then overhang the input)."""
@@ -326,10 +367,10 @@ def _torch_padding(
         if all(2 * p <= w for p, w in zip(window.pad_before, k, strict=True)):
             return window.pad_before, False
         return None
-    if window.pad_before != (0, 0):
+    if any(window.pad_before):
         return None
     ceil = tuple(-(-(size - w) // st) + 1 for size, w, st in zip(input_hw, k, s, strict=True))
-    return ((0, 0), True) if ceil == window.output_hw else None
+    return ((0,) * attrs.rank, True) if ceil == window.output_hw else None
 
 
 def _counts(size: int, window: int, stride: int, before: int, out: int, like: torch.Tensor) -> Any:
@@ -347,7 +388,7 @@ def avg_pool(ctx: OpKernelContext) -> None:
     own = _torch_padding(attrs, window, _spatial(x, attrs))
     if own is not None:  # the divisor counts real elements only, as TF's
         padding, ceil_mode = own
-        y = F.avg_pool2d(
+        y = _AVG_POOL[attrs.rank](
             _pooling_layout(xc),
             attrs.ksize,
             attrs.strides,
@@ -358,12 +399,19 @@ def avg_pool(ctx: OpKernelContext) -> None:
         _store(ctx, attrs, y)
         return
     padded = _pooling_layout(pad_input(xc, window))
-    total = F.avg_pool2d(padded, attrs.ksize, attrs.strides, divisor_override=1)
-    h, w = _spatial(x, attrs)
-    (oh, ow), (top, left) = window.output_hw, window.pad_before
-    rows = _counts(h, attrs.ksize[0], attrs.strides[0], top, oh, total)
-    cols = _counts(w, attrs.ksize[1], attrs.strides[1], left, ow, total)
-    _store(ctx, attrs, total / (rows[:, None] * cols[None, :]))
+    total = _AVG_POOL[attrs.rank](padded, attrs.ksize, attrs.strides, divisor_override=1)
+    divisor = torch.ones((), dtype=total.dtype, device=total.device)
+    for axis, size in enumerate(_spatial(x, attrs)):
+        counts = _counts(
+            size,
+            attrs.ksize[axis],
+            attrs.strides[axis],
+            window.pad_before[axis],
+            window.output_hw[axis],
+            total,
+        )
+        divisor = divisor[..., None] * counts  # the outer product over the spatial axes
+    _store(ctx, attrs, total / divisor)
 
 
 def max_pool_with_argmax(ctx: OpKernelContext) -> None:
@@ -635,6 +683,9 @@ KERNELS: Final[tuple[tuple[str, Kernel, dict[str, Any]], ...]] = (
         {"type_constraints": {"T": _types(*_FLOATS, "int32", "int64", "uint8", "int16", "int8")}},
     ),
     ("AvgPool", avg_pool, {"type_constraints": {"T": t.OP_TYPES}}),
+    ("Conv3D", conv3d, {"type_constraints": {"T": t.OP_TYPES}}),
+    ("MaxPool3D", max_pool, {"type_constraints": {"T": t.OP_TYPES}}),
+    ("AvgPool3D", avg_pool, {"type_constraints": {"T": t.OP_TYPES}}),
     ("MaxPoolWithArgmax", max_pool_with_argmax, {"type_constraints": {"T": d.REALS}}),
     (
         "FusedBatchNormV3",

@@ -257,7 +257,7 @@ class OneDnnConv2D(OpKernel):
         return plan
 
     def _residual_input(
-        self, ctx: OpKernelContext, x: torch.Tensor, output_hw: tuple[int, int]
+        self, ctx: OpKernelContext, x: torch.Tensor, output_hw: tuple[int, ...]
     ) -> Any:
         """The residual as the NCHW tensor oneDNN adds, after checking it has the output's
         shape (the op adds it only where nothing broadcasts)."""
