@@ -283,19 +283,8 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_reversesequence_bfloat16",
         "test_unique_bfloat16_sorted_without_axis",
     ],
-    "3-D convolution and pooling: kernloom has 2-D windows only": [
-        "test_averagepool_3d_default",
-        "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False",
-        "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True",
-        "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False",
-        "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True",
-        "test_averagepool_3d_dilations_small",
+    "3-D transposed convolution: kernloom has no Conv3DBackpropInputV2": [
         "test_convtranspose_3d",
-        "test_lppool_3d_default",
-        "test_maxpool_3d_default",
-        "test_maxpool_3d_dilations",
-        "test_maxpool_3d_dilations_use_ref_impl",
-        "test_maxpool_3d_dilations_use_ref_impl_large",
     ],
     "training mode (Dropout, BatchNormalization): inference only": [
         "test_batchnorm_epsilon_training_mode",
@@ -345,11 +334,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_resize_downsample_scales_linear_antialias",
         "test_resize_downsample_sizes_cubic_antialias",
         "test_resize_downsample_sizes_linear_antialias",
-    ],
-    "pooling with dilations: TF's pools have none": [
-        "test_averagepool_2d_dilations",
-        "test_lppool_2d_dilations",
-        "test_maxpool_2d_dilations",
     ],
     "TensorScatter: no converter yet": [
         "test_tensorscatter_3d",

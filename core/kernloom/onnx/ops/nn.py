@@ -2,10 +2,16 @@
 
 ONNX images are NCHW. Conv and MaxPool map to kernloom's Conv2D / MaxPool with
 ``data_format="NCHW"`` (the kernels take it directly), asymmetric ``pads`` to EXPLICIT
-padding. AveragePool has no EXPLICIT padding in TensorFlow, so pads and ``ceil_mode``
-become a Pad and a VALID AvgPool, divided by the count of the elements each window
-covers (an AvgPool of a padded mask) where ``count_include_pad`` says so; pads that are
-TensorFlow's SAME padding, not counted, are SAME. MaxPool's Indices output is built in
+padding. 3-D inputs (NCDHW) map to Conv3D / MaxPool3D / AvgPool3D, which have no EXPLICIT
+padding in TensorFlow: their pads become a Pad (the lowest value for MaxPool) and the op
+runs VALID; a 3-D Conv with group > 1 is refused (TF's Conv3D has no groups). TF's pools
+have no dilations: a dilated MaxPool, AveragePool or LpPool (1-D to 3-D) gathers each window
+tap as one strided slice and reduces their stack (exact, kernel-volume slices).
+
+AveragePool has no EXPLICIT padding in TensorFlow, so pads and ``ceil_mode`` become a Pad
+and a VALID AvgPool, divided by the count of the elements each window covers (an AvgPool of
+a padded mask) where ``count_include_pad`` says so; pads that are TensorFlow's SAME padding,
+not counted, are SAME. MaxPool's Indices output (undilated 1-D and 2-D only) is built in
 ``detection`` (MaxPoolWithArgmax, its NHWC indices turned into ONNX's).
 """
 
@@ -91,13 +97,72 @@ def _window_attrs(node: OnnxNode, x: Tensor, kernel: Sequence[int]) -> tuple[lis
 
 
 def _to_4d(node: OnnxNode, x: Tensor, what: str) -> tuple[Tensor, bool]:
-    """A 1-D window op's [N, C, L] input as [N, C, 1, L]; 2-D inputs pass through."""
+    """A 1-D window op's [N, C, L] input as [N, C, 1, L]; 2-D and 3-D inputs pass
+    through."""
     rank = rank_of(node, x, what)
-    if rank == 4:
+    if rank in (4, 5):
         return x, False
     if rank == 3:
         return ops.expand_dims(x, _i32(2)), True
-    raise node.fail(f"{what} of rank {rank}: only 1-D and 2-D windows (rank 3 or 4) are supported")
+    raise node.fail(
+        f"{what} of rank {rank}: only 1-D, 2-D and 3-D windows (rank 3 to 5) are supported"
+    )
+
+
+def _paddings(ctx: ConversionContext, begin: Sequence[int], end: Sequence[int]) -> Tensor:
+    """Pad's paddings for an NC... tensor: none on N and C, (begin, end) on the rest."""
+    pairs = [[0, 0], [0, 0], *([b, e] for b, e in zip(begin, end, strict=True))]
+    return ctx.int32s(pairs)  # type: ignore[arg-type]
+
+
+def _window_reduce(
+    ctx: ConversionContext,
+    x: Tensor,
+    kind: str,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> Tensor:
+    """The maximum (``kind="max"``) or mean of each VALID window of the (already padded)
+    NCHW or NCDHW ``x``. Undilated: TF's pool. Dilated (TF's pools have none): the window
+    taps gathered one strided slice each (tap t of axis a starts at t * dilation and ends
+    where the last window's tap does), stacked and reduced: exact, at kernel-volume
+    slices."""
+    rank = len(kernel)
+    if all(dl == 1 for dl in dilations):
+        pool = {
+            ("max", 2): ops.max_pool,
+            ("max", 3): ops.max_pool3d,
+            ("mean", 2): ops.avg_pool,
+            ("mean", 3): ops.avg_pool3d,
+        }[kind, rank]
+        return pool(  # type: ignore[no-any-return]
+            x,
+            ksize=[1, 1, *kernel],
+            strides=[1, 1, *strides],
+            padding="VALID",
+            data_format="NCHW" if rank == 2 else "NCDHW",
+        )
+    taps = []
+    for tap in np.ndindex(*kernel):
+        begin, end, end_mask = [0, 0], [0, 0], 0b11
+        for axis, (t, k, dl) in enumerate(zip(tap, kernel, dilations, strict=True)):
+            after = (k - 1 - t) * dl  # how far the window reaches past this tap
+            begin.append(t * dl)
+            end.append(-after)
+            if after == 0:
+                end_mask |= 1 << (axis + 2)
+        taps.append(
+            ops.strided_slice(
+                x,
+                ctx.int32s(begin),
+                ctx.int32s(end),
+                ctx.int32s([1, 1, *strides]),
+                end_mask=end_mask,
+            )
+        )
+    reduce = ops.max if kind == "max" else ops.mean
+    return reduce(ops.pack(taps, axis=0), ctx.int32s([0]))  # type: ignore[no-any-return]
 
 
 def _i32(value: int) -> Any:
@@ -123,6 +188,8 @@ def convolve(
     """ONNX's Conv of x by w (``w_static``: w's value where known at import time) under
     the node's window attributes, plus bias: also the core of ConvInteger and QLinearConv."""
     x4, squeezed = _to_4d(node, x, "input X")
+    if x4.shape.rank == 5:
+        return _convolve3d(node, ctx, x4, w, w_static, bias)
     if w_static is not None:
         kernel_w = w_static if w_static.ndim == 4 else w_static[:, :, None, :]
         kernel = list(kernel_w.shape[2:])
@@ -167,30 +234,69 @@ def convolve(
     return y
 
 
+def _convolve3d(
+    node: OnnxNode,
+    ctx: ConversionContext,
+    x: Tensor,
+    w: Tensor,
+    w_static: np.ndarray[Any, Any] | None,
+    bias: Tensor | None,
+) -> Tensor:
+    """A 3-D Conv: TF's Conv3D has no EXPLICIT padding and no groups, so the pads become a
+    Pad and the convolution VALID; group > 1 is refused."""
+    if int(node.attr("group", 1)) != 1:
+        raise node.fail(f"group={node.attr('group')}: 3-D convolution supports group=1 only")
+    if w_static is not None:
+        kernel = list(w_static.shape[2:])
+        filt = ctx.const(np.ascontiguousarray(w_static.transpose(2, 3, 4, 1, 0)))
+    else:
+        w_dims = static_dims(w)
+        if w_dims is None:
+            raise node.fail("the weight's shape must be known at import time")
+        kernel = w_dims[2:]
+        filt = ops.transpose(w, ctx.int32s([2, 3, 4, 1, 0]))
+    declared = node.attr("kernel_shape")
+    if declared is not None and ints(declared) != kernel:
+        raise node.fail(f"kernel_shape {ints(declared)} differs from the weight's {kernel}")
+    strides, dilations = _window_attrs(node, x, kernel)
+    begin, end = _spatial_pads(node, x.shape.as_list()[2:], kernel, strides, dilations)
+    padded = ops.pad(x, _paddings(ctx, begin, end)) if any(begin) or any(end) else x
+    y = ops.conv3d(
+        padded,
+        filt,
+        strides=[1, 1, *strides],
+        padding="VALID",
+        data_format="NCDHW",
+        dilations=[1, 1, *dilations],
+    )
+    return ops.bias_add(y, bias, data_format="NCHW") if bias is not None else y
+
+
 # -- pooling --------------------------------------------------------------------------------
 
 
 def _pool_setup(
     node: OnnxNode, ctx: ConversionContext
-) -> tuple[Tensor, bool, list[int], list[int], list[int], list[int]]:
+) -> tuple[Tensor, bool, list[int], list[int], list[int], list[int], list[int]]:
+    """(input as NCHW or NCDHW, whether a 1-D input was given a unit H, kernel, strides,
+    dilations, pads at the start, pads at the end (with what ceil_mode adds))."""
     x4, squeezed = _to_4d(node, ctx.input(0), "input X")
+    rank = x4.shape.rank
     kernel = ints(node.attr("kernel_shape"))
     strides, dilations = _window_attrs(node, x4, kernel)
     if squeezed:
         kernel, strides, dilations = [1, *kernel], [1, *strides], [1, *dilations]
-    if len(kernel) != 2:
-        raise node.fail(f"kernel_shape {kernel}: only 1-D and 2-D pooling is supported")
-    if any(v != 1 for v in dilations):
-        raise node.fail(f"dilations {dilations} other than 1 are not supported for pooling")
-    in_dims = x4.shape.as_list()[2:] if x4.shape.rank == 4 else [None, None]
+    if rank is None or len(kernel) != rank - 2:
+        raise node.fail(f"kernel_shape {kernel} does not match the input's rank {rank}")
+    in_dims = x4.shape.as_list()[2:]
     ceil_mode = bool(node.attr("ceil_mode", 0))
-    k_ = kernel[-2 + int(squeezed) :] if squeezed else kernel
+    k_ = kernel[1:] if squeezed else kernel
     begin, end = _spatial_pads(
         node, in_dims[-len(k_) :], k_, strides[-len(k_) :], dilations[-len(k_) :], ceil_mode
     )
     if squeezed:
         begin, end = [0, *begin], [0, *end]
-    return x4, squeezed, kernel, strides, begin, end
+    return x4, squeezed, kernel, strides, dilations, begin, end
 
 
 def _unsqueezed(y: Tensor, squeezed: bool) -> Tensor:
@@ -199,10 +305,23 @@ def _unsqueezed(y: Tensor, squeezed: bool) -> Tensor:
 
 @converter("MaxPool", 1, attrs=(*_WINDOW_ATTRS, "ceil_mode", "storage_order"))
 def _max_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
-    x4, squeezed, kernel, strides, begin, end = _pool_setup(node, ctx)
+    x4, squeezed, kernel, strides, dilations, begin, end = _pool_setup(node, ctx)
+    plain = len(kernel) == 2 and all(dl == 1 for dl in dilations)
     if len(node.outputs) > 1 and node.outputs[1]:
+        if not plain:
+            raise node.fail("the Indices output is supported for undilated 1-D and 2-D pooling")
         y, indices = max_pool_indices(node, ctx, x4, kernel, strides, begin, end)
         return [_unsqueezed(y, squeezed), _unsqueezed(indices, squeezed)]
+    if not plain:  # TF's 3-D pool has no EXPLICIT padding: pad with the lowest value
+        lowest = (
+            -np.inf
+            if x4.dtype.is_floating
+            else x4.dtype.numpy_dtype.type(np.iinfo(x4.dtype.numpy_dtype).min)
+        )
+        padded = ops.pad_v2(x4, _paddings(ctx, begin, end), ctx.const_like(lowest, x4))
+        return [
+            _unsqueezed(_window_reduce(ctx, padded, "max", kernel, strides, dilations), squeezed)
+        ]
     y = ops.max_pool(
         x4,
         ksize=[1, 1, *kernel],
@@ -216,43 +335,46 @@ def _max_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
 
 @converter("AveragePool", 1, attrs=(*_WINDOW_ATTRS, "ceil_mode", "count_include_pad"))
 def _average_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
-    x4, squeezed, kernel, strides, begin, end = _pool_setup(node, ctx)
-    window = {"ksize": [1, 1, *kernel], "strides": [1, 1, *strides], "data_format": "NCHW"}
+    x4, squeezed, kernel, strides, dilations, begin, end = _pool_setup(node, ctx)
+
+    def mean(x: Tensor) -> Tensor:
+        return _window_reduce(ctx, x, "mean", kernel, strides, dilations)
+
     if not any(begin) and not any(end):
-        return [_unsqueezed(ops.avg_pool(x4, padding="VALID", **window), squeezed)]
+        return [_unsqueezed(mean(x4), squeezed)]
     include = bool(node.attr("count_include_pad", 0))
-    if not include and _same_pads(x4, kernel, strides) == (begin, end):
+    window = {"ksize": [1, 1, *kernel], "strides": [1, 1, *strides], "data_format": "NCHW"}
+    if (
+        not include
+        and len(kernel) == 2
+        and all(dl == 1 for dl in dilations)
+        and _same_pads(x4, kernel, strides) == (begin, end)
+    ):
         # TensorFlow's SAME pooling leaves the padding out of each window's count: one op
         # where the general form is a Pad, two AvgPools and a division (Inception v2's
         # 3x3/1 pools with pads of 1).
         return [_unsqueezed(ops.avg_pool(x4, padding="SAME", **window), squeezed)]
     # The declared pads (what count_include_pad may count) and the ceil_mode extra (never).
-    n_ = 2 if not squeezed else 1
+    n_ = len(kernel) - int(squeezed)
     declared_end = list(end)
     if bool(node.attr("ceil_mode", 0)):
         in_dims = x4.shape.as_list()[2:]
         _, plain_end = _spatial_pads(
-            node, in_dims[-n_:], kernel[-n_:], strides[-n_:], [1] * n_, False
+            node, in_dims[-n_:], kernel[-n_:], strides[-n_:], dilations[-n_:], False
         )
         declared_end = ([0] if squeezed else []) + plain_end
-    paddings = ctx.int32s([[0, 0], [0, 0], [begin[0], end[0]], [begin[1], end[1]]])  # type: ignore[list-item]
-    summed = ops.avg_pool(ops.pad(x4, paddings), padding="VALID", **window)
+    paddings = _paddings(ctx, begin, end)
+    summed = mean(ops.pad(x4, paddings))
     if include and declared_end == end:
         return [_unsqueezed(summed, squeezed)]
     ones = ops.ones_like(x4)
     if include:
-        declared = ctx.int32s(
-            [[0, 0], [0, 0], [begin[0], declared_end[0]], [begin[1], declared_end[1]]]  # type: ignore[list-item]
-        )
-        ones = ops.pad_v2(ones, declared, ctx.const_like(1, x4))
-        extra = ctx.int32s(
-            [[0, 0], [0, 0], [0, end[0] - declared_end[0]], [0, end[1] - declared_end[1]]]  # type: ignore[list-item]
-        )
-        mask = ops.pad(ones, extra)
+        ones = ops.pad_v2(ones, _paddings(ctx, begin, declared_end), ctx.const_like(1, x4))
+        extra = [e - d for e, d in zip(end, declared_end, strict=True)]
+        mask = ops.pad(ones, _paddings(ctx, [0] * len(end), extra))
     else:
         mask = ops.pad(ones, paddings)
-    counted = ops.avg_pool(mask, padding="VALID", **window)
-    return [_unsqueezed(ops.real_div(summed, counted), squeezed)]
+    return [_unsqueezed(ops.real_div(summed, mean(mask)), squeezed)]
 
 
 def _same_pads(
@@ -415,13 +537,12 @@ converter("DepthToSpace", 1, attrs=("blocksize", "mode"))(
 def _lp_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
     """(sum over the window of |x| ** p) ** (1 / p): a VALID AvgPool of the zero-padded
     powers, times the window's area."""
-    x4, squeezed, kernel, strides, begin, end = _pool_setup(node, ctx)
+    x4, squeezed, kernel, strides, dilations, begin, end = _pool_setup(node, ctx)
     p = float(node.attr("p", 2))
-    window = {"ksize": [1, 1, *kernel], "strides": [1, 1, *strides], "data_format": "NCHW"}
     powered = ops.pow(ops.abs(x4), ctx.const_like(p, x4))
-    paddings = ctx.int32s([[0, 0], [0, 0], [begin[0], end[0]], [begin[1], end[1]]])  # type: ignore[list-item]
-    mean = ops.avg_pool(ops.pad(powered, paddings), padding="VALID", **window)
-    total = ops.mul(mean, ctx.const_like(float(kernel[0] * kernel[1]), mean))
+    padded = ops.pad(powered, _paddings(ctx, begin, end))
+    mean = _window_reduce(ctx, padded, "mean", kernel, strides, dilations)
+    total = ops.mul(mean, ctx.const_like(float(np.prod(kernel)), mean))
     return [_unsqueezed(ops.pow(total, ctx.const_like(1 / p, total)), squeezed)]
 
 
