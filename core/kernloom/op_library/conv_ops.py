@@ -233,9 +233,7 @@ def window_attrs(ctx: _Context, *, pooling: bool = False) -> WindowAttrs:
                 f"explicit_paddings {pads}: the batch and channel dimensions cannot be padded"
             )
         first = 1 if channels_last else 2
-        explicit = tuple(
-            (pads[2 * a], pads[2 * a + 1]) for a in range(first, first + rank)
-        )
+        explicit = tuple((pads[2 * a], pads[2 * a + 1]) for a in range(first, first + rank))
     elif pads:
         raise ctx.fail(
             f"explicit_paddings must be empty unless padding is EXPLICIT (padding is "

@@ -136,7 +136,7 @@ def _window_reduce(
             ("mean", 2): ops.avg_pool,
             ("mean", 3): ops.avg_pool3d,
         }[kind, rank]
-        return pool(  # type: ignore[no-any-return]
+        return pool(
             x,
             ksize=[1, 1, *kernel],
             strides=[1, 1, *strides],
@@ -162,7 +162,7 @@ def _window_reduce(
             )
         )
     reduce = ops.max if kind == "max" else ops.mean
-    return reduce(ops.pack(taps, axis=0), ctx.int32s([0]))  # type: ignore[no-any-return]
+    return reduce(ops.pack(taps, axis=0), ctx.int32s([0]))
 
 
 def _i32(value: int) -> Any:

@@ -54,7 +54,7 @@ def _loop(
     attrs: dict[str, Any],
     kernel: list[int],
     dilations: list[int],
-    fold: Callable[[Array, list[tuple[int, int, int]]], Array],
+    fold: Callable[[Array, list[tuple[int, ...]]], Array],
     out_depth: int,
 ) -> Array:
     """For every output position of channels-last ``x``: ``fold`` of the input positions its
@@ -76,7 +76,8 @@ def _loop(
             )
             if all(0 <= p < size for p, size in zip(where, xl.shape[1:4], strict=True)):
                 taps.append((*where, *tap))
-        y[(slice(None), *out, slice(None))] = fold(xl, taps)  # type: ignore[arg-type]
+        index: tuple[Any, ...] = (slice(None), *out, slice(None))
+        y[index] = fold(xl, taps)
     return y if fmt == "NDHWC" else np.moveaxis(y, -1, 1)
 
 
@@ -105,7 +106,8 @@ def pool3d_reference(attrs: dict[str, Any], kind: str) -> Callable[[Array], Arra
     def reference(x: Array) -> Array:
         def fold(xl: Array, taps: list[Any]) -> Array:
             values = np.stack([xl[:, d, h, w, :].astype(np.float64) for d, h, w, *_ in taps])
-            return values.max(axis=0) if kind == "max" else values.mean(axis=0)
+            folded: Array = values.max(axis=0) if kind == "max" else values.mean(axis=0)
+            return folded
 
         channels = x.shape[-1] if fmt == "NDHWC" else x.shape[1]
         return _loop(x, attrs, kernel, [1, 1, 1], fold, channels).astype(x.dtype)

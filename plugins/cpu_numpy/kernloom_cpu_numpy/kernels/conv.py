@@ -55,14 +55,10 @@ def _windows(
     sn, *spatial, sc = x.strides
     moves = [s * st for s, st in zip(spatial, attrs.strides, strict=True)]
     taps = [s * dl for s, dl in zip(spatial, attrs.dilations, strict=True)]
-    return as_strided(
-        x, (n, *out_hw, *window_hw, c), (sn, *moves, *taps, sc), writeable=False
-    )
+    return as_strided(x, (n, *out_hw, *window_hw, c), (sn, *moves, *taps, sc), writeable=False)
 
 
-def _taps(
-    x: Array, window_hw: tuple[int, ...], attrs: WindowAttrs, out_hw: tuple[int, ...]
-) -> Any:
+def _taps(x: Array, window_hw: tuple[int, ...], attrs: WindowAttrs, out_hw: tuple[int, ...]) -> Any:
     """For each window position (kh, kw): the strided view [N, OH, OW, C] of what it sees
     (a position (kd, kh, kw) and a view [N, OD, OH, OW, C] in 3-D)."""
     for position in np.ndindex(*window_hw):

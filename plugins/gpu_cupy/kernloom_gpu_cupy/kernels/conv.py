@@ -132,9 +132,7 @@ class _Kernels:
         self._check4(ctx, f, "filter", rank=5)
         channels, out_depth = int(x.shape[attrs.channel_axis]), int(f.shape[4])
         if channels != int(f.shape[3]):
-            raise ctx.fail(
-                f"input and filter must have the same depth: {channels} vs {f.shape[3]}"
-            )
+            raise ctx.fail(f"input and filter must have the same depth: {channels} vs {f.shape[3]}")
         if f.size == 0:
             raise ctx.fail(
                 f"filter must not have zero elements (i.e. all dimensions must be non-zero), "
