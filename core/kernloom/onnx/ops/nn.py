@@ -246,6 +246,11 @@ def _convolve3d(
     Pad and the convolution VALID; group > 1 is refused."""
     if int(node.attr("group", 1)) != 1:
         raise node.fail(f"group={node.attr('group')}: 3-D convolution supports group=1 only")
+    if not x.dtype.is_floating:
+        raise node.fail(
+            f"a 3-D convolution of {x.dtype.name}: only 1-D and 2-D windows take integers "
+            f"(TF's Conv3D is float16, float32 or float64 only)"
+        )
     if w_static is not None:
         kernel = list(w_static.shape[2:])
         filt = ctx.const(np.ascontiguousarray(w_static.transpose(2, 3, 4, 1, 0)))
