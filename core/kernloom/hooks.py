@@ -83,7 +83,8 @@ KERNLOOM_API_VERSION: Final = "1.9"
 # core's every-dtype kernels -- Identity, IdentityN, control flow -- off it); bitcast_dims
 # (TensorFlow's Bitcast shape rule); spectral_checks (the FFT ops' shapes and TensorFlow's
 # messages, for their kernels); non_max_suppression (NonMaxSuppressionV3's checks and
-# greedy selection, for every backend's kernel).
+# greedy selection, for every backend's kernel); Window (Window2D, kept as its alias) and
+# WindowAttrs cover the 3-D window ops too.
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

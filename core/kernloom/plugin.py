@@ -116,7 +116,7 @@ from kernloom.framework.shape_inference import (
 from kernloom.framework.variable_kernels import register_variable_kernels
 from kernloom.hooks import KERNLOOM_API_VERSION, hookimpl
 from kernloom.op_library import types
-from kernloom.op_library.conv_ops import Window, WindowAttrs, window_attrs
+from kernloom.op_library.conv_ops import Window, Window2D, WindowAttrs, window_attrs
 from kernloom.op_library.fused_ops import (
     BIAS_FORMS,
     CONV_FORMS,
@@ -218,6 +218,7 @@ __all__ = [
     "Registry",
     "TensorShape",
     "Window",
+    "Window2D",
     "WindowAttrs",
     "add_n_shape",
     "argmax_axis",

@@ -26,7 +26,7 @@ from kernloom.framework.op_def import OpDefBuilder, OpLibrary
 from kernloom.framework.shape_inference import InferenceContext
 from kernloom.shapes import Dim, TensorShape
 
-__all__ = ["Window", "WindowAttrs", "define", "window_attrs"]
+__all__ = ["Window", "Window2D", "WindowAttrs", "define", "window_attrs"]
 
 CONV_TYPES = "{float16, float32, float64, int32}"
 FLOAT_TYPES = "{float16, float32, float64}"
@@ -59,6 +59,11 @@ class Window:
     @property
     def padded(self) -> bool:
         return any(self.pad_before) or any(self.pad_after)
+
+
+Window2D = Window
+"""``Window``'s name before the 3-D window ops (plugin API 1.x): plugins written against it
+keep working."""
 
 
 @dataclass(frozen=True, slots=True)
