@@ -143,6 +143,13 @@ def every_op_graph() -> kl.Graph:
             *kl.ops.fused_batch_norm_v3(img, *stats),
             kl.ops.lrn(img),
         ]
+        volume = kl.placeholder(kl.float32, [1, 3, 4, 4, 2], name="volume")
+        window3d = {"strides": [1, 1, 2, 1, 1], "padding": "SAME"}
+        conv += [
+            kl.ops.conv3d(volume, kl.constant(np.ones((2, 2, 2, 2, 3), np.float32)), **window3d),
+            kl.ops.max_pool3d(volume, ksize=[1, 2, 2, 2, 1], **window3d),
+            kl.ops.avg_pool3d(volume, ksize=[1, 1, 2, 2, 1], **window3d),
+        ]
         with kl.control_dependencies(
             [
                 r,
