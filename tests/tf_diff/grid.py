@@ -433,6 +433,53 @@ def _bitcast_cases() -> Iterator[DiffCase]:
             yield DiffCase("Bitcast", [np.asarray(bad[0, 0])], attrs, id=f"{name}-bad-scalar")
 
 
+def _window3d_cases() -> Iterator[DiffCase]:
+    """Conv3D, MaxPool3D and AvgPool3D in NDHWC (TensorFlow's CPU layout): VALID and SAME
+    (odd pads at the end), strides along every spatial axis, Conv3D's dilations, windows
+    wider than a padded edge; the dtypes TensorFlow 2.21's CPU has kernels for (Conv3D
+    float16/32/64, dilated float32 only; the pools float32 only -- the others are
+    documented in docs/tensorflow_fidelity.md: kernloom computes them). Integer-valued
+    inputs, so that the convolutions' sums are exact in any order. Its own generator: the
+    cases before these keep their samples."""
+    rng = np.random.default_rng(33)
+
+    def values(shape: tuple[int, ...], dtype: Any) -> Array:
+        return rng.integers(-4, 5, size=shape).astype(dtype)
+
+    geometries = [
+        ("VALID", [1, 1, 1, 1, 1], [1, 1, 1, 1, 1]),
+        ("SAME", [1, 1, 1, 1, 1], [1, 1, 1, 1, 1]),
+        ("SAME", [1, 2, 1, 2, 1], [1, 1, 1, 1, 1]),
+        ("VALID", [1, 1, 2, 3, 1], [1, 1, 1, 1, 1]),
+        ("SAME", [1, 1, 1, 1, 1], [1, 2, 1, 2, 1]),
+        ("VALID", [1, 1, 1, 1, 1], [1, 1, 2, 1, 1]),
+    ]
+    for dtype in (np.float16, np.float32, np.float64):
+        name = np.dtype(dtype).name
+        for k, (padding, strides, dilations) in enumerate(geometries):
+            dilated = dilations != [1, 1, 1, 1, 1]
+            if dilated and dtype != np.float32:
+                continue
+            x = values((2, 4, 5, 6, 3), dtype)
+            f = values((2, 3, 2, 3, 2), dtype)
+            attrs = {"strides": strides, "padding": padding, "dilations": dilations}
+            yield DiffCase("Conv3D", [x, f], attrs, id=f"Conv3D-{name}-{k}")
+            if dilated or dtype != np.float32:
+                continue
+            for op in ("MaxPool3D", "AvgPool3D"):
+                for ksize in ([1, 2, 2, 2, 1], [1, 3, 1, 4, 1]):
+                    pool = {"ksize": ksize, "strides": strides, "padding": padding}
+                    size = "x".join(map(str, ksize[1:4]))
+                    yield DiffCase(op, [x], pool, id=f"{op}-{name}-{k}-{size}")
+        empty = np.zeros((0, 4, 5, 6, 3), dtype)
+        yield DiffCase(
+            "Conv3D",
+            [empty, values((2, 2, 2, 3, 2), dtype)],
+            {"strides": [1] * 5, "padding": "SAME"},
+            id=f"Conv3D-{name}-empty",
+        )
+
+
 def _select_cases() -> Iterator[DiffCase]:
     shapes = (
         ((2, 3), (2, 3), (2, 3)),
@@ -929,3 +976,4 @@ def cases() -> Iterator[DiffCase]:
     yield from _type_list_cases()
     yield from _linalg_cases()
     yield from _bitcast_cases()  # last: the cases above keep their random samples
+    yield from _window3d_cases()  # (its own generator too)
