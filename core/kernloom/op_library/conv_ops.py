@@ -455,7 +455,10 @@ def _define_3d(lib: OpLibrary) -> None:
             "[KD, KH, KW, C, C_out].",
             "Padding as Conv2D's, per spatial dimension. The input's depth must equal the "
             "filter's input depth (TensorFlow's CPU kernel: no groups). bfloat16 is left out "
-            "(kernloom has none).",
+            "(kernloom has none). Deviations (docs/tensorflow_fidelity.md): dilations work "
+            "for every type (TensorFlow 2.21's CPU dilates float32 only); an empty batch "
+            "gives the filter's output channels (TensorFlow: the input's, a bug); NCDHW "
+            "runs on the CPU.",
         )
     )
     for name, types, what in (
@@ -475,7 +478,9 @@ def _define_3d(lib: OpLibrary) -> None:
             .doc(
                 f"The {what} over each ksize window of input [N, D, H, W, C] (or NCDHW).",
                 "As the 2-D pool: padding never wins a maximum and is never counted in a "
-                "mean's divisor. bfloat16 is left out (kernloom has none).",
+                "mean's divisor. bfloat16 is left out (kernloom has none). TensorFlow "
+                "2.21's CPU has kernels for float32 only; kernloom computes every type the "
+                "op allows (docs/tensorflow_fidelity.md), and NCDHW.",
             )
         )
 
