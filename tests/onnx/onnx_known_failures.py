@@ -296,16 +296,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_training_dropout_zero_ratio",
         "test_training_dropout_zero_ratio_mask",
     ],
-    "a rank unknown at import time (Unsqueeze of a run-time shape)": [
-        "test_rotary_embedding_3d_input_expanded",
-        "test_rotary_embedding_expanded",
-        "test_rotary_embedding_interleaved_expanded",
-        "test_rotary_embedding_no_position_ids_expanded",
-        "test_rotary_embedding_no_position_ids_interleaved_expanded",
-        "test_rotary_embedding_no_position_ids_rotary_dim_expanded",
-        "test_rotary_embedding_with_interleaved_rotary_dim_expanded",
-        "test_rotary_embedding_with_rotary_dim_expanded",
-    ],
     "training ops of ai.onnx.preview.training: out of scope for inference": [
         "test_adagrad",
         "test_adagrad_multiple",

@@ -205,3 +205,40 @@ def test_range_takes_one_element_vectors_as_onnxruntime_does(vector: str) -> Non
     }
     feeds[vector] = feeds[vector].reshape(1)
     check_against_oracle(proto, feeds, oracle="onnxruntime")
+
+
+@pytest.mark.parametrize(
+    ("axes", "steps"), [([2], None), ([-1], [1]), ([0, 2], [1, 2]), (None, None)]
+)
+def test_a_slice_with_a_run_time_end_keeps_its_rank_for_an_unsqueeze(
+    axes: list[int] | None, steps: list[int] | None
+) -> None:
+    """Slice's ends computed at run time (half a dimension, as the expanded RotaryEmbedding
+    does), axes and steps known: the result keeps the input's rank, which the Unsqueeze
+    after it needs at import (it lost it, and the import failed)."""
+    count = len(axes) if axes is not None else 3
+    nodes = [
+        helper.make_node("Shape", ["x"], ["dims"], start=2, end=3),
+        helper.make_node("Div", ["dims", "two"], ["half"]),
+        helper.make_node("Concat", ["half"] * count, ["ends"], axis=0),
+        helper.make_node(
+            "Slice",
+            ["x", "starts", "ends", *(["axes"] if axes is not None else [""])]
+            + (["steps"] if steps is not None else []),
+            ["s"],
+        ),
+        helper.make_node("Unsqueeze", ["s", "where"], ["y"]),
+    ]
+    inits: dict[str, Any] = {
+        "two": np.array([2], np.int64),
+        "starts": np.zeros(count, np.int64),
+        "where": np.array([1], np.int64),
+    }
+    if axes is not None:
+        inits["axes"] = np.array(axes, np.int64)
+    if steps is not None:
+        inits["steps"] = np.array(steps, np.int64)
+    proto = model(nodes, {"x": (FLOAT, [4, 3, 8])}, {"y": (FLOAT, None)}, initializers=inits)
+    x = np.arange(96, dtype=np.float32).reshape(4, 3, 8)
+    (got,) = check_against_oracle(proto, {"x": x})
+    assert got.ndim == 4

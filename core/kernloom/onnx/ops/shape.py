@@ -338,7 +338,10 @@ def _runtime_slice(node: OnnxNode, ctx: ConversionContext, x: Tensor) -> Tensor:
         shifted = ops.sub(values, ctx.const(np.int64(default)))
         return ops.add_v2(ops.scatter_nd(where, shifted, full), ctx.const(np.int64(default)))
 
-    begin, end, step = spread(starts, 0), spread(ends, big), spread(steps, 1)
+    begin, end = spread(starts, 0), spread(ends, big)
+    step = _static_steps(node, ctx, count, rank)
+    if step is None:
+        step = spread(steps, 1)
     dims = shape_of(ctx, x)
     zero, one = ctx.const(np.int64(0)), ctx.const(np.int64(1))
 
@@ -360,6 +363,24 @@ def _runtime_slice(node: OnnxNode, ctx: ConversionContext, x: Tensor) -> Tensor:
         end,
     )
     return ops.strided_slice(x, begin, end, step)
+
+
+def _static_steps(node: OnnxNode, ctx: ConversionContext, count: int, rank: int) -> Tensor | None:
+    """The per-dimension strides as a constant where axes and steps are known at import
+    (only starts or ends come at run time): StridedSlice's shape inference needs constant
+    strides to keep the input's rank, which the nodes after the slice may need (the
+    expanded RotaryEmbedding's Unsqueeze of a slice whose end is a head size). None
+    where they are not known."""
+    axes = ctx.static_input(3) if ctx.has_input(3) else np.arange(count)
+    steps = ctx.static_input(4) if ctx.has_input(4) else np.ones(count, np.int64)
+    if axes is None or steps is None:
+        return None
+    strides = [1] * rank
+    for axis, step in zip(ints(axes), ints(steps), strict=True):
+        if step == 0:
+            raise node.fail("a slice step of 0 is invalid")
+        strides[axis_of(node, axis, rank)] = step
+    return ctx.int64s(strides)
 
 
 def _strided(
