@@ -35,7 +35,16 @@ class _Seen(Generic[T]):
     """One run's inputs: the objects at the stable positions, the shapes at the others,
     the plan made from the shapes, and the inputs the output may take over."""
 
-    __slots__ = ("candidates", "count", "derived", "pick", "shape", "stable", "volatile")
+    __slots__ = (
+        "candidates",
+        "count",
+        "derived",
+        "pick",
+        "positions",
+        "shape",
+        "stable",
+        "volatile",
+    )
 
     def __init__(
         self,
@@ -46,9 +55,9 @@ class _Seen(Generic[T]):
     ) -> None:
         self.count = len(inputs)
         self.shape, self.derived = planned
-        positions = [i for i in range(self.count) if i not in volatile]
-        self.stable = tuple(inputs[i] for i in positions)
-        self.pick = _picker(positions)
+        self.positions = tuple(i for i in range(self.count) if i not in volatile)
+        self.stable = tuple(inputs[i] for i in self.positions)
+        self.pick = _picker(self.positions)
         self.volatile = tuple((i, shapes[i]) for i in sorted(volatile))
         whole = [i for i, _ in self.volatile if shapes[i] == self.shape]
         # Only a changing input can be taken over; where none has the output's shape, the
@@ -64,15 +73,11 @@ class _Seen(Generic[T]):
 
     def changed(self, inputs: Sequence[Any]) -> set[int]:
         """The stable positions that hold another object in ``inputs`` (of the same count)."""
-        held = dict(zip(self._positions(), self.stable, strict=True))
-        return {i for i, x in held.items() if inputs[i] is not x}
-
-    def _positions(self) -> list[int]:
-        volatile = {i for i, _ in self.volatile}
-        return [i for i in range(self.count) if i not in volatile]
+        held = zip(self.positions, self.stable, strict=True)
+        return {i for i, x in held if inputs[i] is not x}
 
 
-def _picker(positions: list[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+def _picker(positions: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
     if len(positions) == 1:
         (only,) = positions
         return lambda inputs: (inputs[only],)
