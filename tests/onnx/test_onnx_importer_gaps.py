@@ -48,18 +48,17 @@ X = np.array([1.0, -2.0, 3.5, 0.25], np.float32)
 # -- a branch that does not build ----------------------------------------------------------
 
 
+def _with_a_broken_branch(bad: str) -> onnx.ModelProto:
+    """An If whose ``bad`` branch reshapes 4 values to 3x3 (it cannot build) and whose
+    other branch doubles x."""
+    broken = _reshape_branch("b", [3, 3], "broken")
+    fine = _doubled("fine")
+    return _if_model(*((broken, fine) if bad == "then_branch" else (fine, broken)))
+
+
 @pytest.mark.parametrize("bad", ["then_branch", "else_branch"])
 def test_an_if_whose_untaken_branch_does_not_build_runs_the_other(bad: str) -> None:
-    broken = _reshape_branch("b", [3, 3], "broken")
-    then_g, else_g = (
-        (broken, _doubled("fine"))
-        if bad == "then_branch"
-        else (
-            _doubled("fine"),
-            broken,
-        )
-    )
-    proto = _if_model(then_g, else_g)
+    proto = _with_a_broken_branch(bad)
     taken = np.array(bad == "else_branch")
     (out,) = check_against_oracle(proto, {"c": taken, "x": X})
     assert out.shape == (4,)
@@ -69,16 +68,7 @@ def test_an_if_whose_untaken_branch_does_not_build_runs_the_other(bad: str) -> N
 def test_taking_the_branch_that_did_not_build_fails_naming_the_if_and_the_build_error(
     bad: str,
 ) -> None:
-    broken = _reshape_branch("b", [3, 3], "broken")
-    then_g, else_g = (
-        (broken, _doubled("fine"))
-        if bad == "then_branch"
-        else (
-            _doubled("fine"),
-            broken,
-        )
-    )
-    proto = _if_model(then_g, else_g)
+    proto = _with_a_broken_branch(bad)
     # onnxruntime fails too when the broken branch runs: it cannot reshape 4 values to 3x3.
     ort = onnxruntime.InferenceSession(
         proto.SerializeToString(), providers=["CPUExecutionProvider"]
