@@ -133,6 +133,19 @@ class WindowAttrs:
                     )
         return window
 
+    def pool_divisor(self, window: Window, input_hw: Sequence[int]) -> np.ndarray[Any, Any]:
+        """How many real (unpadded) elements each output position's window covers, shape
+        ``window.output_hw`` (int64): the divisor of TensorFlow's AvgPool, which never
+        counts padding. Per axis ``min(start + ksize, size) - max(start, 0)``, then the
+        outer product over the spatial axes; small, computed on the host."""
+        total: np.ndarray[Any, Any] = np.ones((), np.int64)
+        for axis, size in enumerate(input_hw):
+            start = np.arange(window.output_hw[axis]) * self.strides[axis]
+            start -= window.pad_before[axis]
+            counts = np.minimum(start + self.ksize[axis], int(size)) - np.maximum(start, 0)
+            total = np.multiply.outer(total, counts)
+        return total
+
     def output_dims(
         self, ctx: _Context, input_hw: Sequence[Dim], window_hw: Sequence[Dim]
     ) -> list[Dim]:

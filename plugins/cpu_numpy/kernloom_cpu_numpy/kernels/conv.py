@@ -247,28 +247,6 @@ def max_pool(ctx: OpKernelContext) -> None:
     _store(ctx, attrs, out)
 
 
-def _counts(size: int, window: int, stride: int, before: int, out: int) -> Array:
-    """How many real (unpadded) elements each output position's window covers on one axis."""
-    start = np.arange(out) * stride - before
-    return np.minimum(start + window, size) - np.maximum(start, 0)
-
-
-def _divisor(x_hw: tuple[int, ...], attrs: WindowAttrs, window: Window) -> Array:
-    """How many real elements each output position's window covers: the product over the
-    spatial axes of ``_counts``, shaped [*out, 1] to divide a channels-last sum."""
-    total: Array = np.ones((), np.int64)
-    for axis, size in enumerate(x_hw):
-        counts = _counts(
-            size,
-            attrs.ksize[axis],
-            attrs.strides[axis],
-            window.pad_before[axis],
-            window.output_hw[axis],
-        )
-        total = np.multiply.outer(total, counts)
-    return total[..., None]
-
-
 def avg_pool(ctx: OpKernelContext) -> None:
     attrs, x, window = _pool_setup(ctx)
     dtype = _compute_dtype(x.dtype)
@@ -276,7 +254,7 @@ def avg_pool(ctx: OpKernelContext) -> None:
     total = np.zeros((x.shape[0], *window.output_hw, x.shape[-1]), dtype)
     for tap in _taps(padded, attrs.ksize, attrs, window.output_hw):
         total += tap
-    total /= _divisor(x.shape[1:-1], attrs, window).astype(dtype)
+    total /= attrs.pool_divisor(window, x.shape[1:-1])[..., None].astype(dtype)
     _store(ctx, attrs, total)
 
 

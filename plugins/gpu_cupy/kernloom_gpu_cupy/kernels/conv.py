@@ -228,10 +228,6 @@ class _Kernels:
             self.xp.maximum(out, tap, out=out)  # NaN propagates
         self._store(ctx, attrs, out)
 
-    def _counts(self, size: int, window: int, stride: int, before: int, out: int) -> Any:
-        start = self.xp.arange(out) * stride - before
-        return self.xp.minimum(start + window, size) - self.xp.maximum(start, 0)
-
     def avg_pool(self, ctx: OpKernelContext) -> None:
         attrs, x, window = self._pool(ctx)
         dtype = _compute_dtype(x.dtype)
@@ -239,16 +235,8 @@ class _Kernels:
         total = self.xp.zeros((x.shape[0], *window.output_hw, x.shape[-1]), dtype)
         for _, tap in self._taps(padded, attrs.ksize, attrs, window.output_hw):
             total += tap
-        divisor = self.xp.ones((), dtype)
-        for axis, size in enumerate(x.shape[1:-1]):
-            counts = self._counts(
-                int(size),
-                attrs.ksize[axis],
-                attrs.strides[axis],
-                window.pad_before[axis],
-                window.output_hw[axis],
-            )
-            divisor = divisor[..., None] * counts.astype(dtype)  # outer product over axes
+        counts = attrs.pool_divisor(window, [int(n) for n in x.shape[1:-1]])
+        divisor = self.xp.asarray(counts.astype(dtype))
         total /= divisor[..., None]
         self._store(ctx, attrs, total)
 

@@ -373,12 +373,6 @@ def _torch_padding(
     return ((0,) * attrs.rank, True) if ceil == window.output_hw else None
 
 
-def _counts(size: int, window: int, stride: int, before: int, out: int, like: torch.Tensor) -> Any:
-    """How many real (unpadded) elements each window covers along one axis."""
-    start = torch.arange(out, device=like.device) * stride - before
-    return (torch.clamp(start + window, max=size) - torch.clamp(start, min=0)).to(like.dtype)
-
-
 def avg_pool(ctx: OpKernelContext) -> None:
     attrs, x, window = _pool_input(ctx)
     if x.numel() == 0:
@@ -400,17 +394,8 @@ def avg_pool(ctx: OpKernelContext) -> None:
         return
     padded = _pooling_layout(pad_input(xc, window))
     total = _AVG_POOL[attrs.rank](padded, attrs.ksize, attrs.strides, divisor_override=1)
-    divisor = torch.ones((), dtype=total.dtype, device=total.device)
-    for axis, size in enumerate(_spatial(x, attrs)):
-        counts = _counts(
-            size,
-            attrs.ksize[axis],
-            attrs.strides[axis],
-            window.pad_before[axis],
-            window.output_hw[axis],
-            total,
-        )
-        divisor = divisor[..., None] * counts  # the outer product over the spatial axes
+    counts = attrs.pool_divisor(window, _spatial(x, attrs))
+    divisor = torch.as_tensor(counts, dtype=total.dtype, device=total.device)
     _store(ctx, attrs, total / divisor)
 
 
