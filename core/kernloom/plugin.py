@@ -128,6 +128,8 @@ from kernloom.op_library.fused_ops import (
 from kernloom.op_library.fused_ops import parse_expression as parse_fused_expression
 from kernloom.op_library.fused_ops import plan_expression as plan_fused_expression
 from kernloom.op_library.image_ops import (
+    NMS_HOST_MEMORY,
+    NMS_TYPES,
     CropTaps,
     bicubic_weights,
     bilinear_weights,
@@ -171,6 +173,8 @@ __all__ = [
     "FUSED_FROM_ATTR",
     "KERNLOOM_API",
     "LOCAL_PREFIX",
+    "NMS_HOST_MEMORY",
+    "NMS_TYPES",
     "NUMPY_ELEMENTWISE",
     "OUT_BY_POSITION",
     "RESIDUAL_FORMS",

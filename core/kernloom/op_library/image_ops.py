@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import numpy as np
 
+from kernloom.dtypes import float16, float32
 from kernloom.framework.op_def import OpLibrary
 from kernloom.framework.shape_inference import InferenceContext
 from kernloom.shapes import Dim, TensorShape
 
 __all__ = [
+    "NMS_HOST_MEMORY",
+    "NMS_TYPES",
     "CropTaps",
     "bicubic_weights",
     "bilinear_weights",
@@ -43,6 +46,19 @@ __all__ = [
 ]
 
 RESIZE_TYPES = "{int8, uint8, int16, uint16, int32, int64, float16, float32, float64}"
+NMS_TYPES: Final = (float16, float32)
+"""NonMaxSuppressionV3's T and T_threshold (TensorFlow's), for the kernels' constraints."""
+NMS_HOST_MEMORY: Final = (
+    "boxes",
+    "scores",
+    "max_output_size",
+    "iou_threshold",
+    "score_threshold",
+    "selected_indices",
+)
+"""Every argument of NonMaxSuppressionV3: a device plugin's kernel runs the shared greedy
+selection (``non_max_suppression``) on the host, as TensorFlow's GPU kernel synchronises
+anyway, so it keeps them all in host memory."""
 Array = np.ndarray[Any, Any]
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 import kernloom as kl
 from kernloom.plugin import (
+    NMS_TYPES,
     KernelLibrary,
     OpKernelContext,
     bicubic_weights,
@@ -39,7 +40,6 @@ __all__ = ["register"]
 CPU = "CPU"
 RESIZE_TYPES = (*t.FLOATS, kl.int8, kl.int16, kl.int32, kl.int64, kl.uint8, kl.uint16)
 """TensorFlow's list for the resizes (less bfloat16)."""
-NMS_TYPES = (kl.float16, kl.float32)
 
 
 def _resize_setup(ctx: OpKernelContext) -> tuple[Any, Any, bool, bool]:

@@ -19,6 +19,8 @@ import numpy as np
 
 import kernloom as kl
 from kernloom.plugin import (
+    NMS_HOST_MEMORY,
+    NMS_TYPES,
     KernelLibrary,
     OpKernelContext,
     bicubic_weights,
@@ -40,15 +42,6 @@ __all__ = ["register"]
 GPU = "GPU"
 BACKEND = "cupy"
 RESIZE_TYPES = (*t.FLOATS, kl.int8, kl.int16, kl.int32, kl.int64, kl.uint8, kl.uint16)
-NMS_TYPES = (kl.float16, kl.float32)
-NMS_HOST_MEMORY = (
-    "boxes",
-    "scores",
-    "max_output_size",
-    "iou_threshold",
-    "score_threshold",
-    "selected_indices",
-)
 TO_DEPTH = {"NHWC": (0, 1, 3, 2, 4, 5), "NCHW": (0, 3, 5, 1, 2, 4)}
 TO_SPACE = {"NHWC": (0, 1, 3, 2, 4, 5), "NCHW": (0, 3, 4, 1, 5, 2)}
 

@@ -18,6 +18,8 @@ import torch
 
 import kernloom as kl
 from kernloom.plugin import (
+    NMS_HOST_MEMORY,
+    NMS_TYPES,
     KernelLibrary,
     OpKernelContext,
     bicubic_weights,
@@ -39,15 +41,6 @@ __all__ = ["register"]
 GPU = "GPU"
 BACKEND = "torch"
 RESIZE_TYPES = d.supported((*d.FLOATS, kl.int8, kl.int16, kl.int32, kl.int64, kl.uint8, kl.uint16))
-NMS_TYPES = (kl.float16, kl.float32)
-NMS_HOST_MEMORY = (
-    "boxes",
-    "scores",
-    "max_output_size",
-    "iou_threshold",
-    "score_threshold",
-    "selected_indices",
-)
 
 
 def _resize_setup(ctx: OpKernelContext) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
