@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -173,6 +174,34 @@ def test_a_chain_equals_numpy_and_leaves_the_feed_alone(
             np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(xv, kept)
     assert in_place(registry, g) >= {f"n{i}" for i in range(2, 6)}
+
+
+def test_a_maximum_minimum_chain_writes_in_place_without_numpy_warnings(
+    registry: klp.Registry,
+) -> None:
+    """np.maximum/np.minimum deprecate ``out`` by position (numpy 2.4 warns, and a warning
+    costs three calls): the compiled line passes it by keyword. NaN propagates as in
+    TensorFlow."""
+    rng = np.random.default_rng(5)
+    constants = [rng.standard_normal(16).astype(np.float32) for _ in range(6)]
+    constants[3][4] = np.nan
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [16], name="x")
+        y = x
+        for i, c in enumerate(constants):
+            y = (kl.ops.maximum, kl.ops.minimum)[i % 2](y, kl.constant(c), name=f"m{i}")
+    xv = rng.standard_normal(16).astype(np.float32)
+    want: Any = xv
+    for i, c in enumerate(constants):
+        want = (np.maximum, np.minimum)[i % 2](want, c)
+    assert np.isnan(want[4]) and not np.isnan(want).all()
+    with kl.Session(g, OFF) as sess, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run = sess.make_callable(y, [x])
+        for _ in range(2):
+            np.testing.assert_array_equal(run(xv), want)
+    assert in_place(registry, g) == {f"m{i}" for i in range(1, 6)}
 
 
 def test_fetched_shared_and_viewed_values_keep_their_values(

@@ -184,11 +184,12 @@ class OpKernel(abc.ABC):
     """An optional declaration for elementwise kernels: a plain callable
     ``inplace_form(*inputs, out)`` that writes the op's output into ``out``, one of the
     inputs (for numpy, the ufunc itself: ``np.add``; its return value is ignored). The
-    compiled straight line (``kernloom.runtime.compiled_line``) calls it, ``out`` positional,
-    where it has proved at plan time that the input is a buffer nothing else holds and
-    that the result has exactly its static shape and dtype; a numpy ufunc is called
-    without ``out`` where that result has one element (numpy's overlap check makes such an
-    ``out`` 2-3x slower than a new array). Declaring it also promises
+    compiled straight line (``kernloom.runtime.compiled_line``) calls it, ``out`` positional
+    (a keyword for ``np.maximum`` and ``np.minimum``, which deprecate the position), where
+    it has proved at plan time that the input is a buffer nothing else holds and that the
+    result has exactly its static shape and dtype; a numpy ufunc is called without ``out``
+    where that result has one element (numpy's overlap check makes such an ``out`` 2-3x
+    slower than a new array). Declaring it also promises
     that every output of this kernel is a buffer of its own (newly allocated, or an input
     it was allowed to overwrite), never a view or a value kept elsewhere: that is what
     lets its consumer write into it. A kernel with one or two inputs and one output;

@@ -43,6 +43,7 @@ from typing import Any, Final, final
 import numpy as np
 
 from kernloom.errors import KernelError
+from kernloom.framework.numpy_elementwise import OUT_BY_KEYWORD
 from kernloom.framework.op_kernel import OpKernelContext
 from kernloom.runtime.graph_view import GraphView, NodeItem
 from kernloom.runtime.node_run import Done, RunArgs, node_error, run_sync, step_context, step_error
@@ -175,7 +176,8 @@ class CompiledLine:
                 form_name = form_names.setdefault(id(form), f"f{len(form_names)}")
                 bound[form_name] = form
                 out_name = names[inputs[target]]
-                call = f"{form_name}({', '.join(args)}, {out_name})"
+                out = f"out={out_name}" if form in OUT_BY_KEYWORD else out_name
+                call = f"{form_name}({', '.join(args)}, {out})"
                 one = _one_element(items[node])
                 if one is not None and isinstance(form, np.ufunc):
                     # A new one-element result, in the input's local: numpy checks an

@@ -92,19 +92,6 @@ def _unary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
     return direct
 
 
-_OUT_BY_KEYWORD = (np.maximum, np.minimum)
-"""Ufuncs that deprecate ``out`` given positionally (numpy 2.4)."""
-
-
-def _out_keyword(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn``'s in-place form ``f(x, y, out)`` for a ufunc that wants ``out=``."""
-
-    def form(x: Array, y: Array, out: Array) -> Any:
-        return fn(x, y, out=out)
-
-    return form
-
-
 def _compare(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     def compute(ctx: OpKernelContext) -> None:
         x, y = ctx.input(0), ctx.input(1)
@@ -202,9 +189,9 @@ def register(lib: KernelLibrary) -> None:
             continue
         # The in-place form is the ufunc itself: ``np.add(a, b, a)`` costs what ``a + b``
         # does, and the compiled straight line calls it where it proved ``a`` may be
-        # overwritten (the kernels' outputs are always buffers of their own).
-        form = _out_keyword(fn) if fn in _OUT_BY_KEYWORD else fn
-        kernel(op, _binary(fn), types, direct=_binary_in_place(fn), inplace_form=form)
+        # overwritten (the kernels' outputs are always buffers of their own; it passes
+        # ``out=`` to the ufuncs that deprecate the position, ``OUT_BY_KEYWORD``).
+        kernel(op, _binary(fn), types, direct=_binary_in_place(fn), inplace_form=fn)
     for op, fn, types in UNARY:
         kernel(op, _unary(fn), types, direct=_unary_in_place(fn), inplace_form=fn)
     for op, fn, types in COMPARISONS:
