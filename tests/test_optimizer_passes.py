@@ -265,6 +265,35 @@ def test_integer_push_down_wraps_exactly_as_the_original() -> None:
     assert len([op for op in ops_of(nodes) if op != "Const"]) == 1
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8])
+def test_maximum_and_minimum_chains_with_constants_fold_to_one_node(dtype: type) -> None:
+    """``max(max(x, c1), c2)`` -> ``max(x, max(c1, c2))``, either operand order, constants
+    of other shapes (broadcast); a NaN in a constant stays NaN; a Minimum between two
+    Maximum chains ends one and starts the other, never mixed in."""
+    rng = np.random.default_rng(11)
+    floats = np.issubdtype(dtype, np.floating)
+    ks = [rng.integers(0, 50, shape).astype(dtype) for shape in ((4,), (), (1,), (4,), ())]
+    if floats:
+        ks[0][2] = np.nan
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.as_dtype(dtype), [4], name="x")
+        c = [kl.constant(k) for k in ks]
+        y = kl.ops.maximum(c[0], kl.ops.maximum(x, c[1]))
+        y = kl.ops.maximum(y, c[2])
+        y = kl.ops.minimum(kl.ops.minimum(y, c[3]), c[4], name="y")
+    xv = np.array([3, 60, 7, 20], dtype)
+    want = np.minimum(
+        np.minimum(np.maximum(np.maximum(ks[0], np.maximum(xv, ks[1])), ks[2]), ks[3]), ks[4]
+    )
+    on, nodes = run_graph(g, y, {x: xv}, disabled_passes=("elementwise_fusion",))
+    off, _ = run_graph(g, y, {x: xv}, graph_optimizer=False)
+    np.testing.assert_array_equal(off, want)
+    np.testing.assert_array_equal(on, want)
+    assert np.isnan(on[2]) == floats
+    assert sorted(op for op in ops_of(nodes) if op != "Const") == ["Maximum", "Minimum"]
+
+
 def test_add_chains_of_tensors_merge_into_one_add_n() -> None:
     g = kl.Graph()
     with g.as_default():

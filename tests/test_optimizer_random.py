@@ -22,6 +22,7 @@ BINARY: dict[str, tuple[Callable[..., Any], Callable[[Array, Array], Array]]] = 
     "sub": (kl.ops.sub, np.subtract),
     "mul": (kl.ops.mul, np.multiply),
     "maximum": (kl.ops.maximum, np.maximum),
+    "minimum": (kl.ops.minimum, np.minimum),
 }
 UNARY: dict[str, tuple[Callable[..., Any], Callable[[Array], Array]]] = {
     "neg": (kl.ops.neg, np.negative),
@@ -139,7 +140,7 @@ def test_random_graphs_match_with_the_optimizer_on_and_off(steps: list[tuple[Any
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
-CHAIN_OPS = ("add", "sub", "mul", "maximum", "neg", "tanh", "square", "identity")
+CHAIN_OPS = ("add", "sub", "mul", "maximum", "minimum", "neg", "tanh", "square", "identity")
 
 
 def _chain(ops: list[tuple[str, float, bool]], x: Any, numeric: bool) -> Any:

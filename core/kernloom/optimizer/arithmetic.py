@@ -10,7 +10,11 @@
   a ``Sub`` from a constant flips the sign of what follows: ``c1 - (c2 - x)`` becomes
   ``x + (c1 - c2)`` and ``c1 - (x + c2)`` becomes ``(c1 - c2) - x``.
   Floats are reassociated (allowed); integer arithmetic wraps modulo 2^bits in numpy and
-  TensorFlow alike, where reassociation is exact, so overflow cannot change a result;
+  TensorFlow alike, where reassociation is exact, so overflow cannot change a result.
+  A chain of ``Maximum`` (or of ``Minimum``) with constants becomes one as well,
+  ``max(max(x, c1), c2)`` -> ``max(x, max(c1, c2))``: exact, NaN included (a NaN in
+  either constant makes both NaN); of two equal zeros the result may keep the other
+  sign (the values compare equal, as with ``x + 0``);
 - AddN merging: a tree of ``Add``/``AddV2`` over same-shaped tensors becomes one ``AddN``.
 
 A rewritten node keeps its name (so a fetched node is simplified in place; one that
@@ -36,6 +40,9 @@ ADDS: Final = frozenset({"Add", "AddV2"})
 ADDITIVE: Final = frozenset({"Add", "AddV2", "Sub"})
 _IDENTITY_CONSTANT: Final = {"Add": 0, "AddV2": 0, "Sub": 0, "Mul": 1, "RealDiv": 1, "Div": 1}
 _COMMUTATIVE: Final = frozenset({"Add", "AddV2", "Mul"})
+_EXTREMA: Final = frozenset({"Maximum", "Minimum"})
+"""Associative and commutative with no sign to track: pushed down like ``Mul``."""
+_SAME_OP_CHAINS: Final = frozenset({"Mul", *_EXTREMA})
 
 
 class ArithmeticSimplification(GraphPass):
@@ -123,7 +130,7 @@ class _Run:
     # -- rewrites --------------------------------------------------------------------------
 
     def _simplify(self, node: Node) -> bool:
-        if not self._rewritable(node) or node.op not in (*_IDENTITY_CONSTANT, "Neg"):
+        if not self._rewritable(node) or node.op not in (*_IDENTITY_CONSTANT, "Neg", *_EXTREMA):
             return False
         inputs = [self.rewriter.mapped(t) for t in node.inputs]
         return (
@@ -139,6 +146,8 @@ class _Run:
                 self._replace(node, inner.inputs[0])
                 self.done["identity"].append(node.name)
                 return True
+            return False
+        if node.op not in _IDENTITY_CONSTANT:
             return False
         neutral = _IDENTITY_CONSTANT[node.op]
         sides = [(0, 1), (1, 0)] if node.op in _COMMUTATIVE else [(0, 1)]
@@ -165,7 +174,7 @@ class _Run:
             return False
         inner_tensor, c2, x_sign2, sign2 = link
         inner = inner_tensor.node
-        group = ADDITIVE if node.op in ADDITIVE else frozenset({"Mul"})
+        group = ADDITIVE if node.op in ADDITIVE else frozenset({node.op})
         if inner.op not in group or not self._absorbable(inner):
             return False
         inner_link = _link(inner.op, list(inner.inputs), self._is_constant)
@@ -174,8 +183,8 @@ class _Run:
         x, c1, x_sign1, sign1 = inner_link
         if self._is_constant(x):
             return False  # all constant: constant folding's job
-        if node.op == "Mul":
-            self._emit(node, "Mul", [x, self._constant("Mul", c1, c2, node.name)])
+        if node.op in _SAME_OP_CHAINS:
+            self._emit(node, node.op, [x, self._constant(node.op, c1, c2, node.name)])
             self.done["push-down"].append(node.name)
             return True
         # outer = x_sign2 * inner + sign2 * c2, inner = x_sign1 * x + sign1 * c1: the
@@ -238,7 +247,7 @@ def _link(
     if len(inputs) != 2:
         return None
     a, b = inputs
-    if op in ("Add", "AddV2", "Mul"):
+    if op in _COMMUTATIVE or op in _EXTREMA:
         if is_constant(b) and not is_constant(a):
             return a, b, 1, 1
         if is_constant(a) and not is_constant(b):
