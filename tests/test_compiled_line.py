@@ -204,6 +204,74 @@ def test_a_maximum_minimum_chain_writes_in_place_without_numpy_warnings(
     assert in_place(registry, g) == {f"m{i}" for i in range(1, 6)}
 
 
+UNARY_IN_PLACE = {
+    "abs": np.abs,
+    "sign": np.sign,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.rint,
+    "sin": np.sin,
+    "reciprocal": np.reciprocal,
+    "rsqrt": lambda v: 1 / np.sqrt(v),
+    "relu6": lambda v: np.clip(v, 0, 6),
+    "elu": lambda v: np.where(v > 0, v, np.expm1(v)),
+    "softsign": lambda v: v / (1 + np.abs(v)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY_IN_PLACE))
+def test_unary_math_and_activation_chains_write_in_place(registry: klp.Registry, name: str) -> None:
+    """Not only the arithmetic table: every unary kernel with an in-place form (the
+    activations and the unary math) runs as one call per node in the compiled line."""
+    fn = UNARY_IN_PLACE[name]
+    xv = np.array([0.3, -1.7, 2.5, 0.5, -0.5, 4.0, -3.2, 1.0], np.float64)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float64, [8], name="x")
+        y = kl.ops.add(x, kl.constant(np.float64(0.25)), name="shift")
+        for i in range(3):
+            y = getattr(kl.ops, name)(y, name=f"u{i}")
+    want = xv + 0.25
+    with np.errstate(invalid="ignore", divide="ignore"):  # rsqrt of negatives: NaN
+        for _ in range(3):
+            want = fn(want)
+    with kl.Session(g, OFF) as sess:
+        np.testing.assert_allclose(sess.run(y, {x: xv}), want, rtol=1e-13, equal_nan=True)
+    assert in_place(registry, g) == {"u0", "u1", "u2"}
+
+
+def test_float_pow_and_channels_last_bias_add_write_in_place(registry: klp.Registry) -> None:
+    rng = np.random.default_rng(8)
+    xv = rng.uniform(0.5, 1.5, (3, 4)).astype(np.float32)
+    bias = rng.standard_normal(4).astype(np.float32)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3, 4], name="x")
+        y = kl.ops.mul(x, kl.constant(np.float32(1)), name="first")
+        y = kl.ops.pow(y, kl.constant(np.float32(2)), name="pow")
+        y = kl.ops.bias_add(y, kl.constant(bias), name="bias")
+        y = kl.ops.bias_add(y, kl.constant(bias), name="bias2")
+    with kl.Session(g, OFF) as sess:
+        got = sess.run(y, {x: xv})
+    np.testing.assert_allclose(got, xv**2 + bias + bias, rtol=1e-6)
+    assert in_place(registry, g) == {"pow", "bias", "bias2"}
+
+
+def test_integer_pow_to_a_negative_power_is_an_error_and_the_feed_is_intact(
+    registry: klp.Registry,
+) -> None:
+    """Integer Pow keeps no in-place form: numpy's ValueError comes mid-write."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.int32, [3], name="x")
+        y = kl.ops.add(x, kl.constant(np.int32(1)), name="first")
+        y = kl.ops.pow(y, kl.constant(np.array([2, -1, 2], np.int32)), name="power")
+    xv = np.array([1, 2, 3], np.int32)
+    with kl.Session(g, OFF) as sess, pytest.raises(kl.errors.KernloomError, match="power"):
+        sess.run(y, {x: xv})
+    np.testing.assert_array_equal(xv, [1, 2, 3])
+
+
 def test_fetched_shared_and_viewed_values_keep_their_values(
     registry: klp.Registry, plans: list[set[str]]
 ) -> None:

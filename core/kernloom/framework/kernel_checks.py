@@ -72,6 +72,15 @@ def reduction_axes(ctx: OpKernelContext, value: Any, rank: int) -> Shape:
 
 
 def broadcast_shape(ctx: OpKernelContext, *shapes: Sequence[int]) -> Shape:
+    """The shape ``shapes`` broadcast to (numpy's rule, as TensorFlow's binary ops), or the
+    node's error. Two equal shapes, or one of them a scalar's, are answered without numpy's
+    ``broadcast_shapes`` (about 1 µs, a quarter of a small elementwise node's step)."""
+    if len(shapes) == 2:
+        a, b = shapes
+        if a == b or not b:
+            return tuple(a)
+        if not a:
+            return tuple(b)
     try:
         return tuple(np.broadcast_shapes(*(tuple(s) for s in shapes)))
     except ValueError:

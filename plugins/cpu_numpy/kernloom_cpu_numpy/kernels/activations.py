@@ -145,14 +145,6 @@ def _rsqrt(x: Array, out: Array) -> Array:
     return np.reciprocal(out, out=out)
 
 
-def _reciprocal(x: Array, out: Array) -> Array:
-    return np.divide(1, x, out=out)
-
-
-def _sign(x: Array, out: Array) -> Array:
-    return np.sign(x, out=out)  # complex: x / |x| (numpy 2); NaN: NaN
-
-
 def _round(x: Array, out: Array) -> Array:
     return np.rint(x, out=out)  # halves to even, as TF
 
@@ -201,9 +193,9 @@ UNARY: tuple[tuple[str, Callable[..., Any], tuple[Any, ...] | None], ...] = (
     ("Softsign", _softsign, t.OP_TYPES),
     ("Erf", _erf, t.OP_TYPES),
     ("Rsqrt", _rsqrt, t.FLOATS),  # complex: complex_rules
-    ("Reciprocal", _reciprocal, t.FLOATS),
+    ("Reciprocal", np.reciprocal, t.FLOATS),  # 1 / x (floats only: no integer truncation)
     ("Abs", np.absolute, SIGNED_REALS),
-    ("Sign", _sign, t.OP_TYPES),
+    ("Sign", np.sign, t.OP_TYPES),  # complex: x / |x| (numpy 2); NaN: NaN
     ("Floor", np.floor, t.OP_TYPES),
     ("Ceil", np.ceil, t.OP_TYPES),
     ("Round", _round, t.FLOATS),
@@ -238,12 +230,16 @@ def register(lib: KernelLibrary) -> None:
     def cpu(op: str, types: tuple[Any, ...] | None, **kw: Any) -> Any:
         return lib.kernel(op, device=CPU, backend="numpy", type_constraints={"T": types}, **kw)
 
+    # Each function is its own in-place form (``f(x, out)``, safe with ``out`` as ``x``):
+    # the compiled straight line calls it directly where it may overwrite the input.
     for op, fn, types in UNARY:
-        cpu(op, types, direct=_unary_in_place(fn))(_unary(fn))
+        cpu(op, types, direct=_unary_in_place(fn), inplace_form=fn)(_unary(fn))
     # Rounding an integer changes nothing: the output is the input's buffer.
     # TensorFlow has no CPU Round for int8 and int16; so neither does kernloom.
     integers = tuple(d for d in SIGNED_REALS if d.name in ("int32", "int64"))
-    cpu("Round", integers, direct=_unary_in_place(_identity))(_unary(_identity))
+    cpu("Round", integers, direct=_unary_in_place(_identity), inplace_form=_identity)(
+        _unary(_identity)
+    )
     for op, fn in PREDICATES:
         cpu(op, t.FLOATS)(_predicate(fn))
     cpu("LeakyRelu", t.OP_TYPES)(LeakyRelu)

@@ -183,10 +183,11 @@ def register(lib: KernelLibrary) -> None:
         )(fn)
 
     for op, fn, types in BINARY:
-        # Pow in place could leave a half-written input behind on its ValueError.
         if op == "Pow":
-            kernel(op, _binary(fn), types)
-            continue
+            # An integer Pow in place could leave a half-written input behind on its
+            # ValueError (a negative power); floats and complex raise none.
+            kernel(op, _binary(fn), t.SIGNED_INTEGERS)
+            types = t.INEXACT
         # The in-place form is the ufunc itself: ``np.add(a, b, a)`` costs what ``a + b``
         # does, and the compiled straight line calls it where it proved ``a`` may be
         # overwritten (the kernels' outputs are always buffers of their own; it passes
