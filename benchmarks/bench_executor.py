@@ -1,6 +1,7 @@
 """The executor's per-node and per-iteration cost, timed in this thread's CPU time.
 
     .venv/bin/python benchmarks/bench_executor.py          # about 20 s
+    .venv/bin/python benchmarks/bench_executor.py ops      # other elementwise ops, ~30 s
 
 ``bench_optimizer.py chain`` and ``bench_loop.py`` time wall-clock; on the shared 2-core
 machine, where other sessions' test suites take the cores away, their numbers move by 2x
@@ -21,6 +22,9 @@ timed the same way in the same run.
   (``c`` a loop invariant, float32 scalars), 2000 iterations, against the same in numpy.
 - nested while_loops: 100 outer iterations around an inner loop of 20 (``(j + 1, u + 1)``),
   per inner iteration, against the same in numpy.
+- ops: chains of 1000 of each elementwise op beyond Add (``OP_CHAINS``: unary math,
+  activations, Pow, Maximum, Minimum, BiasAdd, Mul of integers), optimizer off, each
+  against its numpy function in a loop: the straight line's fast path is not Add's alone.
 """
 
 from __future__ import annotations
@@ -158,7 +162,61 @@ def nested_loops() -> tuple[float, float]:
     return ours, cpu_best_of(loop, 15, 1) / (outer_n * inner_n)
 
 
+OP_CHAINS: tuple[tuple[str, Callable[..., Any], Any, Any], ...] = (
+    # (kl.ops name, numpy function, x, constant or None for a unary op)
+    ("abs", np.abs, np.linspace(-1, 1, 16, dtype=np.float32), None),
+    ("sin", np.sin, np.linspace(0.5, 1.5, 16, dtype=np.float32), None),
+    ("floor", np.floor, np.linspace(0.5, 1.5, 16, dtype=np.float32), None),
+    ("sign", np.sign, np.linspace(-1, 1, 16, dtype=np.float32), None),
+    ("reciprocal", np.reciprocal, np.linspace(0.5, 1.5, 16, dtype=np.float32), None),
+    ("tanh", np.tanh, np.linspace(0.5, 1.5, 16, dtype=np.float32), None),
+    ("pow", np.power, np.linspace(0.5, 1.5, 16, dtype=np.float32), np.float32(1)),
+    ("maximum", np.maximum, np.linspace(-1, 1, 16, dtype=np.float32), np.zeros(16, np.float32)),
+    ("minimum", np.minimum, np.linspace(-1, 1, 16, dtype=np.float32), np.float32(2)),
+    ("mul", np.multiply, np.arange(16, dtype=np.int32), np.int32(1)),
+    ("bias_add", np.add, np.ones((4, 16), np.float32), np.zeros(16, np.float32)),
+)
+
+
+def op_chain(name: str, fn: Callable[..., Any], xv: Any, c: Any) -> tuple[float, float]:
+    """(kernloom, numpy) seconds per node for 1000 ``name`` nodes in a chain."""
+    op = getattr(kl.ops, name)
+    if c is not None:
+        return _chain(op, fn, xv, [c] * N)
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.as_dtype(xv.dtype), list(xv.shape), name="x")
+        y = x
+        for _ in range(N):
+            y = op(y)
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
+    with kl.Session(g, config) as sess:
+        run = sess.make_callable(y, [x])
+        ours = cpu_best_of(lambda: run(xv), 40) / N
+
+    def loop() -> None:
+        v = xv
+        for _ in range(N):
+            v = fn(v)
+
+    return ours, cpu_best_of(loop, 40) / N
+
+
+def ops() -> int:
+    print(f"elementwise op chains, thread CPU time, best of 40 (python {sys.version.split()[0]})")
+    for name, fn, xv, c in OP_CHAINS:
+        ours, plain = op_chain(name, fn, xv, c)
+        shape = "x".join(map(str, xv.shape))
+        print(
+            f"chain of {N} {name:10s} {xv.dtype.name}[{shape}] {ours * 1e6:6.3f} us/node; "
+            f"numpy loop {plain * 1e6:6.3f} us/node -> {ours / plain:5.2f}x"
+        )
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:] == ["ops"]:
+        return ops()
     print(f"executor, thread CPU time, best of runs (python {sys.version.split()[0]})")
     for label, fed, constant in (
         ("vector c [16]", (16,), (16,)),
