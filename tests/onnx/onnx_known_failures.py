@@ -313,12 +313,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_bernoulli_seed",
         "test_bernoulli_seed_expanded",
     ],
-    "DeformConv: no converter yet": [
-        "test_basic_deform_conv_with_padding",
-        "test_basic_deform_conv_without_padding",
-        "test_deform_conv_with_mask_bias",
-        "test_deform_conv_with_multiple_offset_groups",
-    ],
     "OnnxImportError:  (Resize, opset 19): antialias=1 is not supported": [
         "test_resize_downsample_scales_cubic_antialias",
         "test_resize_downsample_scales_linear_antialias",
