@@ -157,6 +157,12 @@ def test_deform_conv_with_a_batch_known_only_at_run_time_and_weights_an_initiali
     check_against_oracle(proto, feeds, rtol=1e-5, atol=1e-5)
 
 
+def test_deform_conv_with_an_empty_batch() -> None:
+    feeds = _feeds((0, 2, 4, 4), (2, 2, 2, 2), {}, bias=True, mask=True, spread=0.5)
+    proto = _deform((None, 2, 4, 4), (2, 2, 2, 2), {}, bias=True, mask=True)
+    check_against_oracle(proto, feeds)
+
+
 def test_deform_conv_float64() -> None:
     # The reference rounds the sampling coordinates to float32 even for float64 input.
     x_shape, w_shape, attrs = (2, 4, 5, 4), (2, 2, 2, 3), {"group": 2, "offset_group": 2}
