@@ -4,7 +4,7 @@ The window geometry (output sizes, TF's padding) is computed here once, by ``win
 and ``WindowAttrs.window``, for the shape functions and for every backend's kernels (through
 ``kernloom.plugin``), so that an output size or a padding never differs between devices.
 
-The 3-D ops (Conv3D, MaxPool3D, AvgPool3D) share that geometry: a data_format of NDHWC or
+The 3-D ops (Conv3D, Conv3DBackpropInputV2, MaxPool3D, AvgPool3D) share that geometry: a data_format of NDHWC or
 NCDHW gives three spatial dimensions.
 
 Deviations from TensorFlow, all deliberate: kernloom has no bfloat16 or quantized types, so
@@ -145,6 +145,65 @@ class WindowAttrs:
             counts = np.minimum(start + self.ksize[axis], int(size)) - np.maximum(start, 0)
             total = np.multiply.outer(total, counts)
         return total
+
+    def backprop_input_window(
+        self,
+        ctx: _Context,
+        input_sizes: Sequence[int],
+        filter_shape: Sequence[int],
+        out_backprop_shape: Sequence[int],
+    ) -> tuple[tuple[int, ...], Window]:
+        """Conv3DBackpropInputV2's checks, in TensorFlow's order and words, for every
+        backend's kernel: ``input_sizes`` (the forward input's shape, in data_format order),
+        the filter [*window, C, C_out] and out_backprop (data_format order) must agree as
+        a forward convolution's input, filter and output do. Returns the input's shape
+        channels last ([N, *spatial, C]) and the forward window over it (its padding is
+        what the gradient crops off)."""
+        dims = self.rank + 2
+        sizes = [int(v) for v in input_sizes]
+        if len(sizes) != dims:
+            raise ctx.fail(
+                f"input_sizes must have {dims} entries (the input's shape), got {sizes}"
+            )
+        if any(v < 0 for v in sizes):
+            raise ctx.fail(f"input_sizes must be non-negative, got {sizes}")
+        for what, shape in (("filter", filter_shape), ("out_backprop", out_backprop_shape)):
+            if len(shape) != dims:
+                raise ctx.fail(f"{what} must be {dims}-D, got shape {list(shape)}")
+        x = self._channels_last(sizes)
+        dy = self._channels_last([int(v) for v in out_backprop_shape])
+        if x[0] != dy[0]:
+            raise ctx.fail(
+                f"input and out_backprop must have the same batch size: input_sizes gives "
+                f"{x[0]}, out_backprop has {dy[0]}"
+            )
+        *kernel, in_depth, out_depth = (int(v) for v in filter_shape)
+        window = self.window(ctx, x[1:-1], kernel)
+        for axis in range(self.rank):
+            actual, computed = dy[1 + axis], window.output_hw[axis]
+            if actual != computed:
+                raise ctx.fail(
+                    f"Size of out_backprop doesn't match computed: its {self._names[axis]} "
+                    f"size is {actual}, but an input of {x[1 + axis]} with a filter of "
+                    f"{kernel[axis]}, stride {self.strides[axis]}, dilation "
+                    f"{self.dilations[axis]} and {self.padding} padding gives {computed}"
+                )
+        if x[-1] != in_depth:
+            raise ctx.fail(
+                f"input and filter must have the same number of channels. Got {x[-1]} for "
+                f"input (input_sizes) and {in_depth} for filter"
+            )
+        if dy[-1] != out_depth:
+            raise ctx.fail(
+                f"out_backprop and filter must have the same number of channels. Got "
+                f"{dy[-1]} for out_backprop and {out_depth} for filter"
+            )
+        if in_depth == 0:
+            raise ctx.fail("filter depth must be strictly greater than zero")
+        return tuple(x), window
+
+    def _channels_last(self, shape: list[int]) -> list[int]:
+        return shape if self.channels_last else [shape[0], *shape[2:], shape[1]]
 
     def output_dims(
         self, ctx: _Context, input_hw: Sequence[Dim], window_hw: Sequence[Dim]
@@ -384,6 +443,28 @@ def _backprop_input_shape(ctx: InferenceContext) -> None:
     ctx.set_output(0, _layout(attrs, batch, hw, channels))
 
 
+def _backprop_input3d_shape(ctx: InferenceContext) -> None:
+    """Conv3DBackpropInputV2: the output has the shape input_sizes holds. Where every shape
+    is known at build time, the kernels' checks (``WindowAttrs.backprop_input_window``)
+    run here already, so a mismatch fails when the node is built."""
+    attrs = window_attrs(ctx)
+    sizes_shape = ctx.input_shape(0)
+    if sizes_shape.rank not in (None, 1) or sizes_shape[0] not in (None, 5):
+        raise ctx.fail(f"input_sizes must be a vector of 5 sizes, got shape {sizes_shape}")
+    f = _rank4(ctx, 1, "filter", 5)
+    dy = _rank4(ctx, 2, "out_backprop", 5)
+    sizes = ctx.input_value(0)
+    if sizes is None:
+        ctx.set_output(0, _layout(attrs, dy[0], [None, None, None], f[3]))
+        return
+    values = [int(v) for v in np.asarray(sizes).reshape(-1)]
+    if f.is_fully_defined() and dy.is_fully_defined():
+        attrs.backprop_input_window(ctx, values, f.as_tuple(), dy.as_tuple())
+    elif len(values) != 5 or any(v < 0 for v in values):
+        raise ctx.fail(f"input_sizes must be 5 non-negative sizes, got {values}")
+    ctx.set_output(0, values)
+
+
 def _pool_shape(ctx: InferenceContext) -> None:
     attrs = window_attrs(ctx, pooling=True)
     x = _rank4(ctx, 0, "input", attrs.rank + 2)
@@ -472,6 +553,33 @@ def _define_3d(lib: OpLibrary) -> None:
             "for every type (TensorFlow 2.21's CPU dilates float32 only); an empty batch "
             "gives the filter's output channels (TensorFlow: the input's, a bug); NCDHW "
             "runs on the CPU.",
+        )
+    )
+    (
+        lib.register_op("Conv3DBackpropInputV2")
+        .input("input_sizes: Tshape")
+        .input("filter: T")
+        .input("out_backprop: T")
+        .output("output: T")
+        .attr("T: {float16, float32, float64}")
+        .attr("strides: list(int) >= 5")
+        .attr("padding: {'SAME', 'VALID'}")
+        .attr(layout)
+        .attr("dilations: list(int) = [1, 1, 1, 1, 1]")
+        .attr("Tshape: {int32, int64} = int32")
+        .shape_fn(_backprop_input3d_shape)
+        .doc(
+            "The gradient of Conv3D with respect to its input (a 3-D transposed "
+            "convolution): output has shape input_sizes.",
+            "input_sizes (host memory) holds the forward input's 5 sizes in data_format "
+            "order; filter is the forward convolution's [KD, KH, KW, C, C_out] and "
+            "out_backprop its output's gradient. Each out_backprop element adds itself "
+            "times the filter's taps back onto the input positions its window covered; "
+            "padding is cropped off. bfloat16 is left out (kernloom has none). Deviations "
+            "(docs/tensorflow_fidelity.md): NCDHW and dilations run on the CPU for every "
+            "type (TensorFlow 2.21's Eigen CPU kernel takes neither; its oneDNN kernel "
+            "both, float32 only); a VALID window wider than the input is refused as "
+            "Conv3D refuses it (TensorFlow returns zeros).",
         )
     )
     for name, types, what in (

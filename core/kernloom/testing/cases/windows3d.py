@@ -1,9 +1,12 @@
-"""Reference cases: the 3-D window ops (Conv3D, MaxPool3D, AvgPool3D).
+"""Reference cases: the 3-D window ops (Conv3D, Conv3DBackpropInputV2, MaxPool3D, AvgPool3D).
 
 The references are direct loops over every output position and every window tap of tiny
 inputs, in float64, written from TensorFlow's documented semantics (output sizes, SAME
 padding with the odd pad at the end, padding that never wins a maximum and is never
-counted in a mean): a second formulation, never the kernels' strided-slice code.
+counted in a mean): a second formulation, never the kernels' strided-slice code. The
+input gradient's reference walks every out_backprop position and filter tap and adds the
+product into the input element the tap read in the forward convolution (a scatter, where
+the kernels gather one matrix product per tap).
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ import numpy as np
 import kernloom as kl
 from kernloom.testing.cases.case import Array, Case, sample
 
-__all__ = ["cases", "conv3d_reference", "pool3d_reference", "window3d"]
+__all__ = [
+    "backprop_input3d_reference",
+    "cases",
+    "conv3d_reference",
+    "pool3d_reference",
+    "window3d",
+]
 
 
 def window3d(
@@ -98,6 +107,42 @@ def conv3d_reference(attrs: dict[str, Any]) -> Callable[[Array, Array], Array]:
     return reference
 
 
+def backprop_input3d_reference(
+    attrs: dict[str, Any],
+) -> Callable[[Array, Array, Array], Array]:
+    """Conv3DBackpropInputV2's: for every out_backprop position o and filter tap t, the
+    input element that tap read (o * stride - pad_before + t * dilation, if inside the
+    input) gains dy[o] @ f[t]^T."""
+    fmt = attrs.get("data_format", "NDHWC")
+    strides = _spatial(attrs["strides"], fmt)
+    dilations = _spatial(attrs.get("dilations", [1] * 5), fmt)
+
+    def reference(input_sizes: Array, f: Array, dy: Array) -> Array:
+        sizes = [int(v) for v in input_sizes]
+        if fmt != "NDHWC":
+            sizes = [sizes[0], *sizes[2:], sizes[1]]
+            dy = np.moveaxis(dy, 1, -1)
+        spatial = sizes[1:4]
+        pads = [
+            _geometry(size, k, s, dl, attrs["padding"])[1]
+            for size, k, s, dl in zip(spatial, f.shape[:3], strides, dilations, strict=True)
+        ]
+        dx = np.zeros(sizes)
+        for out in itertools.product(*(range(o) for o in dy.shape[1:4])):
+            for tap in itertools.product(*(range(k) for k in f.shape[:3])):
+                where = tuple(
+                    o * s - p + t * dl
+                    for o, s, p, t, dl in zip(out, strides, pads, tap, dilations, strict=True)
+                )
+                if all(0 <= w < size for w, size in zip(where, spatial, strict=True)):
+                    grad = dy[(slice(None), *out, slice(None))].astype(np.float64)
+                    dx[(slice(None), *where, slice(None))] += grad @ f[tap].astype(np.float64).T
+        dx = dx if fmt == "NDHWC" else np.moveaxis(dx, -1, 1)
+        return dx.astype(dy.dtype)
+
+    return reference
+
+
 def pool3d_reference(attrs: dict[str, Any], kind: str) -> Callable[[Array], Array]:
     """MaxPool3D's (``kind="max"``: NaN wins) or AvgPool3D's (the real elements' mean)."""
     fmt = attrs.get("data_format", "NDHWC")
@@ -136,6 +181,46 @@ def _conv_cases() -> Iterator[Case]:
     empty = window3d((1, 1, 1), "SAME")
     x, f = np.zeros((0, 3, 3, 3, 2), np.float32), sample((2, 2, 2, 2, 3), kl.float32)
     yield Case("Conv3D", [x, f], empty, conv3d_reference(empty), id="Conv3D-empty")
+
+
+def _backprop_input_cases() -> Iterator[Case]:
+    """(id, input_sizes in data_format order, filter shape, attrs): SAME with odd totals
+    and strides that skip the input's last rows, VALID, dilations, NCDHW, an empty batch."""
+    settings: list[tuple[str, list[int], tuple[int, ...], dict[str, Any]]] = [
+        ("valid", [2, 4, 5, 6, 3], (2, 2, 3, 3, 4), window3d((1, 1, 1), "VALID")),
+        ("same-strided", [1, 5, 4, 6, 2], (3, 2, 2, 2, 3), window3d((2, 1, 2), "SAME")),
+        ("valid-strided", [1, 6, 5, 7, 2], (2, 3, 2, 2, 2), window3d((3, 2, 2), "VALID")),
+        (
+            "same-dilated",
+            [1, 6, 5, 4, 2],
+            (2, 3, 2, 2, 2),
+            window3d((1, 1, 1), "SAME", dilations=(2, 1, 2)),
+        ),
+        ("ncdhw", [2, 4, 3, 4, 5], (2, 2, 2, 4, 2), window3d((1, 2, 1), "SAME", "NCDHW")),
+        ("empty", [0, 3, 3, 3, 2], (2, 2, 2, 2, 3), window3d((1, 1, 1), "SAME")),
+    ]
+    for name, sizes, f_shape, attrs in settings:
+        fmt = attrs["data_format"]
+        spatial = _spatial(sizes, fmt)
+        dilations = _spatial(attrs.get("dilations", [1] * 5), fmt)
+        out = [
+            _geometry(size, k, s, dl, attrs["padding"])[0]
+            for size, k, s, dl in zip(
+                spatial, f_shape[:3], _spatial(attrs["strides"], fmt), dilations, strict=True
+            )
+        ]
+        dy_shape = (sizes[0], *out, f_shape[4]) if fmt == "NDHWC" else (sizes[0], f_shape[4], *out)
+        for dtype in (kl.float32, kl.float64, kl.float16):
+            if dtype != kl.float32 and name in ("ncdhw", "empty"):
+                continue
+            f, dy = sample(f_shape, dtype, small=True), sample(dy_shape, dtype, small=True)
+            yield Case(
+                "Conv3DBackpropInputV2",
+                [np.array(sizes, np.int32 if dtype != kl.float64 else np.int64), f, dy],
+                attrs,
+                backprop_input3d_reference(attrs),
+                id=f"Conv3DBackpropInputV2-{name}-{dtype}",
+            )
 
 
 def _pool_cases() -> Iterator[Case]:
@@ -177,4 +262,5 @@ def _pool_cases() -> Iterator[Case]:
 
 def cases() -> Iterator[Case]:
     yield from _conv_cases()
+    yield from _backprop_input_cases()
     yield from _pool_cases()

@@ -1,4 +1,5 @@
-"""Convolution, pooling and normalisation kernels (Conv2D, Conv3D, pools, FusedBatchNormV3, LRN).
+"""Convolution, pooling and normalisation kernels (Conv2D, Conv3D, their input gradients,
+pools, FusedBatchNormV3, LRN).
 
 No Python loop runs over pixels. A convolution is one matrix product over an im2col matrix
 gathered from a strided window view of the padded input (a 1x1, stride-1 convolution needs
@@ -6,7 +7,7 @@ no copy at all); depthwise convolution is one ``einsum`` over the same windows; 
 runs one vectorised ``maximum``/``add`` per window tap over a padded copy (a 3x3/2 max pool
 over [8, 114, 114, 32]: 16 ms, against 33 ms reducing the window view over its two window
 axes). Layouts: everything is computed NHWC; NCHW is transposed in and out. The same
-helpers run the 3-D ops (Conv3D, MaxPool3D, AvgPool3D) over NDHWC. float16 is
+helpers run the 3-D ops (Conv3D, Conv3DBackpropInputV2, MaxPool3D, AvgPool3D) over NDHWC. float16 is
 computed in float32 and rounded once. Timings against torch: benchmarks/CONV.md.
 """
 
@@ -207,28 +208,52 @@ def conv2d_backprop_input(ctx: OpKernelContext) -> None:
         )
     if c != f.shape[2]:
         raise ctx.fail(f"input depth {c} must equal the filter's input depth {f.shape[2]}")
+    _store(ctx, attrs, transpose_correlate(dy, f, attrs, window, (n, h, w, c)))
+
+
+def transpose_correlate(
+    dy: Array, f: Array, attrs: WindowAttrs, window: Window, x_shape: tuple[int, ...]
+) -> Array:
+    """The adjoint of ``correlate`` (no groups): the gradient, channels last, of the
+    convolution of an input of shape ``x_shape`` ([N, *spatial, C]) with filter
+    [*window, C, C_out], given channels-last ``dy``. One product gives every tap's
+    contribution, [N * out, C_out] @ [C_out, taps * C]; each tap then scatters its share
+    onto a canvas as big as the padded input with one strided add (a loop over the
+    KH * KW, or KD * KH * KW, taps), and the padding is cropped off."""
+    n, *spatial, c = x_shape
+    *kernel, _, out_depth = f.shape
     dtype = _compute_dtype(dy.dtype)
-    (oh, ow), (top, left) = window.output_hw, window.pad_before
-    (stride_h, stride_w), (dil_h, dil_w) = attrs.strides, attrs.dilations
-    kh, kw = window_hw
-    full_h = max((oh - 1) * stride_h + (kh - 1) * dil_h + 1, top + h)
-    full_w = max((ow - 1) * stride_w + (kw - 1) * dil_w + 1, left + w)
-    canvas = np.zeros((n, full_h, full_w, c), dtype)
-    if dy.size and c:
-        # [N*OH*OW, C_out] @ [C_out, KH*KW*C]: every tap's contribution in one product.
-        taps = dy.astype(dtype, copy=False).reshape(-1, f.shape[3]) @ (
-            f.astype(dtype, copy=False).reshape(kh * kw * c, f.shape[3]).T
+    out = window.output_hw
+    full = [
+        max((o - 1) * s + (k - 1) * dl + 1, before + size)
+        for o, s, k, dl, before, size in zip(
+            out, attrs.strides, kernel, attrs.dilations, window.pad_before, spatial, strict=True
         )
-        taps = taps.reshape(n, oh, ow, kh, kw, c)
-        for i in range(kh):
-            for j in range(kw):
-                canvas[
-                    :,
-                    i * dil_h : i * dil_h + (oh - 1) * stride_h + 1 : stride_h,
-                    j * dil_w : j * dil_w + (ow - 1) * stride_w + 1 : stride_w,
-                    :,
-                ] += taps[:, :, :, i, j, :]
-    _store(ctx, attrs, canvas[:, top : top + h, left : left + w, :])
+    ]
+    canvas = np.zeros((n, *full, c), dtype)
+    if dy.size and f.size:
+        product: Array = dy.astype(dtype, copy=False).reshape(-1, out_depth) @ (
+            f.astype(dtype, copy=False).reshape(-1, out_depth).T
+        )
+        taps = product.reshape(n, *out, *kernel, c)
+        lead = (slice(None),) * (1 + len(out))
+        for position, view in zip(
+            np.ndindex(*kernel), _taps(canvas, tuple(kernel), attrs, out), strict=True
+        ):
+            view += taps[(*lead, *position)]
+    crop = (slice(b, b + size) for b, size in zip(window.pad_before, spatial, strict=True))
+    result: Array = canvas[(slice(None), *crop, slice(None))]
+    return result
+
+
+def conv3d_backprop_input(ctx: OpKernelContext) -> None:
+    """TensorFlow's Conv3DBackpropInputV2: ``transpose_correlate`` after its checks
+    (``WindowAttrs.backprop_input_window``)."""
+    attrs = window_attrs(ctx)
+    f, dy = ctx.input(1), ctx.input(2)
+    sizes = [int(v) for v in np.asarray(ctx.input(0)).reshape(-1)]
+    x_shape, window = attrs.backprop_input_window(ctx, sizes, f.shape, dy.shape)
+    _store(ctx, attrs, transpose_correlate(_nhwc(dy, attrs), f, attrs, window, x_shape))
 
 
 def _pool_setup(ctx: OpKernelContext) -> tuple[WindowAttrs, Array, Window]:
@@ -427,6 +452,7 @@ def register(lib: KernelLibrary) -> None:
     cpu("MaxPool")(max_pool)
     cpu("AvgPool")(avg_pool)
     cpu("Conv3D")(conv3d)
+    cpu("Conv3DBackpropInputV2", host_memory=["input_sizes"])(conv3d_backprop_input)
     cpu("MaxPool3D")(max_pool)
     cpu("AvgPool3D")(avg_pool)
     cpu("MaxPoolWithArgmax")(max_pool_with_argmax)

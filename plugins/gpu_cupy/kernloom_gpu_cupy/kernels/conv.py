@@ -6,7 +6,7 @@ Written over the array module ``xp`` (CuPy; numpy in tests), with basic slicing 
 window tap gathers the im2col matrix of a convolution (then one matmul), accumulates a
 depthwise convolution, or folds a pool. The loops run over the KH * KW taps, never over
 pixels. Everything is computed NHWC; NCHW is transposed in and out. The 3-D ops (Conv3D,
-MaxPool3D, AvgPool3D) run on the same helpers over NDHWC.
+Conv3DBackpropInputV2, MaxPool3D, AvgPool3D) run on the same helpers over NDHWC.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ class _Kernels:
         else:
             raise ctx.fail(f"input_sizes must be 4 (or 2) non-negative sizes, got {sizes}")
         window = attrs.window(ctx, (h, w), (kh, kw))
-        (oh, ow), (top, left) = window.output_hw, window.pad_before
+        oh, ow = window.output_hw
         if tuple(int(s) for s in dy.shape) != (n, oh, ow, int(f.shape[3])):
             raise ctx.fail(
                 f"out_backprop has shape {list(dy.shape)} (NHWC), but input_sizes {sizes} and "
@@ -197,20 +197,50 @@ class _Kernels:
             )
         if c != f.shape[2]:
             raise ctx.fail(f"input depth {c} must equal the filter's input depth {f.shape[2]}")
+        self._store(ctx, attrs, self._transpose_correlate(dy, f, attrs, window, (n, h, w, c)))
+
+    def _transpose_correlate(
+        self, dy: Any, f: Any, attrs: WindowAttrs, window: Window, x_shape: tuple[int, ...]
+    ) -> Any:
+        """The input gradient, channels last, of a convolution (no groups) of an input of
+        shape ``x_shape`` ([N, *spatial, C]) with filter [*window, C, C_out], from
+        channels-last ``dy``: one matmul gives every tap's contribution; each tap adds its
+        share onto a canvas as big as the padded input through one strided slice, and the
+        padding is cropped off."""
+        xp = self.xp
+        n, *spatial, c = x_shape
+        *kernel, _, out_depth = (int(s) for s in f.shape)
         dtype = _compute_dtype(dy.dtype)
-        (stride_h, stride_w), (dil_h, dil_w) = attrs.strides, attrs.dilations
-        full_h = max((oh - 1) * stride_h + (kh - 1) * dil_h + 1, top + h)
-        full_w = max((ow - 1) * stride_w + (kw - 1) * dil_w + 1, left + w)
-        canvas = xp.zeros((n, full_h, full_w, c), dtype)
-        if dy.size and c:
-            cout = int(f.shape[3])
+        out = window.output_hw
+        full = [
+            max((o - 1) * s + (k - 1) * dl + 1, before + size)
+            for o, s, k, dl, before, size in zip(
+                out, attrs.strides, kernel, attrs.dilations, window.pad_before, spatial, strict=True
+            )
+        ]
+        canvas = xp.zeros((n, *full, c), dtype)
+        if dy.size and f.size:
             taps = xp.matmul(
-                dy.astype(dtype, copy=False).reshape(-1, cout),
-                f.astype(dtype, copy=False).reshape(kh * kw * c, cout).T,
-            ).reshape(n, oh, ow, kh, kw, c)
-            for (i, j), tap in self._taps(canvas, (kh, kw), attrs, (oh, ow)):
-                tap += taps[:, :, :, i, j, :]
-        self._store(ctx, attrs, canvas[:, top : top + h, left : left + w, :])
+                dy.astype(dtype, copy=False).reshape(-1, out_depth),
+                f.astype(dtype, copy=False).reshape(-1, out_depth).T,
+            ).reshape(n, *out, *kernel, c)
+            lead = (slice(None),) * (1 + len(out))
+            for position, tap in self._taps(canvas, tuple(kernel), attrs, out):
+                tap += taps[(*lead, *position)]
+        crop = (slice(b, b + size) for b, size in zip(window.pad_before, spatial, strict=True))
+        return canvas[(slice(None), *crop, slice(None))]
+
+    def conv3d_backprop_input(self, ctx: OpKernelContext) -> None:
+        """TensorFlow's Conv3DBackpropInputV2: ``_transpose_correlate`` after its checks
+        (``WindowAttrs.backprop_input_window``)."""
+        attrs = window_attrs(ctx)
+        f, dy = ctx.input(1), ctx.input(2)
+        sizes = [int(v) for v in host_input(ctx, 0).reshape(-1)]
+        x_shape, window = attrs.backprop_input_window(
+            ctx, sizes, [int(s) for s in f.shape], [int(s) for s in dy.shape]
+        )
+        grad = self._transpose_correlate(self._nhwc(dy, attrs), f, attrs, window, x_shape)
+        self._store(ctx, attrs, grad)
 
     # -- pooling ---------------------------------------------------------------------------
 
@@ -244,7 +274,7 @@ class _Kernels:
         xp = self.xp
         attrs, x, window = self._pool(ctx)
         n, h, w, c = (int(s) for s in x.shape)
-        (oh, ow), (top, left) = window.output_hw, window.pad_before
+        oh, ow = window.output_hw
         (kh, kw), (sh, sw) = attrs.ksize, attrs.strides
         padded = self._padded(x, window, _lowest(x.dtype))
         taps = [tap for _, tap in self._taps(padded, (kh, kw), attrs, (oh, ow))]
@@ -360,6 +390,7 @@ def register(lib: KernelLibrary, xp: ModuleType) -> None:
     gpu("MaxPool", *pool_types)(k.max_pool)
     gpu("AvgPool", *floats)(k.avg_pool)
     gpu("Conv3D", *floats)(k.conv3d)
+    gpu("Conv3DBackpropInputV2", *floats, host_memory=["input_sizes"])(k.conv3d_backprop_input)
     gpu("MaxPool3D", "float16", "float32")(k.max_pool)
     gpu("AvgPool3D", *floats)(k.avg_pool)
     gpu("MaxPoolWithArgmax", *pool_types, "uint32", "uint64")(k.max_pool_with_argmax)

@@ -9,8 +9,9 @@ and their output permuted back is contiguous NHWC again.
 TF's padding is asymmetric (SAME puts the odd pad at the end) and torch's is not: a
 symmetric pad is passed to torch, an asymmetric one is made with ``F.pad`` first. Integer
 convolutions run in float64 (CUDA has no integer convolution; exact below 2**53) and
-float16 ones in float32 on the CPU, rounded once at the end. The 3-D ops (Conv3D and the
-3-D pools) share the pooling kernels and helpers, through ``F.conv3d`` and the 3-D pools.
+float16 ones in float32 on the CPU, rounded once at the end. The 3-D ops (Conv3D, its input
+gradient and the 3-D pools) share the pooling kernels and helpers, through ``F.conv3d``,
+``F.conv_transpose3d`` and the 3-D pools.
 """
 
 from __future__ import annotations
@@ -299,15 +300,47 @@ def conv2d_backprop_input(ctx: OpKernelContext) -> None:
     if dy.numel() == 0 or f.numel() == 0 or h * w == 0:
         _zeros(ctx, attrs, n, (h, w), c)
         return
-    full = F.conv_transpose2d(
-        _compute(_nchw(dy, attrs)),
-        filter_weights(f),
-        stride=attrs.strides,
-        dilation=attrs.dilations,
+    _store(ctx, attrs, _transpose_conv(dy, filter_weights(f), attrs, window, (h, w)))
+
+
+def _transpose_conv(
+    dy: torch.Tensor,
+    weights: torch.Tensor,
+    attrs: WindowAttrs,
+    window: Window,
+    spatial: Sequence[int],
+) -> torch.Tensor:
+    """The input gradient, NCHW (NCDHW), of a convolution with torch's ``weights``
+    [C_out, C, *window]: ``conv_transpose2d``/``3d`` without padding gives the whole padded
+    input's gradient; TF's (asymmetric) padding is then cropped off, and rows no window
+    reached (a stride that skips the last ones) are padded back as zeros."""
+    transpose = F.conv_transpose2d if attrs.rank == 2 else F.conv_transpose3d
+    full = transpose(
+        _compute(_nchw(dy, attrs)), weights, stride=attrs.strides, dilation=attrs.dilations
     )
-    (top, left), (full_h, full_w) = window.pad_before, full.shape[2:]
-    grad = F.pad(full, (-left, left + w - full_w, -top, top + h - full_h))
-    _store(ctx, attrs, grad)
+    pads: list[int] = []  # F.pad: the last dimension's (before, after) first
+    for before, size, have in reversed(
+        list(zip(window.pad_before, spatial, full.shape[2:], strict=True))
+    ):
+        pads += [-before, before + size - int(have)]
+    return F.pad(full, pads)
+
+
+def conv3d_backprop_input(ctx: OpKernelContext) -> None:
+    """TensorFlow's Conv3DBackpropInputV2 through ``conv_transpose3d``, after its checks
+    (``WindowAttrs.backprop_input_window``)."""
+    attrs = window_attrs(ctx)
+    f, dy = tensor_input(ctx, 1), tensor_input(ctx, 2)
+    sizes = [int(v) for v in host_input(ctx, 0).reshape(-1)]
+    shape = [int(s) for s in f.shape]
+    (n, *spatial, c), window = attrs.backprop_input_window(
+        ctx, sizes, shape, [int(s) for s in dy.shape]
+    )
+    if dy.numel() == 0 or f.numel() == 0 or 0 in spatial:
+        _zeros(ctx, attrs, n, spatial, c)
+        return
+    weights = _compute(f).permute(4, 3, 0, 1, 2).contiguous()  # [C_out, C, KD, KH, KW]
+    _store(ctx, attrs, _transpose_conv(dy, weights, attrs, window, spatial))
 
 
 def _lowest(x: torch.Tensor) -> float:
@@ -669,6 +702,11 @@ KERNELS: Final[tuple[tuple[str, Kernel, dict[str, Any]], ...]] = (
     ),
     ("AvgPool", avg_pool, {"type_constraints": {"T": t.OP_TYPES}}),
     ("Conv3D", conv3d, {"type_constraints": {"T": t.OP_TYPES}}),
+    (
+        "Conv3DBackpropInputV2",
+        conv3d_backprop_input,
+        {"type_constraints": {"T": t.OP_TYPES}, "host_memory": ["input_sizes"]},
+    ),
     ("MaxPool3D", max_pool, {"type_constraints": {"T": t.OP_TYPES}}),
     ("AvgPool3D", avg_pool, {"type_constraints": {"T": t.OP_TYPES}}),
     ("MaxPoolWithArgmax", max_pool_with_argmax, {"type_constraints": {"T": d.REALS}}),
