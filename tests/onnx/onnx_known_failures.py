@@ -283,9 +283,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_reversesequence_bfloat16",
         "test_unique_bfloat16_sorted_without_axis",
     ],
-    "3-D transposed convolution: kernloom has no Conv3DBackpropInputV2": [
-        "test_convtranspose_3d",
-    ],
     "training mode (Dropout, BatchNormalization): inference only": [
         "test_batchnorm_epsilon_training_mode",
         "test_batchnorm_example_training_mode",

@@ -4,7 +4,9 @@ ONNX images are NCHW. Conv and MaxPool map to kernloom's Conv2D / MaxPool with
 ``data_format="NCHW"`` (the kernels take it directly), asymmetric ``pads`` to EXPLICIT
 padding. 3-D inputs (NCDHW) map to Conv3D / MaxPool3D / AvgPool3D, which have no EXPLICIT
 padding in TensorFlow: their pads become a Pad (the lowest value for MaxPool) and the op
-runs VALID; a 3-D Conv with group > 1 is refused (TF's Conv3D has no groups). TF's pools
+runs VALID; a 3-D Conv with group > 1 is refused (TF's Conv3D has no groups). A 3-D
+ConvTranspose runs Conv3DBackpropInputV2 VALID and slices its pads off (groups one by one,
+as in 2-D). TF's pools
 have no dilations: a dilated MaxPool, AveragePool or LpPool (1-D to 3-D) gathers each window
 tap as one strided slice and reduces their stack (exact, kernel-volume slices).
 
@@ -28,7 +30,7 @@ from kernloom import ops
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._registry import converter
-from kernloom.onnx.ops._helpers import axis_of, flatten2d, ints, rank_of, static_dims
+from kernloom.onnx.ops._helpers import axis_of, flatten2d, ints, rank_of, shape_of, static_dims
 from kernloom.onnx.ops.detection import max_pool_indices
 
 Result = Sequence[Tensor | None]
@@ -605,12 +607,15 @@ def _transpose_pads(
 
 @converter("ConvTranspose", 1, attrs=(*_WINDOW_ATTRS, "group", "output_padding", "output_shape"))
 def _conv_transpose(node: OnnxNode, ctx: ConversionContext) -> Result:
-    """The gradient of a convolution with respect to its input (Conv2DBackpropInput);
-    groups run one by one and are concatenated along the channels."""
+    """The gradient of a convolution with respect to its input (Conv2DBackpropInput, or
+    Conv3DBackpropInputV2 for 3-D inputs); groups run one by one and are concatenated
+    along the channels."""
     x, w = ctx.input(0), ctx.input(1)
     bias = ctx.optional(2)
     groups = int(node.attr("group", 1))
     x4, squeezed = _to_4d(node, x, "input X")
+    if x4.shape.rank == 5:
+        return [_conv_transpose3d(node, ctx, x4, w, bias, groups)]
     w_static = ctx.static_input(1)
     w_dims = static_dims(w)
     x_dims = static_dims(x4)
@@ -660,3 +665,86 @@ def _conv_transpose(node: OnnxNode, ctx: ConversionContext) -> Result:
     if bias is not None:
         y = ops.bias_add(y, bias, data_format="NCHW")
     return [_unsqueezed(y, squeezed)]
+
+
+def _conv_transpose3d(
+    node: OnnxNode, ctx: ConversionContext, x: Tensor, w: Tensor, bias: Tensor | None, groups: int
+) -> Tensor:
+    """A 3-D ConvTranspose through Conv3DBackpropInputV2, which has no EXPLICIT padding: it
+    runs VALID onto the smallest input its windows fit, s * (i - 1) + (k - 1) * d + 1 per
+    axis, of which ONNX's output (``_transpose_pads``) is a window: the pads are sliced off,
+    output_padding and a larger output_shape padded on as zeros (no window reaches them).
+    The batch may be unknown until run time; channels and spatial sizes may not."""
+    if not x.dtype.is_floating:
+        raise node.fail(
+            f"a 3-D transposed convolution of {x.dtype.name}: only 1-D and 2-D windows take "
+            f"integers (TF's Conv3DBackpropInputV2 is float16, float32 or float64 only)"
+        )
+    w_dims, x_dims = static_dims(w), x.shape.as_list()
+    if w_dims is None or any(v is None for v in x_dims[1:]):
+        raise node.fail(
+            "the weight's shape and the input's channels and spatial sizes must be known at "
+            "import time"
+        )
+    kernel = w_dims[2:]
+    declared = node.attr("kernel_shape")
+    if declared is not None and ints(declared) != kernel:
+        raise node.fail(f"kernel_shape {ints(declared)} differs from the weight's {kernel}")
+    if x_dims[1] % groups or w_dims[0] != x_dims[1]:
+        raise node.fail(f"group={groups} does not divide the {x_dims[1]} input channels")
+    w_static = ctx.static_input(1)
+    if w_static is not None:
+        filt = ctx.const(np.ascontiguousarray(w_static.transpose(2, 3, 4, 1, 0)))
+    else:
+        filt = ops.transpose(w, ctx.int32s([2, 3, 4, 1, 0]))
+    strides, dilations = _window_attrs(node, x, kernel)
+    output_padding = ints(node.attr("output_padding", [0, 0, 0]))
+    if len(output_padding) != 3:
+        raise node.fail(f"output_padding has {len(output_padding)} values; 3 expected")
+    in_dims = [int(v) for v in x_dims[2:]]  # type: ignore[arg-type]
+    begin, _, sizes = _transpose_pads(node, in_dims, kernel, strides, dilations, output_padding)
+    if any(size < 0 for size in sizes):
+        raise node.fail(f"the pads leave a negative output size: {sizes}")
+    base = [
+        s * (i - 1) + (k - 1) * dl + 1
+        for s, i, k, dl in zip(strides, in_dims, kernel, dilations, strict=True)
+    ]
+    out_channels = w_dims[1] * groups
+    batch = x_dims[0]
+    if batch is not None:
+        input_sizes = ctx.int32s([batch, w_dims[1], *base])
+    else:
+        leading = ops.slice(shape_of(ctx, x), ctx.int32s([0]), ctx.int32s([1]))
+        rest = ops.cast(ctx.int32s([w_dims[1], *base]), DstT=leading.dtype)
+        input_sizes = ops.concat_v2([leading, rest], _i32(0))
+    xs = [x] if groups == 1 else list(ops.split(_i32(1), x, num_split=groups))
+    filters = [filt] if groups == 1 else list(ops.split(_i32(4), filt, num_split=groups))
+    parts = [
+        ops.conv3d_backprop_input_v2(
+            input_sizes,
+            f,
+            xg,
+            strides=[1, 1, *strides],
+            padding="VALID",
+            data_format="NCDHW",
+            dilations=[1, 1, *dilations],
+        )
+        for xg, f in zip(xs, filters, strict=True)
+    ]
+    y = parts[0] if groups == 1 else ops.concat_v2(parts, _i32(1))
+    # ONNX's output spans [begin, begin + size) of the gradient's [0, base) on each axis.
+    lows = [min(max(b, 0), full) for b, full in zip(begin, base, strict=True)]
+    highs = [
+        max(min(b + size, full), low) for b, size, full, low in zip(begin, sizes, base, lows, strict=True)
+    ]
+    if lows != [0, 0, 0] or highs != base:
+        widths = [h - lo for h, lo in zip(highs, lows, strict=True)]
+        y = ops.slice(y, ctx.int32s([0, 0, *lows]), ctx.int32s([-1, out_channels, *widths]))
+    before = [min(max(-b, 0), size) for b, size in zip(begin, sizes, strict=True)]
+    after = [
+        size - bf - (h - lo)
+        for size, bf, h, lo in zip(sizes, before, highs, lows, strict=True)
+    ]
+    if any(before) or any(after):
+        y = ops.pad(y, _paddings(ctx, before, after))
+    return ops.bias_add(y, bias, data_format="NCHW") if bias is not None else y
