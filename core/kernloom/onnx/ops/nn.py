@@ -195,7 +195,7 @@ def convolve(
     if w_static is not None:
         kernel_w = w_static if w_static.ndim == 4 else w_static[:, :, None, :]
         kernel = list(kernel_w.shape[2:])
-        filt = ctx.const(np.ascontiguousarray(kernel_w.transpose(2, 3, 1, 0)))
+        filt = ctx.const_like(np.ascontiguousarray(kernel_w.transpose(2, 3, 1, 0)), w)
     else:
         w_dims = static_dims(w)
         if w_dims is None:
@@ -255,7 +255,7 @@ def _convolve3d(
         )
     if w_static is not None:
         kernel = list(w_static.shape[2:])
-        filt = ctx.const(np.ascontiguousarray(w_static.transpose(2, 3, 4, 1, 0)))
+        filt = ctx.const_like(np.ascontiguousarray(w_static.transpose(2, 3, 4, 1, 0)), w)
     else:
         w_dims = static_dims(w)
         if w_dims is None:
@@ -625,7 +625,7 @@ def _conv_transpose(node: OnnxNode, ctx: ConversionContext) -> Result:
     kernel = w_dims[2:] if len(w_dims) == 4 else [1, w_dims[2]]
     if w_static is not None:
         kernel_w = w_static if w_static.ndim == 4 else w_static[:, :, None, :]
-        filt = ctx.const(np.ascontiguousarray(kernel_w.transpose(2, 3, 1, 0)))
+        filt = ctx.const_like(np.ascontiguousarray(kernel_w.transpose(2, 3, 1, 0)), w)
     else:
         filt = ops.transpose(w4, ctx.int32s([2, 3, 1, 0]))
     spatial = len(kernel) - int(squeezed)
@@ -694,7 +694,7 @@ def _conv_transpose3d(
         raise node.fail(f"group={groups} does not divide the {x_dims[1]} input channels")
     w_static = ctx.static_input(1)
     if w_static is not None:
-        filt = ctx.const(np.ascontiguousarray(w_static.transpose(2, 3, 4, 1, 0)))
+        filt = ctx.const_like(np.ascontiguousarray(w_static.transpose(2, 3, 4, 1, 0)), w)
     else:
         filt = ops.transpose(w, ctx.int32s([2, 3, 4, 1, 0]))
     strides, dilations = _window_attrs(node, x, kernel)
