@@ -149,6 +149,12 @@ def every_op_graph() -> kl.Graph:
             kl.ops.conv3d(volume, kl.constant(np.ones((2, 2, 2, 2, 3), np.float32)), **window3d),
             kl.ops.max_pool3d(volume, ksize=[1, 2, 2, 2, 1], **window3d),
             kl.ops.avg_pool3d(volume, ksize=[1, 1, 2, 2, 1], **window3d),
+            kl.ops.conv3d_backprop_input_v2(
+                kl.constant(np.array([1, 3, 4, 4, 2], np.int32)),
+                kl.constant(np.ones((2, 2, 2, 2, 3), np.float32)),
+                kl.placeholder(kl.float32, [1, 3, 2, 4, 3], name="volume_grad"),
+                **window3d,
+            ),
         ]
         with kl.control_dependencies(
             [

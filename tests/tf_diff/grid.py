@@ -480,6 +480,61 @@ def _window3d_cases() -> Iterator[DiffCase]:
         )
 
 
+def _conv3d_backprop_input_cases() -> Iterator[DiffCase]:
+    """Conv3DBackpropInputV2 (tf.nn.conv3d_transpose's op) in NDHWC: VALID and SAME with
+    strides that skip the input's last rows, odd SAME totals, int32 and int64 input_sizes,
+    an empty batch; float16/32/64 undilated (TensorFlow 2.21's Eigen CPU kernel takes no
+    dilations, its oneDNN build float32 only: dilated float32 cases too). Integer-valued
+    inputs, so that the sums are exact in any order. Its own generator: the cases before
+    these keep their samples."""
+    rng = np.random.default_rng(34)
+
+    def values(shape: tuple[int, ...], dtype: Any) -> Array:
+        return rng.integers(-4, 5, size=shape).astype(dtype)
+
+    def out_size(size: int, k: int, stride: int, dilation: int, padding: str) -> int:
+        span = (k - 1) * dilation + 1
+        return -(-size // stride) if padding == "SAME" else (size - span) // stride + 1
+
+    sizes, kernel = [2, 4, 5, 6, 3], (2, 3, 2)
+    geometries = [
+        ("VALID", [1, 1, 1, 1, 1], [1, 1, 1, 1, 1]),
+        ("SAME", [1, 1, 1, 1, 1], [1, 1, 1, 1, 1]),
+        ("SAME", [1, 2, 1, 2, 1], [1, 1, 1, 1, 1]),
+        ("VALID", [1, 1, 2, 3, 1], [1, 1, 1, 1, 1]),
+        ("SAME", [1, 3, 2, 2, 1], [1, 1, 1, 1, 1]),
+        ("SAME", [1, 1, 1, 1, 1], [1, 2, 1, 2, 1]),
+        ("VALID", [1, 1, 1, 1, 1], [1, 1, 2, 1, 1]),
+    ]
+    for dtype in (np.float16, np.float32, np.float64):
+        name = np.dtype(dtype).name
+        for k, (padding, strides, dilations) in enumerate(geometries):
+            if dilations != [1, 1, 1, 1, 1] and dtype != np.float32:
+                continue
+            out = [
+                out_size(size, kk, s, dl, padding)
+                for size, kk, s, dl in zip(sizes[1:4], kernel, strides[1:4], dilations[1:4])
+            ]
+            f = values((*kernel, 3, 2), dtype)
+            dy = values((2, *out, 2), dtype)
+            shape_type = np.int64 if k % 2 else np.int32
+            attrs = {"strides": strides, "padding": padding, "dilations": dilations}
+            yield DiffCase(
+                "Conv3DBackpropInputV2",
+                [np.array(sizes, shape_type), f, dy],
+                attrs,
+                host=frozenset({0}),
+                id=f"Conv3DBackpropInputV2-{name}-{k}",
+            )
+        yield DiffCase(
+            "Conv3DBackpropInputV2",
+            [np.array([0, 4, 5, 6, 3], np.int32), values((*kernel, 3, 2), dtype), np.zeros((0, 4, 5, 6, 2), dtype)],
+            {"strides": [1] * 5, "padding": "SAME"},
+            host=frozenset({0}),
+            id=f"Conv3DBackpropInputV2-{name}-empty",
+        )
+
+
 def _select_cases() -> Iterator[DiffCase]:
     shapes = (
         ((2, 3), (2, 3), (2, 3)),
@@ -977,3 +1032,4 @@ def cases() -> Iterator[DiffCase]:
     yield from _linalg_cases()
     yield from _bitcast_cases()  # last: the cases above keep their random samples
     yield from _window3d_cases()  # (its own generator too)
+    yield from _conv3d_backprop_input_cases()  # (and these)
