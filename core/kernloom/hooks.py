@@ -85,7 +85,8 @@ KERNLOOM_API_VERSION: Final = "1.9"
 # messages, for their kernels); non_max_suppression (NonMaxSuppressionV3's checks and
 # greedy selection, for every backend's kernel); Window (Window2D, kept as its alias) and
 # WindowAttrs cover the 3-D window ops too; WindowAttrs.pool_divisor (AvgPool's count of
-# real elements per window); NMS_TYPES, NMS_HOST_MEMORY (NonMaxSuppressionV3's kernels).
+# real elements per window); NMS_TYPES, NMS_HOST_MEMORY (NonMaxSuppressionV3's kernels);
+# WindowAttrs.backprop_input_window (Conv3DBackpropInputV2's checks, for its kernels).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

@@ -45,9 +45,7 @@ def _conv_transpose(
         feeds["w"] = w
     if bias:
         initializers["b"] = RNG.standard_normal(w_shape[1] * attrs.get("group", 1)).astype(dtype)
-    proto = model(
-        [node], inputs, {"y": (elem, None)}, initializers=initializers, opset=opset
-    )
+    proto = model([node], inputs, {"y": (elem, None)}, initializers=initializers, opset=opset)
     return proto, feeds
 
 
@@ -69,8 +67,18 @@ CASES: list[tuple[str, list[int], list[int], dict[str, Any]]] = [
         {"strides": [2, 2, 2], "output_shape": [8, 7, 6]},
     ),
     ("output-shape-odd", [1, 1, 2, 3, 2], [1, 1, 2, 2, 2], {"output_shape": [3, 4, 2]}),
-    ("same-upper", [1, 2, 3, 3, 4], [2, 1, 3, 2, 3], {"strides": [2, 1, 2], "auto_pad": "SAME_UPPER"}),
-    ("same-lower", [1, 2, 3, 3, 4], [2, 1, 3, 2, 3], {"strides": [2, 1, 2], "auto_pad": "SAME_LOWER"}),
+    (
+        "same-upper",
+        [1, 2, 3, 3, 4],
+        [2, 1, 3, 2, 3],
+        {"strides": [2, 1, 2], "auto_pad": "SAME_UPPER"},
+    ),
+    (
+        "same-lower",
+        [1, 2, 3, 3, 4],
+        [2, 1, 3, 2, 3],
+        {"strides": [2, 1, 2], "auto_pad": "SAME_LOWER"},
+    ),
     ("valid", [1, 2, 2, 3, 2], [2, 3, 2, 2, 2], {"auto_pad": "VALID", "strides": [2, 1, 1]}),
     ("groups", [1, 4, 3, 3, 2], [4, 3, 2, 2, 2], {"group": 2, "strides": [1, 2, 2]}),
     (

@@ -513,7 +513,9 @@ def _conv3d_backprop_input_cases() -> Iterator[DiffCase]:
                 continue
             out = [
                 out_size(size, kk, s, dl, padding)
-                for size, kk, s, dl in zip(sizes[1:4], kernel, strides[1:4], dilations[1:4])
+                for size, kk, s, dl in zip(
+                    sizes[1:4], kernel, strides[1:4], dilations[1:4], strict=True
+                )
             ]
             f = values((*kernel, 3, 2), dtype)
             dy = values((2, *out, 2), dtype)
@@ -528,7 +530,11 @@ def _conv3d_backprop_input_cases() -> Iterator[DiffCase]:
             )
         yield DiffCase(
             "Conv3DBackpropInputV2",
-            [np.array([0, 4, 5, 6, 3], np.int32), values((*kernel, 3, 2), dtype), np.zeros((0, 4, 5, 6, 2), dtype)],
+            [
+                np.array([0, 4, 5, 6, 3], np.int32),
+                values((*kernel, 3, 2), dtype),
+                np.zeros((0, 4, 5, 6, 2), dtype),
+            ],
             {"strides": [1] * 5, "padding": "SAME"},
             host=frozenset({0}),
             id=f"Conv3DBackpropInputV2-{name}-empty",

@@ -4,8 +4,8 @@ The window geometry (output sizes, TF's padding) is computed here once, by ``win
 and ``WindowAttrs.window``, for the shape functions and for every backend's kernels (through
 ``kernloom.plugin``), so that an output size or a padding never differs between devices.
 
-The 3-D ops (Conv3D, Conv3DBackpropInputV2, MaxPool3D, AvgPool3D) share that geometry: a data_format of NDHWC or
-NCDHW gives three spatial dimensions.
+The 3-D ops (Conv3D, Conv3DBackpropInputV2, MaxPool3D, AvgPool3D) share that geometry: a
+data_format of NDHWC or NCDHW gives three spatial dimensions.
 
 Deviations from TensorFlow, all deliberate: kernloom has no bfloat16 or quantized types, so
 those are left out of the dtype sets; Conv2D and the pools run NCHW on the CPU as well
@@ -162,9 +162,7 @@ class WindowAttrs:
         dims = self.rank + 2
         sizes = [int(v) for v in input_sizes]
         if len(sizes) != dims:
-            raise ctx.fail(
-                f"input_sizes must have {dims} entries (the input's shape), got {sizes}"
-            )
+            raise ctx.fail(f"input_sizes must have {dims} entries (the input's shape), got {sizes}")
         if any(v < 0 for v in sizes):
             raise ctx.fail(f"input_sizes must be non-negative, got {sizes}")
         for what, shape in (("filter", filter_shape), ("out_backprop", out_backprop_shape)):
@@ -450,7 +448,9 @@ def _backprop_input3d_shape(ctx: InferenceContext) -> None:
     attrs = window_attrs(ctx)
     sizes_shape = ctx.input_shape(0)
     if sizes_shape.rank not in (None, 1) or sizes_shape[0] not in (None, 5):
-        raise ctx.fail(f"input_sizes must be a vector of 5 sizes, got shape {sizes_shape}")
+        raise ctx.fail(
+            f"input_sizes must have 5 entries (the input's shape), got shape {sizes_shape}"
+        )
     f = _rank4(ctx, 1, "filter", 5)
     dy = _rank4(ctx, 2, "out_backprop", 5)
     sizes = ctx.input_value(0)

@@ -686,12 +686,12 @@ def _conv_transpose3d(
             "the weight's shape and the input's channels and spatial sizes must be known at "
             "import time"
         )
-    kernel = w_dims[2:]
+    kernel, channels = w_dims[2:], int(x_dims[1])  # type: ignore[arg-type]
     declared = node.attr("kernel_shape")
     if declared is not None and ints(declared) != kernel:
         raise node.fail(f"kernel_shape {ints(declared)} differs from the weight's {kernel}")
-    if x_dims[1] % groups or w_dims[0] != x_dims[1]:
-        raise node.fail(f"group={groups} does not divide the {x_dims[1]} input channels")
+    if channels % groups or w_dims[0] != channels:
+        raise node.fail(f"group={groups} does not divide the {channels} input channels")
     w_static = ctx.static_input(1)
     if w_static is not None:
         filt = ctx.const_like(np.ascontiguousarray(w_static.transpose(2, 3, 4, 1, 0)), w)
@@ -735,15 +735,15 @@ def _conv_transpose3d(
     # ONNX's output spans [begin, begin + size) of the gradient's [0, base) on each axis.
     lows = [min(max(b, 0), full) for b, full in zip(begin, base, strict=True)]
     highs = [
-        max(min(b + size, full), low) for b, size, full, low in zip(begin, sizes, base, lows, strict=True)
+        max(min(b + size, full), low)
+        for b, size, full, low in zip(begin, sizes, base, lows, strict=True)
     ]
     if lows != [0, 0, 0] or highs != base:
         widths = [h - lo for h, lo in zip(highs, lows, strict=True)]
         y = ops.slice(y, ctx.int32s([0, 0, *lows]), ctx.int32s([-1, out_channels, *widths]))
     before = [min(max(-b, 0), size) for b, size in zip(begin, sizes, strict=True)]
     after = [
-        size - bf - (h - lo)
-        for size, bf, h, lo in zip(sizes, before, highs, lows, strict=True)
+        size - bf - (h - lo) for size, bf, h, lo in zip(sizes, before, highs, lows, strict=True)
     ]
     if any(before) or any(after):
         y = ops.pad(y, _paddings(ctx, before, after))

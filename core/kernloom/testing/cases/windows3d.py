@@ -135,8 +135,9 @@ def backprop_input3d_reference(
                     for o, s, p, t, dl in zip(out, strides, pads, tap, dilations, strict=True)
                 )
                 if all(0 <= w < size for w, size in zip(where, spatial, strict=True)):
-                    grad = dy[(slice(None), *out, slice(None))].astype(np.float64)
-                    dx[(slice(None), *where, slice(None))] += grad @ f[tap].astype(np.float64).T
+                    read: tuple[Any, ...] = (slice(None), *out, slice(None))
+                    write: tuple[Any, ...] = (slice(None), *where, slice(None))
+                    dx[write] += dy[read].astype(np.float64) @ f[tap].astype(np.float64).T
         dx = dx if fmt == "NDHWC" else np.moveaxis(dx, -1, 1)
         return dx.astype(dy.dtype)
 

@@ -175,7 +175,6 @@ class _Kernels:
         self._store(ctx, attrs, total.reshape(n, oh, ow, channels * multiplier))
 
     def conv2d_backprop_input(self, ctx: OpKernelContext) -> None:
-        xp = self.xp
         attrs = window_attrs(ctx)
         f, dy = ctx.input(1), ctx.input(2)
         self._check4(ctx, dy, "out_backprop")
@@ -274,7 +273,7 @@ class _Kernels:
         xp = self.xp
         attrs, x, window = self._pool(ctx)
         n, h, w, c = (int(s) for s in x.shape)
-        oh, ow = window.output_hw
+        (oh, ow), (top, left) = window.output_hw, window.pad_before
         (kh, kw), (sh, sw) = attrs.ksize, attrs.strides
         padded = self._padded(x, window, _lowest(x.dtype))
         taps = [tap for _, tap in self._taps(padded, (kh, kw), attrs, (oh, ow))]
