@@ -55,7 +55,7 @@ PROJECT_NAME: Final = "kernloom"
 ENTRY_POINT_GROUP: Final = "kernloom"
 """The entry-point group plugins declare themselves in."""
 
-KERNLOOM_API_VERSION: Final = "1.9"
+KERNLOOM_API_VERSION: Final = "1.10"
 # 1.1: ``kernloom.plugin`` (the declared plugin surface), the array protocol on Device,
 # ProbedDeviceFactory, graph passes, device-independent kernels for every device type.
 # 1.2: whole-list attr constraints (``fused_ops`` forms: BIAS_FORMS, CONV_FORMS,
@@ -85,8 +85,9 @@ KERNLOOM_API_VERSION: Final = "1.9"
 # messages, for their kernels); non_max_suppression (NonMaxSuppressionV3's checks and
 # greedy selection, for every backend's kernel); Window (Window2D, kept as its alias) and
 # WindowAttrs cover the 3-D window ops too; WindowAttrs.pool_divisor (AvgPool's count of
-# real elements per window); NMS_TYPES, NMS_HOST_MEMORY (NonMaxSuppressionV3's kernels);
-# WindowAttrs.backprop_input_window (Conv3DBackpropInputV2's checks, for its kernels).
+# real elements per window); NMS_TYPES, NMS_HOST_MEMORY (NonMaxSuppressionV3's kernels).
+# 1.10: WindowAttrs.backprop_input_window (Conv3DBackpropInputV2's checks, for its
+# kernels); OUT_BY_KEYWORD (the ufuncs the compiled straight line passes ``out=`` to).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

@@ -87,7 +87,11 @@ from kernloom.framework.kernel_checks import (
 )
 from kernloom.framework.kernel_def import KernelDef, KernelDefBuilder
 from kernloom.framework.kernel_registry import KernelLibrary, NoKernelError
-from kernloom.framework.numpy_elementwise import NUMPY_ELEMENTWISE, OUT_BY_POSITION
+from kernloom.framework.numpy_elementwise import (
+    NUMPY_ELEMENTWISE,
+    OUT_BY_KEYWORD,
+    OUT_BY_POSITION,
+)
 from kernloom.framework.op_def import ArgDef, AttrDef, OpDef, OpDefBuilder, OpLibrary
 from kernloom.framework.op_kernel import (
     AsyncOpKernel,
@@ -176,6 +180,7 @@ __all__ = [
     "NMS_HOST_MEMORY",
     "NMS_TYPES",
     "NUMPY_ELEMENTWISE",
+    "OUT_BY_KEYWORD",
     "OUT_BY_POSITION",
     "RESIDUAL_FORMS",
     "AllocatorStats",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kernloom.plugin
 
-KERNLOOM_API = ">=1.9,<2"  # FusedInputs, spectral_checks (1.9)
+KERNLOOM_API = ">=1.10,<2"  # WindowAttrs.backprop_input_window (1.10)
 
 CPU_PRIORITY = 60
 """TensorFlow's ThreadPoolDeviceFactory priority; a GPU-compatible CPU factory uses 70."""

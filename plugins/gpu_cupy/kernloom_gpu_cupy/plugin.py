@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import kernloom.plugin
 
-KERNLOOM_API = ">=1.9,<2"  # bitcast_dims, spectral_checks (1.9)
+KERNLOOM_API = ">=1.10,<2"  # WindowAttrs.backprop_input_window (1.10)
 
 PLUGIN_NAME = "gpu_cupy"
 GPU_PRIORITY = 210
