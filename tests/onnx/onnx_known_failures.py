@@ -173,11 +173,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_quantizelinear_uint2",
         "test_quantizelinear_uint4",
     ],
-    "a rank unknown at import time (Squeeze without axes of a run-time batch): the "
-    "expanded 2-D AffineGrid squeezes theta's rows of shape [N, 1, 3], N read from size": [
-        "test_affine_grid_2d_align_corners_expanded",
-        "test_affine_grid_2d_expanded",
-    ],
     "sequences and optionals (also inside If/Loop): not converted yet": [
         "test_if_opt",
         "test_if_seq",
@@ -315,11 +310,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_resize_downsample_scales_linear_antialias",
         "test_resize_downsample_sizes_cubic_antialias",
         "test_resize_downsample_sizes_linear_antialias",
-    ],
-    "TensorScatter: no converter yet": [
-        "test_tensorscatter_3d",
-        "test_tensorscatter_circular",
-        "test_tensorscatter",
     ],
     "TreeEnsemble: no converter yet": [
         "test_ai_onnx_ml_tree_ensemble_set_membership",

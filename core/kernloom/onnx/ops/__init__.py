@@ -19,6 +19,7 @@ from kernloom.onnx.ops import (
     sampling,
     shape,
     spectral,
+    tensor_scatter,
     transformer,
     unique,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "sampling",
     "shape",
     "spectral",
+    "tensor_scatter",
     "transformer",
     "unique",
 ]
