@@ -305,12 +305,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_bernoulli_seed",
         "test_bernoulli_seed_expanded",
     ],
-    "OnnxImportError:  (Resize, opset 19): antialias=1 is not supported": [
-        "test_resize_downsample_scales_cubic_antialias",
-        "test_resize_downsample_scales_linear_antialias",
-        "test_resize_downsample_sizes_cubic_antialias",
-        "test_resize_downsample_sizes_linear_antialias",
-    ],
     "TreeEnsemble: no converter yet": [
         "test_ai_onnx_ml_tree_ensemble_set_membership",
         "test_ai_onnx_ml_tree_ensemble_single_tree",

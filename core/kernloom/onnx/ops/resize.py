@@ -9,6 +9,7 @@ run time: every step is a kernloom op.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._registry import converter
 from kernloom.onnx.ops._helpers import ints, rank_of, shape_of
+from kernloom.onnx.ops.resize_antialias import antialiased_axis, static_antialiased
 
 Result = Sequence[Tensor | None]
 F = d.float32
@@ -135,6 +137,7 @@ def _resize_axis(
     roi: tuple[Tensor, Tensor] | None,
     legacy_floor: bool,
     exact_len: Tensor | None = None,
+    antialias: bool = False,
 ) -> Tensor:
     ax = _Axis(ctx, x, axis)
     mode = str(node.attr("mode", "nearest"))
@@ -144,7 +147,9 @@ def _resize_axis(
         else str(node.attr("coordinate_transformation_mode", "half_pixel"))
     )
     coords = _source_coordinates(node, ax, out_len_i, scale, transform, roi, exact_len)
-    if mode == "nearest":
+    if antialias and mode in ("linear", "cubic"):
+        out = antialiased_axis(node, ctx, x, axis, rank, coords, ax.in_len_i, scale)
+    elif mode == "nearest":
         nearest = "floor" if legacy_floor else str(node.attr("nearest_mode", "round_prefer_floor"))
         if nearest == "round_prefer_floor":
             picked = ops.ceil(ops.sub(coords, ax.f(0.5)))
@@ -217,16 +222,21 @@ def _resize(
     sizes: Tensor | None,
     roi: Tensor | None,
     legacy_floor: bool,
+    known: tuple[Any, Any, Any] | None = None,
 ) -> Result:
+    """Resize x; ``known`` is (scales, sizes, roi) as numpy where known at import."""
     x = ctx.input(0)
     rank = rank_of(node, x)
-    if int(node.attr("antialias", 0)):
-        raise node.fail("antialias=1 is not supported")
     policy = str(node.attr("keep_aspect_ratio_policy", "stretch"))
     if policy not in ("stretch", "not_larger", "not_smaller"):
         raise node.fail(f"keep_aspect_ratio_policy={policy!r} is not supported")
     axes_attr = node.attr("axes")
     axes = list(range(rank)) if axes_attr is None else [a % rank for a in ints(axes_attr)]
+    antialias = bool(int(node.attr("antialias", 0))) and node.attr("mode") in ("linear", "cubic")
+    if antialias and known is not None:
+        constant_weights = static_antialiased(node, ctx, x, axes, *known)
+        if constant_weights is not None:
+            return [constant_weights]
     zero = ctx.const(np.int32(0))
     common: Tensor | None = None
     if sizes is not None and policy != "stretch":
@@ -272,6 +282,7 @@ def _resize(
             roi_pair,
             legacy_floor,
             exact,
+            antialias,
         )
     return [out]
 
@@ -296,7 +307,18 @@ def _resize_11(node: OnnxNode, ctx: ConversionContext) -> Result:
         raise node.fail("one of scales and sizes is required")
     transform = str(node.attr("coordinate_transformation_mode", "half_pixel"))
     roi = _present(ctx, 1) if transform == "tf_crop_and_resize" else None
-    return _resize(node, ctx, scales if sizes is None else None, sizes, roi, legacy_floor=False)
+    known = (
+        None if sizes is not None else _static(ctx, 2, scales),
+        _static(ctx, 3, sizes),
+        _static(ctx, 1, roi),
+    )
+    scales = scales if sizes is None else None
+    return _resize(node, ctx, scales, sizes, roi, legacy_floor=False, known=known)
+
+
+def _static(ctx: ConversionContext, index: int, present: Tensor | None) -> Any:
+    """Input ``index`` as numpy when it is present and known at import, else None."""
+    return None if present is None else ctx.static_input(index)
 
 
 @converter("Upsample", 9, 9, attrs=("mode",))
