@@ -232,7 +232,12 @@ def _resize(
         raise node.fail(f"keep_aspect_ratio_policy={policy!r} is not supported")
     axes_attr = node.attr("axes")
     axes = list(range(rank)) if axes_attr is None else [a % rank for a in ints(axes_attr)]
-    antialias = bool(int(node.attr("antialias", 0))) and node.attr("mode") in ("linear", "cubic")
+    antialias = bool(int(node.attr("antialias", 0)))
+    if antialias and node.attr("mode", "nearest") not in ("linear", "cubic"):
+        raise node.fail(
+            "antialias=1 widens the linear and cubic filters only; onnx's reference and "
+            "onnxruntime refuse it with mode 'nearest': set antialias=0"
+        )
     if antialias and known is not None:
         constant_weights = static_antialiased(node, ctx, x, axes, *known)
         if constant_weights is not None:

@@ -16,8 +16,8 @@ normalising). So one axis of the resize is a matrix ``W`` [out, in], and the out
   ``-P .. in + P`` with ``P`` the filter's reach, the taps past an edge folded onto it.
 
 Upsampling with ``antialias=1`` is plain linear or cubic interpolation (the filter is not
-narrowed); ``nearest`` ignores ``antialias``, as ONNX's specification says (onnx's
-reference refuses it).
+narrowed). ``nearest`` with ``antialias=1`` is refused at import, as onnx's reference and
+onnxruntime refuse it.
 
 Deliberate deviations from onnx's reference:
 
