@@ -16,7 +16,6 @@ import numpy as np
 
 import kernloom.dtypes as d
 from kernloom import ops
-from kernloom.graph.builder import apply_op, control_dependencies
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._registry import converter
@@ -223,46 +222,12 @@ def _squeeze(node: OnnxNode, ctx: ConversionContext, as_input: bool) -> Result:
         return [_runtime_squeeze(node, ctx, x)]
     axes = _axes(node, ctx, as_input)
     if axes is None:
-        return [_squeeze_every_one(node, ctx, x)]
+        # ONNX drops every dimension that is 1 when the graph runs: with a dimension
+        # unknown at import, so is the result's rank (onnx's own shape inference gives up
+        # there too). A batch of 1 at run time is squeezed like any other.
+        return [ops.squeeze(x)]
     rank = rank_of(node, x)
     return [ops.squeeze(x, squeeze_dims=sorted(axis_of(node, a, rank) for a in axes))]
-
-
-def _squeeze_every_one(node: OnnxNode, ctx: ConversionContext, x: Tensor) -> Tensor:
-    """Squeeze without axes: ONNX drops every dimension that is 1 when the graph runs.
-
-    The dimensions known to be 1 are dropped, the known others kept, so the result has a
-    rank known at import -- which the ops after it need (a Split of theta's rows in the
-    expanded AffineGrid). A dimension unknown at import is kept: the graph is built for it
-    not being 1, and an Assert naming this node fails when it is 1 at run time (ONNX would
-    drop it too, and the result's rank would differ from the one the graph was built for).
-    With the rank itself unknown, TensorFlow's Squeeze drops the 1s at run time, exactly as
-    ONNX, and the result's rank stays unknown.
-    """
-    if x.shape.rank is None:
-        return ops.squeeze(x)
-    dims = x.shape.as_list()
-    ones = [i for i, v in enumerate(dims) if v == 1]
-    unknown = [i for i, v in enumerate(dims) if v is None]
-    if unknown:
-        zero = ctx.const(np.int32(0))
-        sizes = ops.gather_v2(ops.shape(x, out_type=d.int64), ctx.int64s(unknown), zero)
-        not_one = ops.all(ops.not_equal(sizes, ctx.const(np.int64(1))), zero)
-        message = (
-            f"ONNX node {node.describe()}: Squeeze without axes of a {_dims_text(dims)} "
-            f"input, built for dimensions {unknown} not being 1, got a 1 there at run time "
-            "(ONNX would drop it too, changing the rank of the result): give Squeeze its "
-            "axes, or fix the input's shape in the model"
-        )
-        check = apply_op("Assert", [not_one, [sizes]], {"_message": message}, name="not_one")
-        assert not isinstance(check, tuple)  # an Assert has no outputs: its node
-        with control_dependencies([check]):
-            x = ops.identity(x)
-    return ops.squeeze(x, squeeze_dims=ones) if ones else ops.identity(x)
-
-
-def _dims_text(dims: Sequence[int | None]) -> str:
-    return "[" + ", ".join("?" if v is None else str(v) for v in dims) + "]"
 
 
 converter("Squeeze", 1, 11, attrs=("axes",))(functools.partial(_squeeze, as_input=False))
