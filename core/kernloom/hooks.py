@@ -87,7 +87,8 @@ KERNLOOM_API_VERSION: Final = "1.10"
 # WindowAttrs cover the 3-D window ops too; WindowAttrs.pool_divisor (AvgPool's count of
 # real elements per window); NMS_TYPES, NMS_HOST_MEMORY (NonMaxSuppressionV3's kernels).
 # 1.10: WindowAttrs.backprop_input_window (Conv3DBackpropInputV2's checks, for its
-# kernels); OUT_BY_KEYWORD (the ufuncs the compiled straight line passes ``out=`` to).
+# kernels) and WindowAttrs.gradient_canvas (the input gradient's canvas sizes);
+# OUT_BY_KEYWORD (the ufuncs the compiled straight line passes ``out=`` to).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

@@ -133,6 +133,26 @@ class WindowAttrs:
                     )
         return window
 
+    def gradient_canvas(
+        self, window: Window, kernel: Sequence[int], input_hw: Sequence[int]
+    ) -> list[int]:
+        """The spatial sizes of the canvas an input gradient is scattered onto: the padded
+        input, or as far as the last window reaches when that is further (a VALID window
+        that does not end on the input's last element); the kernels crop the padding off
+        it (``pad_before`` on, ``input_hw`` long)."""
+        return [
+            max((o - 1) * s + (k - 1) * dl + 1, before + size)
+            for o, s, k, dl, before, size in zip(
+                window.output_hw,
+                self.strides,
+                kernel,
+                self.dilations,
+                window.pad_before,
+                input_hw,
+                strict=True,
+            )
+        ]
+
     def pool_divisor(self, window: Window, input_hw: Sequence[int]) -> np.ndarray[Any, Any]:
         """How many real (unpadded) elements each output position's window covers, shape
         ``window.output_hw`` (int64): the divisor of TensorFlow's AvgPool, which never

@@ -224,13 +224,7 @@ def transpose_correlate(
     *kernel, _, out_depth = f.shape
     dtype = _compute_dtype(dy.dtype)
     out = window.output_hw
-    full = [
-        max((o - 1) * s + (k - 1) * dl + 1, before + size)
-        for o, s, k, dl, before, size in zip(
-            out, attrs.strides, kernel, attrs.dilations, window.pad_before, spatial, strict=True
-        )
-    ]
-    canvas = np.zeros((n, *full, c), dtype)
+    canvas = np.zeros((n, *attrs.gradient_canvas(window, kernel, spatial), c), dtype)
     if dy.size and f.size:
         product: Array = dy.astype(dtype, copy=False).reshape(-1, out_depth) @ (
             f.astype(dtype, copy=False).reshape(-1, out_depth).T

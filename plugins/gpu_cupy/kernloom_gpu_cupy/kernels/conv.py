@@ -211,13 +211,7 @@ class _Kernels:
         *kernel, _, out_depth = (int(s) for s in f.shape)
         dtype = _compute_dtype(dy.dtype)
         out = window.output_hw
-        full = [
-            max((o - 1) * s + (k - 1) * dl + 1, before + size)
-            for o, s, k, dl, before, size in zip(
-                out, attrs.strides, kernel, attrs.dilations, window.pad_before, spatial, strict=True
-            )
-        ]
-        canvas = xp.zeros((n, *full, c), dtype)
+        canvas = xp.zeros((n, *attrs.gradient_canvas(window, kernel, spatial), c), dtype)
         if dy.size and f.size:
             taps = xp.matmul(
                 dy.astype(dtype, copy=False).reshape(-1, out_depth),
