@@ -311,10 +311,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_bernoulli_seed",
         "test_bernoulli_seed_expanded",
     ],
-    "TreeEnsemble: no converter yet": [
-        "test_ai_onnx_ml_tree_ensemble_set_membership",
-        "test_ai_onnx_ml_tree_ensemble_single_tree",
-    ],
     "string tensors: kernloom has no string dtype": [
         "test_equal_string_broadcast",
         "test_equal_string",
@@ -322,11 +318,5 @@ KNOWN_FAILURES: dict[str, list[str]] = {
     "optional and sequence values: kernloom graphs carry tensors only": [
         "test_identity_opt",
         "test_identity_sequence",
-    ],
-    "ArrayFeatureExtractor: no converter yet": [
-        "test_ai_onnx_ml_array_feature_extractor",
-    ],
-    "Binarizer: no converter yet": [
-        "test_ai_onnx_ml_binarizer",
     ],
 }
