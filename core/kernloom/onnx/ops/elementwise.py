@@ -13,6 +13,7 @@ import numpy as np
 
 import kernloom.dtypes as d
 from kernloom import ops
+from kernloom.graph.builder import apply_op, control_dependencies
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._dtypes import kernloom_dtype
@@ -298,13 +299,44 @@ def _cast_like(node: OnnxNode, ctx: ConversionContext) -> Result:
 
 @converter("Dropout", 7, attrs=("ratio", "seed", "is_test"))
 def _dropout(node: OnnxNode, ctx: ConversionContext) -> Result:
-    """Inference: Dropout is the identity (training_mode, where given, must be false)."""
-    training = ctx.static_input(2)
-    if ctx.has_input(2) and (training is None or bool(np.asarray(training).item())):
-        raise node.fail("training_mode must be a constant false: only inference is supported")
+    """Dropout where its result is deterministic: the identity (and a mask all true) in
+    inference, and in training mode with a ratio of 0. A training_mode or ratio known only
+    at run time is checked there: a random dropout (training with a ratio above 0) fails
+    naming the node, since kernloom has no random ops."""
     x = ctx.input(0)
     mask = ops.cast(ops.ones_like(x), DstT=d.bool_) if len(node.outputs) > 1 else None
-    return [ops.identity(x), mask]
+    if not ctx.has_input(2):
+        return [ops.identity(x), mask]
+    training = ctx.static_input(2)
+    ratio = ctx.static_input(1) if ctx.has_input(1) else np.float32(0.5)
+    if training is not None and not bool(np.asarray(training).item()):
+        return [ops.identity(x), mask]
+    if training is not None and ratio is not None:
+        if float(np.asarray(ratio).item()) != 0.0:
+            raise node.fail(
+                "training_mode is true with a ratio above 0: a random dropout is not "
+                "supported (kernloom has no random ops); give training_mode false or ratio 0"
+            )
+        return [ops.identity(x), mask]
+    # Decided at run time: pass x through once not (training and ratio != 0) holds.
+    train = ops.reshape(ctx.input(2), ctx.int32s([]))
+    rate = ctx.input(1) if ctx.has_input(1) else ctx.const(np.float32(0.5))
+    random = ops.logical_and(
+        train, ops.not_equal(ops.reshape(rate, ctx.int32s([])), ctx.const_like(0, rate))
+    )
+    message = (
+        f"ONNX node {node.describe()}: training_mode is true with a ratio above 0 at run "
+        "time: a random dropout is not supported (kernloom has no random ops); feed "
+        "training_mode false or ratio 0"
+    )
+    check = apply_op(
+        "Assert", [ops.logical_not(random), [train]], {"_message": message}, name="random"
+    )
+    with control_dependencies([check]):
+        y = ops.identity(x)
+        if mask is not None:
+            mask = ops.identity(mask)
+    return [y, mask]
 
 
 def _half(ctx: ConversionContext, x: Tensor) -> Tensor:

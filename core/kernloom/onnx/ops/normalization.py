@@ -23,10 +23,53 @@ def _channel_shaped(ctx: ConversionContext, v: Tensor, rank: int) -> Tensor:
     return ops.reshape(v, ctx.int64s([-1] + [1] * (rank - 2)))
 
 
+def _batch_norm_training(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """training_mode=1 (opset 14 on): normalised by the batch's statistics over every axis
+    but the channels (1), the variance a population one; the running statistics are
+    ``input * momentum + batch * (1 - momentum)``, as onnx's reference computes them. They
+    keep the dtype of the given mean and variance (the schema's U; onnx's reference casts
+    them to X's, which differs only where the two dtypes do)."""
+    x, scale, offset, mean, var = (ctx.input(i) for i in range(5))
+    rank = rank_of(node, x, "input X")
+    if rank < 2:
+        raise node.fail(f"input X must have a channel axis (rank 2 or more), not rank {rank}")
+    epsilon = float(node.attr("epsilon", 1e-5))
+    momentum = float(node.attr("momentum", 0.9))
+    axes = ctx.int32s([0, *range(2, rank)])
+    batch_mean = ops.mean(x, axes, keep_dims=True)
+    centered = ops.sub(x, batch_mean)
+    batch_var = ops.mean(ops.square(centered), axes, keep_dims=True)
+    scale, offset = (
+        _channel_shaped(ctx, ops.cast(t, DstT=x.dtype) if t.dtype != x.dtype else t, rank)
+        for t in (scale, offset)
+    )
+    root = ops.sqrt(ops.add_v2(batch_var, ctx.const_like(epsilon, x)))
+    y = ops.add_v2(ops.real_div(ops.mul(scale, centered), root), offset)
+    outputs: list[Tensor | None] = [y]
+    for running, batch in ((mean, batch_mean), (var, batch_var)):
+        if len(outputs) == len(node.outputs):
+            break
+        flat = ops.reshape(batch, ctx.int64s([-1]))
+        if flat.dtype != running.dtype:
+            flat = ops.cast(flat, DstT=running.dtype)
+        outputs.append(
+            ops.add_v2(
+                ops.mul(running, ctx.const_like(momentum, running)),
+                ops.mul(flat, ctx.const_like(1 - momentum, running)),
+            )
+        )
+    return outputs
+
+
 @converter("BatchNormalization", 7, attrs=("epsilon", "momentum", "spatial", "training_mode"))
 def _batch_norm(node: OnnxNode, ctx: ConversionContext) -> Result:
-    if int(node.attr("training_mode", 0)) or len([o for o in node.outputs if o]) > 1:
-        raise node.fail("training mode (running mean and variance outputs) is not supported")
+    if int(node.attr("training_mode", 0)):
+        return _batch_norm_training(node, ctx)
+    if len([o for o in node.outputs if o]) > 1:
+        raise node.fail(
+            "the running mean and variance outputs are given only in training mode "
+            "(training_mode=1, opset 14 on)"
+        )
     if int(node.attr("spatial", 1)) != 1:
         raise node.fail("spatial=0 is not supported")
     x, scale, offset, mean, var = (ctx.input(i) for i in range(5))
