@@ -332,6 +332,7 @@ def _dropout(node: OnnxNode, ctx: ConversionContext) -> Result:
     check = apply_op(
         "Assert", [ops.logical_not(random), [train]], {"_message": message}, name="random"
     )
+    assert not isinstance(check, tuple)  # an Assert has no outputs: its node
     with control_dependencies([check]):
         y = ops.identity(x)
         if mask is not None:
