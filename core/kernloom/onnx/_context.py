@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,6 +13,7 @@ from kernloom.dtypes import DType, as_dtype
 from kernloom.graph.builder import constant
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
+from kernloom.onnx._values import OnnxOptional, OnnxSequence, Value, describe_value
 from kernloom.onnx.errors import OnnxImportError, outputs_note
 
 __all__ = ["ConversionContext", "OnnxNode", "attribute_value"]
@@ -73,13 +74,25 @@ class ConversionContext:
     written by hand would have. A value computed at run time stays a tensor.
     """
 
-    __slots__ = ("defaults", "graph", "node", "opsets", "pinned", "static", "values")
+    __slots__ = (
+        "containers",
+        "defaults",
+        "graph",
+        "node",
+        "opsets",
+        "pinned",
+        "static",
+        "values",
+    )
 
     def __init__(self, graph: Graph, opsets: dict[str, int] | None = None) -> None:
         self.graph = graph
         self.opsets: dict[str, int] = opsets if opsets is not None else {"": 1}
         """The model's opset per domain (``""`` is ai.onnx): subgraph nodes use them too."""
         self.values: dict[str, Tensor] = {}
+        self.containers: dict[str, OnnxSequence | OnnxOptional] = {}
+        """The ONNX values that are sequences or optionals (``kernloom.onnx._values``):
+        resolved at import, never in the graph; ``values`` holds the tensors."""
         self.static: dict[str, np.ndarray[Any, Any]] = {}
         self.defaults: dict[str, np.ndarray[Any, Any]] = {}
         """Initializers that are graph inputs too (a feed may replace them): not known at
@@ -89,14 +102,22 @@ class ConversionContext:
         importer converts the model again with them as constants."""
         self.node: OnnxNode | None = None
 
-    def child(self, bound: dict[str, Tensor]) -> ConversionContext:
+    def child(
+        self,
+        bound: Mapping[str, Value],
+        known: Mapping[str, np.ndarray[Any, Any]] | None = None,
+    ) -> ConversionContext:
         """A context for a subgraph (an If branch, a Loop body): it sees every value of
         this scope by name (ONNX's outer-scope references) except those ``bound`` shadows
-        (the subgraph's own inputs), and what it adds stays its own. What a converter
-        pins is still recorded for the whole import."""
+        (the subgraph's own inputs, tensors or sequences), and what it adds stays its own.
+        ``known``: the values of bound tensors known at import (an unrolled Loop's
+        iteration number). What a converter pins is still recorded for the whole import."""
         inner = ConversionContext(self.graph, self.opsets)
-        inner.values = {**self.values, **bound}
+        inner.values = {k: v for k, v in self.values.items() if k not in bound}
+        inner.containers = {k: v for k, v in self.containers.items() if k not in bound}
+        inner.set_values(bound)
         inner.static = {k: v for k, v in self.static.items() if k not in bound}
+        inner.static.update(known or {})
         inner.defaults = {k: v for k, v in self.defaults.items() if k not in bound}
         inner.pinned = self.pinned
         return inner
@@ -107,6 +128,40 @@ class ConversionContext:
         assert self.node is not None
         return self.node
 
+    def set_values(self, values: Mapping[str, Value]) -> None:
+        """Record ONNX values by name: tensors in ``values``, sequences and optionals in
+        ``containers``."""
+        for name, value in values.items():
+            if isinstance(value, OnnxSequence | OnnxOptional):
+                self.containers[name] = value
+            else:
+                self.values[name] = value
+
+    def lookup(self, name: str) -> Value:
+        """The value of an ONNX name, whatever its kind."""
+        found = self.containers.get(name)
+        return found if found is not None else self.values[name]
+
+    def knows(self, name: str) -> bool:
+        return name in self.values or name in self.containers
+
+    def value(self, index: int) -> Value:
+        """Input ``index`` whatever its kind: a tensor, a sequence or an optional."""
+        node = self._node()
+        if not self.has_input(index):
+            raise node.fail(f"input {index} is required")
+        return self.lookup(node.inputs[index])
+
+    def sequence(self, index: int) -> OnnxSequence:
+        """Input ``index``, which must be a sequence."""
+        value = self.value(index)
+        if not isinstance(value, OnnxSequence):
+            name = self._node().inputs[index]
+            raise self._node().fail(
+                f"input {index} ({name!r}) is {describe_value(value)}; it must be a sequence"
+            )
+        return value
+
     def has_input(self, index: int) -> bool:
         inputs = self._node().inputs
         return index < len(inputs) and inputs[index] != ""
@@ -115,7 +170,14 @@ class ConversionContext:
         node = self._node()
         if not self.has_input(index):
             raise node.fail(f"input {index} is required")
-        return self.values[node.inputs[index]]
+        name = node.inputs[index]
+        container = self.containers.get(name)
+        if container is not None:
+            raise node.fail(
+                f"input {index} ({name!r}) is {describe_value(container)}; this op takes a "
+                "tensor (OptionalGetElement or SequenceAt takes a tensor out of one)"
+            )
+        return self.values[name]
 
     def optional(self, index: int) -> Tensor | None:
         return self.input(index) if self.has_input(index) else None

@@ -62,7 +62,7 @@ def convert_node(ctx: ConversionContext, node: OnnxNode, producers: dict[str, On
     found = REGISTRY.lookup(node.op_type, node.opset, node.domain)
     assert found is not None  # the importer's checks saw every node, nested ones too
     for name in node.inputs:
-        if name and name not in ctx.values:
+        if name and not ctx.knows(name):
             later = producers.get(name)
             if later is not None:
                 raise node.fail(
@@ -87,7 +87,7 @@ def convert_node(ctx: ConversionContext, node: OnnxNode, producers: dict[str, On
             continue
         if index >= len(results) or results[index] is None:
             raise node.fail(f"output {index} ({name!r}) is not supported")
-        tensor = results[index]
-        assert tensor is not None
-        ctx.values[name] = tensor
+        value = results[index]
+        assert value is not None
+        ctx.set_values({name: value})
     ctx.node = None

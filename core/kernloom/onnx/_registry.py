@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import onnx
 import onnx.defs
@@ -20,6 +20,7 @@ import onnx.defs
 if TYPE_CHECKING:
     from kernloom.graph.tensor import Tensor
     from kernloom.onnx._context import ConversionContext, OnnxNode
+    from kernloom.onnx._values import OnnxOptional, OnnxSequence
 
 __all__ = [
     "REGISTRY",
@@ -30,8 +31,11 @@ __all__ = [
     "schema_versions",
 ]
 
-ConverterFn = Callable[["OnnxNode", "ConversionContext"], "Sequence[Tensor | None]"]
-"""Builds the kernloom ops of one ONNX node; returns one tensor per ONNX output."""
+ConverterFn = Callable[
+    ["OnnxNode", "ConversionContext"], "Sequence[Tensor | OnnxSequence | OnnxOptional | None]"
+]
+"""Builds the kernloom ops of one ONNX node; returns one value per ONNX output (a tensor,
+or a sequence or optional resolved at import: ``kernloom.onnx._values``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,8 @@ class ConverterRegistry:
 
 REGISTRY: Final = ConverterRegistry()
 
+_Fn = TypeVar("_Fn", bound=ConverterFn)
+
 
 @functools.cache
 def _schema_versions() -> dict[tuple[str, str], tuple[int, ...]]:
@@ -115,7 +121,7 @@ def converter(
     *,
     attrs: Iterable[str] = (),
     domain: str = "",
-) -> Callable[[ConverterFn], ConverterFn]:
+) -> Callable[[_Fn], _Fn]:
     """Register the decorated function for every schema version of ``op_type`` from
     ``first`` to ``last`` (inclusive; None: the newest onnx knows). A version where the
     op's meaning changed gets its own converter (``last`` ends the older one)."""
@@ -123,7 +129,7 @@ def converter(
     if not versions:
         raise ValueError(f"onnx has no schema of {op_type!r} between {first} and {last}")
 
-    def decorate(fn: ConverterFn) -> ConverterFn:
+    def decorate(fn: _Fn) -> _Fn:
         REGISTRY.register(op_type, versions, fn, attrs=attrs, domain=domain)
         return fn
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,13 +26,24 @@ from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._convert import convert_nodes, graph_nodes, node_name, with_subgraph_nodes
 from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import REGISTRY
+from kernloom.onnx._values import (
+    FeedLayout,
+    OnnxOptional,
+    OnnxSequence,
+    Value,
+    flatten,
+    is_container_type,
+    rebuild,
+)
 from kernloom.onnx.errors import OnnxImportError, Unsupported, UnsupportedOnnxError
 from kernloom.ops import identity, placeholder_with_default
 from kernloom.shapes import TensorShape
 
 __all__ = [
     "ImportedModel",
+    "flat_names",
     "import_model",
+    "import_model_values",
     "load_model",
     "overridable_initializers",
     "pinned_initializers",
@@ -205,7 +217,10 @@ def overridable_initializers(proto: onnx.ModelProto) -> set[str]:
 
 
 def import_model(
-    model: onnx.ModelProto | str | os.PathLike[str] | bytes, *, source: str | None = None
+    model: onnx.ModelProto | str | os.PathLike[str] | bytes,
+    *,
+    source: str | None = None,
+    layouts: Mapping[str, FeedLayout] | None = None,
 ) -> ImportedModel:
     """Build a kernloom graph from an ONNX model (a ModelProto, a file path or bytes).
 
@@ -216,16 +231,33 @@ def import_model(
     constant and not an input (``pinned_initializers``), as the model converts again.
     An unsupported op or attribute fails here, naming every such node at once; an error
     names the model's file (``source``, or ``model`` when it is a path).
+
+    A sequence or optional input needs its ``layouts`` entry (``FeedLayout``: its length,
+    whether the optional holds a value), since kernloom resolves those at import; its
+    tensors, and those of a sequence or optional output, are keyed ``name[i]`` (a
+    sequence's i-th tensor) or ``name`` (an optional's tensor) -- ``flat_names``.
     """
+    return import_model_values(model, source=source, layouts=layouts)[0]
+
+
+def import_model_values(
+    model: onnx.ModelProto | str | os.PathLike[str] | bytes,
+    *,
+    source: str | None = None,
+    layouts: Mapping[str, FeedLayout] | None = None,
+) -> tuple[ImportedModel, dict[str, Value]]:
+    """``import_model``, and the sequence and optional graph inputs and outputs by ONNX
+    name, made of the tensors ``ImportedModel`` holds (what ``InferenceSession`` feeds
+    and returns them from)."""
     if source is None and isinstance(model, str | os.PathLike):
         source = os.fspath(model)
     try:
         proto = load_model(model)
         constants: frozenset[str] = frozenset()
         while True:
-            imported, pinned = _import(proto, constants)
+            imported, pinned, containers = _import(proto, constants, dict(layouts or {}))
             if pinned <= constants:
-                return imported
+                return imported, containers
             constants |= pinned  # needed at import: constants, as if not listed as inputs
     except OnnxImportError as exc:
         if source is not None and exc.args and isinstance(exc.args[0], str):
@@ -233,11 +265,67 @@ def import_model(
         raise
 
 
+def flat_names(name: str, value: Value) -> list[str]:
+    """The keys of the tensors of ONNX value ``name`` in ``ImportedModel``'s inputs and
+    outputs: ``name`` for a tensor (or an optional's), ``name[i]`` for a sequence's."""
+    if isinstance(value, OnnxSequence):
+        return [f"{name}[{i}]" for i in range(len(value.items))]
+    if isinstance(value, OnnxOptional):
+        return [] if value.element is None else flat_names(name, value.element)
+    return [name]
+
+
+def _tensor_input(graph: Graph, value_type: onnx.TypeProto, name: str, where: str) -> Tensor:
+    if value_type.WhichOneof("value") != "tensor_type":
+        raise OnnxImportError(
+            f"{where} is not a tensor: nested sequences and optionals are not supported"
+        )
+    dtype = kernloom_dtype(value_type.tensor_type.elem_type, where)
+    info = onnx.ValueInfoProto(type=value_type)
+    return placeholder(dtype, _input_shape(info), name=value_name(graph, name, "input"))
+
+
+def _container_input(graph: Graph, value: onnx.ValueInfoProto, layout: FeedLayout | None) -> Value:
+    """The placeholders of a sequence or optional graph input, as its ``layout`` says."""
+    kind = value.type.WhichOneof("value")
+    what = "a sequence" if kind == "sequence_type" else "an optional"
+    if layout is None:
+        raise OnnxImportError(
+            f"graph input {value.name!r} is {what}, which kernloom resolves at import: pass "
+            f"layouts={{{value.name!r}: FeedLayout(...)}} (its length, whether it holds a "
+            "value) to import_model; kernloom.onnx.InferenceSession does so from the feed "
+            "of each run"
+        )
+    value_type = value.type
+    if kind == "optional_type":
+        if not layout.present:
+            return OnnxOptional(None)
+        value_type = value.type.optional_type.elem_type
+        if value_type.WhichOneof("value") == "tensor_type":
+            where = f"graph input {value.name!r}"
+            return OnnxOptional(_tensor_input(graph, value_type, value.name, where))
+    if value_type.WhichOneof("value") != "sequence_type":
+        raise OnnxImportError(f"graph input {value.name!r}: its type is not supported")
+    if layout.length is None:
+        raise OnnxImportError(
+            f"graph input {value.name!r} holds a sequence: its FeedLayout needs the length"
+        )
+    elem = value_type.sequence_type.elem_type
+    where = f"graph input {value.name!r}'s elements"
+    items = tuple(
+        _tensor_input(graph, elem, f"{value.name}.{i}", where) for i in range(layout.length)
+    )
+    dtype = kernloom_dtype(elem.tensor_type.elem_type, where)
+    sequence = OnnxSequence(items, dtype)
+    return OnnxOptional(sequence) if kind == "optional_type" else sequence
+
+
 def _import(
-    proto: onnx.ModelProto, constants: frozenset[str]
-) -> tuple[ImportedModel, frozenset[str]]:
+    proto: onnx.ModelProto, constants: frozenset[str], layouts: dict[str, FeedLayout]
+) -> tuple[ImportedModel, frozenset[str], dict[str, Value]]:
     """The model converted with the overridable initializers in ``constants`` taken as
-    constants, and the overridable ones a converter needed the value of."""
+    constants, the overridable ones a converter needed the value of, and the sequence
+    and optional inputs and outputs."""
     opsets = _opsets(proto)
     nodes = _nodes(proto, opsets)
     problems = _problems(nodes, opsets)
@@ -257,6 +345,7 @@ def _import(
     overridable = overridable_initializers(proto) - constants
     defaults: dict[str, Tensor] = {}
     inputs: dict[str, Tensor] = {}
+    containers: dict[str, Value] = {}
     with graph.as_default():
         for init in proto.graph.initializer:
             array: np.ndarray[Any, Any] = numpy_helper.to_array(init)
@@ -273,6 +362,13 @@ def _import(
         for value in proto.graph.input:
             if value.name in initializers and value.name not in overridable:
                 continue
+            if is_container_type(value.type):
+                container = _container_input(graph, value, layouts.get(value.name))
+                ctx.set_values({value.name: container})
+                containers[value.name] = container
+                flat = zip(flat_names(value.name, container), flatten(container), strict=True)
+                inputs.update(flat)
+                continue
             dtype = kernloom_dtype(value.type.tensor_type.elem_type, f"graph input {value.name!r}")
             name = value_name(graph, value.name, "input")
             if value.name in defaults:
@@ -288,6 +384,16 @@ def _import(
         convert_nodes(ctx, nodes)
         outputs: dict[str, Tensor] = {}
         for value in proto.graph.output:
+            if value.name in ctx.containers:
+                produced_value = ctx.containers[value.name]
+                keys = flat_names(value.name, produced_value)
+                named = [
+                    identity(t, name=value_name(graph, key, "output"))
+                    for key, t in zip(keys, flatten(produced_value), strict=True)
+                ]
+                outputs.update(zip(keys, named, strict=True))
+                containers[value.name] = rebuild(produced_value, iter(named))
+                continue
             if value.name not in ctx.values:
                 raise OnnxImportError(
                     f"graph output {value.name!r} is produced by no node and is neither a "
@@ -300,4 +406,4 @@ def _import(
             outputs[value.name] = (
                 produced if produced.node.name == name else identity(produced, name=name)
             )
-    return ImportedModel(graph, inputs, outputs), frozenset(ctx.pinned)
+    return ImportedModel(graph, inputs, outputs), frozenset(ctx.pinned), containers

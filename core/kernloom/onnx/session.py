@@ -19,11 +19,22 @@ import numpy as np
 import onnx
 
 from kernloom.errors import KernloomError, Setting, python_spelling
+from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._dtypes import onnx_type_name
+from kernloom.onnx._values import (
+    FeedLayout,
+    OnnxOptional,
+    OnnxSequence,
+    Value,
+    flatten,
+    is_container_type,
+)
 from kernloom.onnx.errors import OnnxImportError
 from kernloom.onnx.importer import (
-    import_model,
+    ImportedModel,
+    flat_names,
+    import_model_values,
     load_model,
     overridable_initializers,
     pinned_initializers,
@@ -71,6 +82,17 @@ _TYPE_NAMES = {
 }
 
 
+def _type_name(value_type: onnx.TypeProto) -> str:
+    """``tensor(float)``, ``seq(tensor(float))``, ``optional(...)`` as onnxruntime spells it."""
+    kind = value_type.WhichOneof("value")
+    if kind == "sequence_type":
+        return f"seq({_type_name(value_type.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_name(value_type.optional_type.elem_type)})"
+    name = onnx_type_name(value_type.tensor_type.elem_type)
+    return f"tensor({_TYPE_NAMES.get(name, name.lower())})"
+
+
 def _node_arg(value: onnx.ValueInfoProto) -> NodeArg:
     tensor_type = value.type.tensor_type
     shape: list[int | str | None] = []
@@ -81,8 +103,58 @@ def _node_arg(value: onnx.ValueInfoProto) -> NodeArg:
             shape.append(dim.dim_param)
         else:
             shape.append(None)
-    name = onnx_type_name(tensor_type.elem_type)
-    return NodeArg(value.name, shape, f"tensor({_TYPE_NAMES.get(name, name.lower())})")
+    return NodeArg(value.name, shape, _type_name(value.type))
+
+
+@dataclass(frozen=True, slots=True)
+class _Variant:
+    """The model imported for one layout of its sequence and optional feeds."""
+
+    imported: ImportedModel
+    containers: dict[str, Value]
+    session: Session
+
+
+def _layout(name: str, value_type: onnx.TypeProto, fed: Any) -> FeedLayout:
+    """What the import needs to know of a fed sequence or optional: ``fed`` a list of
+    arrays for a sequence, None for an empty optional."""
+    kind = value_type.WhichOneof("value")
+    if kind == "optional_type":
+        if fed is None:
+            return FeedLayout(present=False)
+        value_type = value_type.optional_type.elem_type
+        if value_type.WhichOneof("value") == "tensor_type":
+            return FeedLayout()
+    if not isinstance(fed, list | tuple):
+        raise OnnxImportError(
+            f"input {name!r} is a sequence ({_type_name(value_type)}): feed a list of arrays, "
+            f"input_feed={{{name!r}: [np.asarray(...), ...]}}; got {type(fed).__name__}"
+        )
+    return FeedLayout(length=len(fed))
+
+
+def _fed_arrays(value: Value, fed: Any) -> list[Any]:
+    """The arrays of a fed sequence or optional, in the order of ``flatten(value)``."""
+    if isinstance(value, OnnxOptional):
+        return [] if value.element is None else _fed_arrays(value.element, fed)
+    if isinstance(value, OnnxSequence):
+        return list(fed)
+    return [fed]
+
+
+def _returned(value: Value, arrays: Any) -> Any:
+    """A sequence or optional output as onnxruntime returns it: a list of arrays, an
+    array, or None for an empty optional."""
+    if isinstance(value, OnnxOptional):
+        return None if value.element is None else _returned(value.element, arrays)
+    if isinstance(value, OnnxSequence):
+        return [np.asarray(next(arrays)) for _ in value.items]
+    return np.asarray(next(arrays))
+
+
+def _close_all(variants: dict[Any, _Variant]) -> None:
+    for variant in variants.values():
+        variant.session.close()
 
 
 def session_config(sess_options: Any = None, config: SessionConfig | None = None) -> SessionConfig:
@@ -132,28 +204,75 @@ class InferenceSession:
         registry: Registry | None = None,
         **kwargs: Any,
     ) -> None:
-        source = os.fspath(path_or_bytes) if isinstance(path_or_bytes, str | os.PathLike) else None
+        self._source = (
+            os.fspath(path_or_bytes) if isinstance(path_or_bytes, str | os.PathLike) else None
+        )
         self._model = load_model(path_or_bytes)
-        imported = import_model(self._model, source=source)
-        self.graph = imported.graph
-        self._inputs = imported.inputs
-        self._outputs = imported.outputs
+        self._config = session_config(sess_options, config)
+        self._registry = registry
         initializers = {init.name for init in self._model.graph.initializer}
-        # As onnxruntime: get_inputs() lists the inputs that must be fed; an initializer
-        # listed as an input too may be fed (it overrides the initializer) but need not be.
-        self._pinned = pinned_initializers(self._model, imported)
-        self._overridable = overridable_initializers(self._model) - self._pinned
+        self._container_types = {
+            v.name: v.type for v in self._model.graph.input if is_container_type(v.type)
+        }
+        """Sequence and optional inputs: the model is imported per layout of their feeds
+        (kernloom resolves them at import), at the first run that gives each layout."""
         self._input_args = [
             _node_arg(v) for v in self._model.graph.input if v.name not in initializers
         ]
+        self._output_args = [_node_arg(v) for v in self._model.graph.output]
+        self._variants: dict[tuple[tuple[str, FeedLayout], ...], _Variant] = {}
+        # The kernloom sessions' thread pools end with this object (or at close()), as an
+        # onnxruntime session's do: code written for onnxruntime never closes sessions.
+        self._finalizer = weakref.finalize(self, _close_all, self._variants)
+        self._latest: _Variant | None = None
+        if not self._container_types:
+            self._latest = self._variant(())
+        # As onnxruntime: get_inputs() lists the inputs that must be fed; an initializer
+        # listed as an input too may be fed (it overrides the initializer) but need not be.
+        # Which are pinned does not depend on the layout of sequence feeds: a converter
+        # reads an initializer's value the same way for every length.
+        probe = self._latest.imported if self._latest is not None else None
+        self._pinned = set() if probe is None else pinned_initializers(self._model, probe)
+        self._overridable = overridable_initializers(self._model) - self._pinned
         self._overridable_args = [
             _node_arg(v) for v in self._model.graph.input if v.name in self._overridable
         ]
-        self._output_args = [_node_arg(v) for v in self._model.graph.output]
-        self.session = Session(self.graph, session_config(sess_options, config), registry=registry)
-        # The kernloom session's thread pools end with this object (or at close()), as an
-        # onnxruntime session's do: code written for onnxruntime never closes sessions.
-        self._finalizer = weakref.finalize(self, self.session.close)
+
+    def _variant(self, key: tuple[tuple[str, FeedLayout], ...]) -> _Variant:
+        """The model imported for the layout ``key`` of its sequence and optional feeds."""
+        found = self._variants.get(key)
+        if found is None:
+            imported, containers = import_model_values(
+                self._model, source=self._source, layouts=dict(key)
+            )
+            session = Session(imported.graph, self._config, registry=self._registry)
+            found = _Variant(imported, containers, session)
+            self._variants[key] = found
+            if self._container_types:
+                self._pinned = pinned_initializers(self._model, imported)
+                self._overridable = overridable_initializers(self._model) - self._pinned
+        self._latest = found
+        return found
+
+    def _current(self) -> _Variant:
+        if self._latest is None:
+            raise OnnxImportError(
+                f"the model takes sequence or optional inputs ({sorted(self._container_types)}), "
+                "which kernloom resolves at import: it is imported at the first run() that "
+                "feeds them, for the lengths fed; call run() first"
+            )
+        return self._latest
+
+    @property
+    def graph(self) -> Graph:
+        """The kernloom graph (of the latest run's feed layout, for a model with sequence
+        or optional inputs)."""
+        return self._current().imported.graph
+
+    @property
+    def session(self) -> Session:
+        """The kernloom session that runs ``graph``."""
+        return self._current().session
 
     def close(self) -> None:
         """End the session's threads now; ``run`` fails afterwards."""
@@ -178,12 +297,12 @@ class InferenceSession:
     @property
     def input_tensors(self) -> dict[str, Tensor]:
         """The graph's placeholders by ONNX input name (to run ``self.session`` directly)."""
-        return dict(self._inputs)
+        return dict(self._current().imported.inputs)
 
     @property
     def output_tensors(self) -> dict[str, Tensor]:
         """The graph's output tensors by ONNX output name."""
-        return dict(self._outputs)
+        return dict(self._current().imported.outputs)
 
     def get_providers(self) -> list[str]:
         return ["KernloomExecutionProvider"]
@@ -193,14 +312,25 @@ class InferenceSession:
         output_names: Sequence[str] | None,
         input_feed: Mapping[str, Any],
         run_options: Any = None,
-    ) -> list[np.ndarray[Any, Any]]:
-        """The named outputs (all when ``output_names`` is None or empty), in order."""
-        names = list(output_names) if output_names else list(self._outputs)
-        unknown = [n for n in names if n not in self._outputs]
+    ) -> list[Any]:
+        """The named outputs (all when ``output_names`` is None or empty), in order: an
+        array each, a list of arrays for a sequence, None for an empty optional."""
+        declared = [arg.name for arg in self._output_args]
+        names = list(output_names) if output_names else declared
+        unknown = [n for n in names if n not in declared]
         if unknown:
             raise OnnxImportError(
-                f"output(s) {unknown} are not outputs of the model (outputs: {list(self._outputs)})"
+                f"output(s) {unknown} are not outputs of the model (outputs: {declared})"
             )
+        missing = [n for n in self._container_types if n not in input_feed]
+        if missing:
+            raise OnnxImportError(
+                f"input(s) {missing} must be fed (a list of arrays for a sequence, None "
+                "for an empty optional)"
+            )
+        key = tuple((n, _layout(n, t, input_feed[n])) for n, t in self._container_types.items())
+        variant = self._variant(key)
+        inputs = variant.imported.inputs
         pinned = sorted(n for n in input_feed if n in self._pinned)
         if pinned:
             raise OnnxImportError(
@@ -209,23 +339,47 @@ class InferenceSession:
                 "here and a feed cannot replace them: leave them out of input_feed (onnxruntime "
                 "would take the feed)"
             )
-        extra = [n for n in input_feed if n not in self._inputs]
+        feeds: dict[Tensor, Any] = {}
+        for name, fed in input_feed.items():
+            container = variant.containers.get(name)
+            if container is not None:
+                feeds.update(zip(flatten(container), _fed_arrays(container, fed), strict=True))
+            elif name in inputs:
+                feeds[inputs[name]] = fed
+        extra = [n for n in input_feed if n not in inputs and n not in variant.containers]
         if extra:
             raise OnnxImportError(
-                f"input(s) {extra} are not inputs of the model (inputs: {list(self._inputs)})"
+                f"input(s) {extra} are not inputs of the model (inputs: {list(inputs)})"
             )
-        missing = [n for n in self._inputs if n not in input_feed and n not in self._overridable]
+        missing = [n for n in inputs if n not in input_feed and n not in self._overridable]
+        missing = [
+            n
+            for n in missing
+            if not any(n in flat_names(c, v) for c, v in variant.containers.items())
+        ]
         if missing:
             raise OnnxImportError(f"input(s) {missing} must be fed")
-        feeds = {self._inputs[n]: v for n, v in input_feed.items()}
+        fetches: list[Tensor] = []
+        for name in names:
+            container = variant.containers.get(name)
+            fetches.extend(
+                flatten(container) if container is not None else [variant.imported.outputs[name]]
+            )
         try:
-            values = self.session.run([self._outputs[n] for n in names], feeds)
+            values = self.session.run(fetches, feeds)
         except KernloomError as exc:
             if exc.hint is not None:  # its fix in this interface's terms: input_feed, not feed_dict
                 exc.args = (exc.render(self._spelling),)
                 exc.hint = None
             raise
-        return [np.asarray(v) for v in values]
+        arrays = iter(values)
+        results: list[Any] = []
+        for name in names:
+            container = variant.containers.get(name)
+            results.append(
+                _returned(container, arrays) if container is not None else np.asarray(next(arrays))
+            )
+        return results
 
     def _spelling(self, setting: Setting) -> str:
         """A setting as the caller of ``run`` gives it: a feed is an ``input_feed`` entry
@@ -233,6 +387,6 @@ class InferenceSession:
         template = _ONNX_SPELLINGS.get(setting.name)
         if template is None:
             return python_spelling(setting)
-        by_node = {t.node.name: name for name, t in self._inputs.items()}
+        by_node = {t.node.name: name for name, t in self._current().imported.inputs.items()}
         key = by_node.get(setting.key.removesuffix(":0"), setting.key)
         return template.format(key=key, value=setting.value)

@@ -10,7 +10,7 @@ is routed in by a Switch or an Enter like any tensor from outside a branch or lo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,13 +26,23 @@ from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._convert import convert_nodes, graph_nodes
 from kernloom.onnx._dtypes import ONNX_TO_KERNLOOM, kernloom_dtype
 from kernloom.onnx._registry import converter
+from kernloom.onnx._values import (
+    OnnxOptional,
+    OnnxSequence,
+    Value,
+    describe_value,
+    flatten,
+    rebuild,
+    same_form,
+)
 from kernloom.onnx.errors import OnnxImportError
 from kernloom.op_library.control_flow_ops import relaxed_shape
 from kernloom.shapes import TensorShape
 
-__all__ = ["convert_subgraph"]
+__all__ = ["convert_subgraph", "subgraph_values"]
 
 Result = Sequence[Tensor | None]
+Values = Sequence[Value | None]
 
 ONNX_OF = {dtype: elem for elem, dtype in ONNX_TO_KERNLOOM.items()}
 """kernloom dtype -> ONNX element type, to ask onnx's type inference about a body."""
@@ -50,17 +60,42 @@ def convert_subgraph(
     """The outputs of the subgraph attribute ``attr`` of ``node``, built into the graph
     where the caller stands (inside a branch or a loop body), with the subgraph's inputs
     bound to ``bound`` and every other name looked up in the enclosing scopes."""
-    inner = _built_subgraph(ctx, node, attr, bound)
-    return [inner.values[value.name] for value in _subgraph(node, attr).output]
+    outputs = subgraph_values(ctx, node, attr, bound)
+    for value, output in zip(outputs, _subgraph(node, attr).output, strict=True):
+        if not isinstance(value, Tensor):
+            raise node.fail(
+                f"{attr}'s output {output.name!r} is {describe_value(value)}; here it must "
+                "be a tensor (kernloom graphs carry tensors only: a sequence or optional "
+                "is resolved at import, so its length cannot change from one iteration to "
+                "the next)"
+            )
+    return [t for t in outputs if isinstance(t, Tensor)]
+
+
+def subgraph_values(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    attr: str,
+    bound: Mapping[str, Value],
+    known: Mapping[str, np.ndarray[Any, Any]] | None = None,
+) -> list[Value]:
+    """The outputs of the subgraph ``attr``, tensors, sequences or optionals, with its
+    inputs bound to ``bound`` (``known``: those of them known at import)."""
+    inner = _built_subgraph(ctx, node, attr, bound, known)
+    return [inner.lookup(value.name) for value in _subgraph(node, attr).output]
 
 
 def _built_subgraph(
-    ctx: ConversionContext, node: OnnxNode, attr: str, bound: dict[str, Tensor]
+    ctx: ConversionContext,
+    node: OnnxNode,
+    attr: str,
+    bound: Mapping[str, Value],
+    known: Mapping[str, np.ndarray[Any, Any]] | None = None,
 ) -> ConversionContext:
     """The context the subgraph ``attr`` was converted in (its values and those known at
     import time), after checking that each of its outputs has a value."""
     graph = _subgraph(node, attr)
-    inner = ctx.child(bound)
+    inner = ctx.child(bound, known)
     for init in graph.initializer:
         array = onnx.numpy_helper.to_array(init)
         kernloom_dtype(init.data_type, f"ONNX node {node.describe()}: {attr}'s initializer")
@@ -70,7 +105,7 @@ def _built_subgraph(
         raise node.fail(f"{attr} has sparse initializers, which the importer does not support")
     convert_nodes(inner, graph_nodes(graph, ctx.opsets, f"{node.name}/{attr}/"))
     for value in graph.output:
-        if value.name not in inner.values:
+        if not inner.knows(value.name):
             raise node.fail(
                 f"{attr}'s output {value.name!r} is produced by no node of the subgraph and "
                 "is no input or value of an enclosing scope: name an existing value"
@@ -101,7 +136,7 @@ def _subgraph(node: OnnxNode, attr: str) -> onnx.GraphProto:
 
 
 @converter("If", 1, attrs=("then_branch", "else_branch"))
-def _if(node: OnnxNode, ctx: ConversionContext) -> Result:
+def _if(node: OnnxNode, ctx: ConversionContext) -> Values:
     pred = _scalar(ctx, node, ctx.input(0), "the condition (input 0)", d.bool_)
     wanted = len(node.outputs)
     for attr in ("then_branch", "else_branch"):
@@ -115,14 +150,19 @@ def _if(node: OnnxNode, ctx: ConversionContext) -> Result:
 
     built: dict[str, list[Tensor]] = {}
     failed: dict[str, OnnxImportError] = {}
+    forms: dict[str, list[Value]] = {}
 
     def branch(attr: str) -> Any:
         def build() -> list[Tensor]:
             try:
-                built[attr] = convert_subgraph(ctx, node, attr, {})
+                values = subgraph_values(ctx, node, attr, {})
             except OnnxImportError as exc:
                 failed[attr] = exc
                 raise
+            # Not a branch that fails to build (``_one_branch_fails``): a model kernloom
+            # cannot import whichever branch runs.
+            _check_forms(node, attr, values, forms)
+            built[attr] = [t for value in values for t in flatten(value)]
             return built[attr]
 
         return build
@@ -140,7 +180,29 @@ def _if(node: OnnxNode, ctx: ConversionContext) -> Result:
         raise node.fail(
             f"then_branch and else_branch do not give outputs kl.cond can merge: {exc}"
         ) from exc
-    return list(merged)
+    template = next(iter(forms.values()))
+    tensors = iter([merged] if isinstance(merged, Tensor) else list(merged))
+    return [rebuild(value, tensors) for value in template]
+
+
+def _check_forms(
+    node: OnnxNode, attr: str, values: list[Value], forms: dict[str, list[Value]]
+) -> None:
+    """Record what branch ``attr`` gives, and check it against the branch built before:
+    with a condition known only at run time, kl.cond merges the branches tensor by
+    tensor, so a sequence must have the same length in both and an optional be empty in
+    both or in neither (kernloom resolves them at import)."""
+    for other, before in forms.items():
+        for index, (mine, theirs) in enumerate(zip(values, before, strict=True)):
+            if not same_form(mine, theirs):
+                raise node.fail(
+                    f"output {index} is {describe_value(theirs)} in {other} but "
+                    f"{describe_value(mine)} in {attr}: sequences and optionals are resolved "
+                    "at import, so with a condition known only at run time both branches "
+                    "must give the same kind of value (a sequence of the same length, an "
+                    "optional empty in both or in neither)"
+                )
+    forms[attr] = values
 
 
 def _one_branch_fails(
@@ -201,17 +263,17 @@ def _placeholder_value(value: Tensor) -> np.ndarray[Any, Any]:
     return np.zeros(dims, dtype=value.dtype.numpy_dtype)
 
 
-def _taken_branch(ctx: ConversionContext, node: OnnxNode, attr: str) -> Result:
+def _taken_branch(ctx: ConversionContext, node: OnnxNode, attr: str) -> Values:
     """The branch an If whose condition is known at import time takes, built inline (as
     TensorFlow's ``smart_cond``): the other branch may not even build for these inputs
     (the expanded AffineGrid splits a 4-element size into 5 there), and what the taken
     one knows at import time stays known to the nodes after the If."""
     inner = _built_subgraph(ctx, node, attr, {})
-    outputs = []
+    outputs: list[Value] = []
     for name, value in zip(node.outputs, _subgraph(node, attr).output, strict=False):
         if name and value.name in inner.static:
             ctx.static[name] = inner.static[value.name]
-        outputs.append(inner.values[value.name])
+        outputs.append(inner.lookup(value.name))
     return outputs
 
 
@@ -334,9 +396,14 @@ class _LoopPlan:
 
 
 @converter("Loop", 1, attrs=("body",))
-def _loop(node: OnnxNode, ctx: ConversionContext) -> Result:
+def _loop(node: OnnxNode, ctx: ConversionContext) -> Values:
     body = _subgraph(node, "body")
     plan = _LoopPlan(node, body)
+    if any(
+        ctx.has_input(i) and isinstance(ctx.value(i), OnnxSequence | OnnxOptional)
+        for i in range(2, 2 + plan.carried)
+    ):
+        return _unrolled(node, ctx, body, plan)
     trip_count = ctx.optional(0)
     limit = None if trip_count is None else _scalar(ctx, node, trip_count, "M (input 0)", d.int64)
     has_cond = ctx.has_input(1)
@@ -390,6 +457,68 @@ def _loop(node: OnnxNode, ctx: ConversionContext) -> Result:
     )
     count, values, accs, shapes = final[0], *_split(final[2:], plan)
     return [*values, *_all_stacked(ctx, count, accs, shapes, recorded)]
+
+
+_MOST_UNROLLED = 10_000
+"""The most iterations a Loop carrying a sequence is unrolled to at import."""
+
+
+def _unrolled(
+    node: OnnxNode, ctx: ConversionContext, body: onnx.GraphProto, plan: _LoopPlan
+) -> Values:
+    """A Loop that carries a sequence or an optional, unrolled at import: kernloom resolves
+    those at import (``kernloom.onnx._values``), so their length cannot change from one
+    iteration of a run-time while_loop to the next. Exact, and possible only where the
+    number of iterations is known at import: the trip count and the condition known then,
+    and the body's cond_out known at import in every iteration (SequenceMap's expansion
+    loops over ``SequenceLength`` with a constant condition)."""
+    why = (
+        "this Loop carries a sequence or an optional, which kernloom resolves at import, so "
+        "it is unrolled at import and its number of iterations must be known then"
+    )
+    trips = ctx.static_input(0) if ctx.has_input(0) else np.int64(_MOST_UNROLLED)
+    if trips is None:
+        raise node.fail(f"{why}: M (input 0) is computed or fed at run time")
+    keep = ctx.static_input(1) if ctx.has_input(1) else np.bool_(True)
+    if keep is None:
+        raise node.fail(f"{why}: cond (input 1) is computed or fed at run time")
+    carried: list[Value] = []
+    for index in range(2, 2 + plan.carried):
+        if not ctx.has_input(index):
+            raise node.fail(f"loop-carried input {index} is empty; give it a value")
+        carried.append(ctx.value(index))
+    scanned: list[list[Tensor]] = [[] for _ in range(plan.scans)]
+    step = 0
+    while bool(np.asarray(keep).reshape(())) and step < int(np.asarray(trips).reshape(())):
+        if step == _MOST_UNROLLED:
+            raise node.fail(f"{why}: it runs more than {_MOST_UNROLLED} iterations")
+        names = plan.input_names
+        bound: dict[str, Value] = {
+            names[0]: ctx.const(np.int64(step)),
+            names[1]: ctx.const(np.bool_(True)),
+        }
+        known = {names[0]: np.asarray(step, np.int64), names[1]: np.asarray(True)}
+        inner = _built_subgraph(
+            ctx, node, "body", {**bound, **dict(zip(names[2:], carried, strict=True))}, known
+        )
+        outputs = [inner.lookup(value.name) for value in body.output]
+        keep = inner.static.get(body.output[0].name)
+        if keep is None:
+            raise node.fail(f"{why}: the body's cond_out is computed at run time")
+        carried = outputs[1 : 1 + plan.carried]
+        for index, (values, value) in enumerate(
+            zip(scanned, outputs[1 + plan.carried :], strict=True)
+        ):
+            if not isinstance(value, Tensor):
+                raise node.fail(
+                    f"scan output {index} is {describe_value(value)}; it must be a tensor"
+                )
+            values.append(value)
+        step += 1
+    if plan.scans and step == 0:
+        raise node.fail(f"{why}; it runs no iteration, and its scan outputs' shapes are unknown")
+    stacked: list[Value] = [ops.pack(values) for values in scanned]
+    return [*carried, *stacked][: len(node.outputs)]
 
 
 def _accumulators(

@@ -165,7 +165,6 @@ _unary("Round", 11, ops.round)
 _unary("Not", 1, ops.logical_not)
 _unary("Softsign", 1, ops.softsign)
 _unary("Softplus", 1, ops.softplus)
-_unary("Identity", 1, ops.identity)
 
 
 @converter("IsNaN", 9)
