@@ -366,7 +366,8 @@ class InferenceSession:
                 flatten(container) if container is not None else [variant.imported.outputs[name]]
             )
         try:
-            values = self.session.run(fetches, feeds)
+            values = variant.session.run(fetches, feeds)  # (not self.session: a
+            # concurrent run of another layout may have made another variant the latest)
         except KernloomError as exc:
             if exc.hint is not None:  # its fix in this interface's terms: input_feed, not feed_dict
                 exc.args = (exc.render(self._spelling),)
