@@ -9,6 +9,8 @@ import numpy as np
 
 import kernloom.dtypes as d
 from kernloom import ops
+from kernloom.graph.builder import apply_op
+from kernloom.graph.graph import Node
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 
@@ -85,3 +87,12 @@ def pairs(pads: Sequence[int]) -> list[list[int]]:
     """ONNX pads [b1, b2, ..., e1, e2, ...] as [[b1, e1], [b2, e2], ...]."""
     half = len(pads) // 2
     return [[int(pads[i]), int(pads[i + half])] for i in range(half)]
+
+
+def run_time_check(holds: Tensor, data: list[Tensor], message: str, name: str) -> Node:
+    """An Assert that fails with ``message`` (naming the ONNX node: the caller's words)
+    when ``holds`` is false at run time: for what the import could not decide. The caller
+    makes what depends on it wait for it (``control_dependencies([check])``)."""
+    check = apply_op("Assert", [holds, data], {"_message": message}, name=name)
+    assert isinstance(check, Node)  # an Assert has no outputs: its node
+    return check

@@ -19,7 +19,7 @@ import onnx
 import kernloom.dtypes as d
 from kernloom import ops
 from kernloom.errors import InvalidArgumentError
-from kernloom.graph.builder import apply_op, control_dependencies
+from kernloom.graph.builder import control_dependencies
 from kernloom.graph.control_flow import cond, while_loop
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
@@ -36,6 +36,7 @@ from kernloom.onnx._values import (
     same_form,
 )
 from kernloom.onnx.errors import OnnxImportError
+from kernloom.onnx.ops._helpers import run_time_check
 from kernloom.op_library.control_flow_ops import relaxed_shape
 from kernloom.shapes import TensorShape
 
@@ -236,10 +237,7 @@ def _one_branch_fails(
             f"did not build at import ({error}): feed inputs for which the model takes "
             f"{good}, or fix the model so that {bad} builds"
         )
-        check = apply_op(
-            "Assert", [holds, [pred]], {"_message": message}, name=f"{bad}_did_not_build"
-        )
-        assert not isinstance(check, tuple)  # an Assert has no outputs: its node
+        check = run_time_check(holds, [pred], message, f"{bad}_did_not_build")
         outputs = []
         with control_dependencies([check]):
             for value in good_outputs:

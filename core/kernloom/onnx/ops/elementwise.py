@@ -13,12 +13,12 @@ import numpy as np
 
 import kernloom.dtypes as d
 from kernloom import ops
-from kernloom.graph.builder import apply_op, control_dependencies
+from kernloom.graph.builder import control_dependencies
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import converter
-from kernloom.onnx.ops._helpers import same_dtype
+from kernloom.onnx.ops._helpers import run_time_check, same_dtype
 
 Result = Sequence[Tensor | None]
 
@@ -328,10 +328,7 @@ def _dropout(node: OnnxNode, ctx: ConversionContext) -> Result:
         "time: a random dropout is not supported (kernloom has no random ops); feed "
         "training_mode false or ratio 0"
     )
-    check = apply_op(
-        "Assert", [ops.logical_not(random), [train]], {"_message": message}, name="random"
-    )
-    assert not isinstance(check, tuple)  # an Assert has no outputs: its node
+    check = run_time_check(ops.logical_not(random), [train], message, "random")
     with control_dependencies([check]):
         y = ops.identity(x)
         if mask is not None:
