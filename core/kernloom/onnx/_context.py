@@ -13,10 +13,14 @@ from kernloom.dtypes import DType, as_dtype
 from kernloom.graph.builder import constant
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
-from kernloom.onnx._values import OnnxOptional, OnnxSequence, Value, describe_value
+from kernloom.onnx._values import OnnxCoded, OnnxOptional, OnnxSequence, Value, describe_value
 from kernloom.onnx.errors import OnnxImportError, outputs_note
 
-__all__ = ["ConversionContext", "OnnxNode", "attribute_value"]
+__all__ = ["CODED_OPS", "ConversionContext", "OnnxNode", "attribute_value"]
+
+CODED_OPS = ("Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Identity", "Constant")
+"""The ONNX ops whose converters take tensors of the small types kernloom has no dtype
+for (``kernloom.onnx._small_types``); any other refuses them, naming these."""
 
 
 def attribute_value(attr: onnx.AttributeProto) -> Any:
@@ -90,9 +94,10 @@ class ConversionContext:
         self.opsets: dict[str, int] = opsets if opsets is not None else {"": 1}
         """The model's opset per domain (``""`` is ai.onnx): subgraph nodes use them too."""
         self.values: dict[str, Tensor] = {}
-        self.containers: dict[str, OnnxSequence | OnnxOptional] = {}
-        """The ONNX values that are sequences or optionals (``kernloom.onnx._values``):
-        resolved at import, never in the graph; ``values`` holds the tensors."""
+        self.containers: dict[str, OnnxSequence | OnnxOptional | OnnxCoded] = {}
+        """The ONNX values that are sequences or optionals (``kernloom.onnx._values``),
+        resolved at import, never in the graph, and the tensors of small types kernloom
+        has no dtype for (their codes); ``values`` holds the tensors."""
         self.static: dict[str, np.ndarray[Any, Any]] = {}
         self.defaults: dict[str, np.ndarray[Any, Any]] = {}
         """Initializers that are graph inputs too (a feed may replace them): not known at
@@ -129,10 +134,10 @@ class ConversionContext:
         return self.node
 
     def set_values(self, values: Mapping[str, Value]) -> None:
-        """Record ONNX values by name: tensors in ``values``, sequences and optionals in
-        ``containers``."""
+        """Record ONNX values by name: tensors in ``values``, sequences, optionals and
+        coded tensors in ``containers``."""
         for name, value in values.items():
-            if isinstance(value, OnnxSequence | OnnxOptional):
+            if isinstance(value, OnnxSequence | OnnxOptional | OnnxCoded):
                 self.containers[name] = value
             else:
                 self.values[name] = value
@@ -172,12 +177,27 @@ class ConversionContext:
             raise node.fail(f"input {index} is required")
         name = node.inputs[index]
         container = self.containers.get(name)
+        if isinstance(container, OnnxCoded):
+            raise node.fail(
+                f"input {index} ({name!r}) is {describe_value(container)}, a type kernloom "
+                f"has no dtype for: {container.type_name} values are supported by "
+                f"{', '.join(CODED_OPS)}, not by {node.op_type} (Cast it to a float type "
+                "first)"
+            )
         if container is not None:
             raise node.fail(
                 f"input {index} ({name!r}) is {describe_value(container)}; this op takes a "
                 "tensor (OptionalGetElement or SequenceAt takes a tensor out of one)"
             )
         return self.values[name]
+
+    def tensor_or_coded(self, index: int) -> Tensor | OnnxCoded:
+        """Input ``index``, a tensor or a tensor of a small type (``OnnxCoded``): for the
+        converters that read those (Cast, QuantizeLinear...)."""
+        value = self.value(index)
+        if isinstance(value, Tensor | OnnxCoded):
+            return value
+        return self.input(index)  # the error a sequence or optional gets
 
     def optional(self, index: int) -> Tensor | None:
         return self.input(index) if self.has_input(index) else None

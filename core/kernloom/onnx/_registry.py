@@ -20,7 +20,7 @@ import onnx.defs
 if TYPE_CHECKING:
     from kernloom.graph.tensor import Tensor
     from kernloom.onnx._context import ConversionContext, OnnxNode
-    from kernloom.onnx._values import OnnxOptional, OnnxSequence
+    from kernloom.onnx._values import OnnxCoded, OnnxOptional, OnnxSequence
 
 __all__ = [
     "REGISTRY",
@@ -32,7 +32,8 @@ __all__ = [
 ]
 
 ConverterFn = Callable[
-    ["OnnxNode", "ConversionContext"], "Sequence[Tensor | OnnxSequence | OnnxOptional | None]"
+    ["OnnxNode", "ConversionContext"],
+    "Sequence[Tensor | OnnxSequence | OnnxOptional | OnnxCoded | None]",
 ]
 """Builds the kernloom ops of one ONNX node; returns one value per ONNX output (a tensor,
 or a sequence or optional resolved at import: ``kernloom.onnx._values``)."""

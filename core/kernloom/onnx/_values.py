@@ -1,4 +1,5 @@
-"""ONNX's non-tensor values at import time: sequences and optionals.
+"""ONNX's non-tensor values at import time: sequences, optionals, and tensors of the
+small types kernloom has no dtype for (float8, float4, int4, int2: ``OnnxCoded``).
 
 A kernloom graph carries tensors only, so an ONNX sequence lives in the conversion
 context as a Python tuple of kernloom tensors whose length is known at import, and an
@@ -7,6 +8,10 @@ OptionalHasElement...) are resolved while the graph is built; only the tensors i
 reach the graph. A model whose sequence lengths or optional presence depend on run-time
 values therefore cannot import; ``InferenceSession`` imports a model with sequence or
 optional inputs once per feed layout (``FeedLayout``), when a run gives it.
+
+A tensor of a small ONNX type (``kernloom.onnx._small_types``) is its codes, one byte
+per element, tagged with the ONNX type: only the converters that know the type (Cast,
+QuantizeLinear...) read it; any other refuses it at import (``ConversionContext.input``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from kernloom.graph.tensor import Tensor
 
 __all__ = [
     "FeedLayout",
+    "OnnxCoded",
     "OnnxOptional",
     "OnnxSequence",
     "Value",
@@ -48,7 +54,23 @@ class OnnxOptional:
     element: Tensor | OnnxSequence | None
 
 
-Value = Tensor | OnnxSequence | OnnxOptional
+@dataclass(frozen=True, slots=True)
+class OnnxCoded:
+    """A tensor of an ONNX element type kernloom has no dtype for (FLOAT8E4M3FN, INT4...):
+    its ``codes`` (uint8 bit patterns for the float types, int8/uint8 values for the
+    integer ones, one per element) and the ONNX type that gives them their meaning."""
+
+    codes: Tensor
+    elem_type: int
+    """The ONNX element type (``onnx.TensorProto.FLOAT8E4M3FN``...)."""
+
+    @property
+    def type_name(self) -> str:
+        """The type as ONNX spells it in lower case: ``float8e4m3fn``."""
+        return str(onnx.TensorProto.DataType.Name(self.elem_type)).lower()
+
+
+Value = Tensor | OnnxSequence | OnnxOptional | OnnxCoded
 """What an ONNX name stands for while a model is converted."""
 
 
@@ -70,6 +92,8 @@ def describe_value(value: Value) -> str:
         if value.element is None:
             return "an empty optional"
         return f"an optional holding {describe_value(value.element)}"
+    if isinstance(value, OnnxCoded):
+        return f"a {value.type_name} tensor"
     return "a tensor"
 
 
@@ -84,6 +108,8 @@ def flatten(value: Value) -> list[Tensor]:
         return list(value.items)
     if isinstance(value, OnnxOptional):
         return [] if value.element is None else flatten(value.element)
+    if isinstance(value, OnnxCoded):
+        return [value.codes]
     return [value]
 
 
@@ -97,8 +123,10 @@ def rebuild(template: Value, tensors: Iterator[Tensor]) -> Value:
         if element is None:
             return OnnxOptional(None)
         held = rebuild(element, tensors)
-        assert not isinstance(held, OnnxOptional)  # an optional holds no optional
+        assert not isinstance(held, OnnxOptional | OnnxCoded)  # not held by the optionals here
         return OnnxOptional(held)
+    if isinstance(template, OnnxCoded):
+        return OnnxCoded(next(tensors), template.elem_type)
     return next(tensors)
 
 
@@ -111,4 +139,6 @@ def same_form(a: Value, b: Value) -> bool:
         if a.element is None or b.element is None:
             return a.element is None and b.element is None
         return same_form(a.element, b.element)
+    if isinstance(a, OnnxCoded) and isinstance(b, OnnxCoded):
+        return a.elem_type == b.elem_type
     return isinstance(a, Tensor) and isinstance(b, Tensor)

@@ -26,8 +26,10 @@ from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._convert import convert_nodes, graph_nodes, node_name, with_subgraph_nodes
 from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import REGISTRY
+from kernloom.onnx._small_types import is_small, small_type, to_codes
 from kernloom.onnx._values import (
     FeedLayout,
+    OnnxCoded,
     OnnxOptional,
     OnnxSequence,
     Value,
@@ -272,7 +274,7 @@ def flat_names(name: str, value: Value) -> list[str]:
         return [f"{name}[{i}]" for i in range(len(value.items))]
     if isinstance(value, OnnxOptional):
         return [] if value.element is None else flat_names(name, value.element)
-    return [name]
+    return [name]  # a tensor, or a coded one's codes
 
 
 def _tensor_input(graph: Graph, value_type: onnx.TypeProto, name: str, where: str) -> Tensor:
@@ -349,6 +351,15 @@ def _import(
     with graph.as_default():
         for init in proto.graph.initializer:
             array: np.ndarray[Any, Any] = numpy_helper.to_array(init)
+            if is_small(init.data_type):
+                # A small type's codes (kernloom has no such dtype): never read at import.
+                codes = to_codes(array, init.data_type, f"initializer {init.name!r}")
+                stored = constant(codes, name=node_name(init.name, "initializer"))
+                if init.name in overridable:
+                    defaults[init.name] = stored
+                else:
+                    ctx.set_values({init.name: OnnxCoded(stored, init.data_type)})
+                continue
             kernloom_dtype(init.data_type, f"initializer {init.name!r}")
             stored = constant(array, name=node_name(init.name, "initializer"))
             if init.name in overridable:
@@ -369,7 +380,12 @@ def _import(
                 flat = zip(flat_names(value.name, container), flatten(container), strict=True)
                 inputs.update(flat)
                 continue
-            dtype = kernloom_dtype(value.type.tensor_type.elem_type, f"graph input {value.name!r}")
+            elem_type = value.type.tensor_type.elem_type
+            dtype = (
+                small_type(elem_type).storage
+                if is_small(elem_type)
+                else kernloom_dtype(elem_type, f"graph input {value.name!r}")
+            )
             name = value_name(graph, value.name, "input")
             if value.name in defaults:
                 default = defaults[value.name]
@@ -379,8 +395,13 @@ def _import(
                 tensor = placeholder_with_default(default, shape=shape, name=name)
             else:
                 tensor = placeholder(dtype, _input_shape(value), name=name)
-            ctx.values[value.name] = tensor
             inputs[value.name] = tensor
+            if is_small(elem_type):
+                coded = OnnxCoded(tensor, elem_type)
+                ctx.set_values({value.name: coded})
+                containers[value.name] = coded
+                continue
+            ctx.values[value.name] = tensor
         convert_nodes(ctx, nodes)
         outputs: dict[str, Tensor] = {}
         for value in proto.graph.output:

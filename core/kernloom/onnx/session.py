@@ -22,8 +22,10 @@ from kernloom.errors import KernloomError, Setting, python_spelling
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._dtypes import onnx_type_name
+from kernloom.onnx._small_types import from_codes, to_codes
 from kernloom.onnx._values import (
     FeedLayout,
+    OnnxCoded,
     OnnxOptional,
     OnnxSequence,
     Value,
@@ -133,12 +135,15 @@ def _layout(name: str, value_type: onnx.TypeProto, fed: Any) -> FeedLayout:
     return FeedLayout(length=len(fed))
 
 
-def _fed_arrays(value: Value, fed: Any) -> list[Any]:
-    """The arrays of a fed sequence or optional, in the order of ``flatten(value)``."""
+def _fed_arrays(name: str, value: Value, fed: Any) -> list[Any]:
+    """The arrays of a fed sequence or optional, in the order of ``flatten(value)``; a
+    small type's (an ml_dtypes array) as kernloom's codes."""
     if isinstance(value, OnnxOptional):
-        return [] if value.element is None else _fed_arrays(value.element, fed)
+        return [] if value.element is None else _fed_arrays(name, value.element, fed)
     if isinstance(value, OnnxSequence):
         return list(fed)
+    if isinstance(value, OnnxCoded):
+        return [to_codes(fed, value.elem_type, f"input {name!r}")]
     return [fed]
 
 
@@ -149,6 +154,8 @@ def _returned(value: Value, arrays: Any) -> Any:
         return None if value.element is None else _returned(value.element, arrays)
     if isinstance(value, OnnxSequence):
         return [np.asarray(next(arrays)) for _ in value.items]
+    if isinstance(value, OnnxCoded):
+        return from_codes(next(arrays), value.elem_type)
     return np.asarray(next(arrays))
 
 
@@ -343,7 +350,9 @@ class InferenceSession:
         for name, fed in input_feed.items():
             container = variant.containers.get(name)
             if container is not None:
-                feeds.update(zip(flatten(container), _fed_arrays(container, fed), strict=True))
+                feeds.update(
+                    zip(flatten(container), _fed_arrays(name, container, fed), strict=True)
+                )
             elif name in inputs:
                 feeds[inputs[name]] = fed
         extra = [n for n in input_feed if n not in inputs and n not in variant.containers]

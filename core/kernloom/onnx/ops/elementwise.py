@@ -12,15 +12,19 @@ from functools import reduce
 import numpy as np
 
 import kernloom.dtypes as d
+from kernloom.dtypes import DType
 from kernloom import ops
 from kernloom.graph.builder import control_dependencies
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import converter
+from kernloom.onnx._small_types import cast_value, is_small
+from kernloom.onnx._values import OnnxCoded
 from kernloom.onnx.ops._helpers import run_time_check, same_dtype
 
 Result = Sequence[Tensor | None]
+CodedResult = Sequence[Tensor | OnnxCoded | None]
 
 
 def _binary(
@@ -280,20 +284,27 @@ def _where(node: OnnxNode, ctx: ConversionContext) -> Result:
     return [ops.select_v2(ctx.input(0), ctx.input(1), ctx.input(2))]
 
 
+def _cast_to(node: OnnxNode, ctx: ConversionContext, target: DType | int) -> CodedResult:
+    """Input 0 cast to ``target`` (a dtype, or a small ONNX type: ``_small_types``);
+    ``saturate`` and ``round_mode`` concern the float8 targets only."""
+    mode = str(node.attr("round_mode", "up"))
+    if mode not in ("up", "down", "nearest"):
+        raise node.fail(f"round_mode {mode!r} is not one of 'up', 'down', 'nearest'")
+    saturate = bool(node.attr("saturate", 1))
+    return [cast_value(ctx.tensor_or_coded(0), target, saturate=saturate, round_mode=mode)]
+
+
 @converter("Cast", 6, attrs=("to", "saturate", "round_mode"))
-def _cast(node: OnnxNode, ctx: ConversionContext) -> Result:
-    # saturate and round_mode only concern float8 targets, which kernloom has not.
-    target = kernloom_dtype(int(node.attr("to")), f"node {node.name!r} attribute 'to'")
-    x = ctx.input(0)
-    if x.dtype == target:
-        return [ops.identity(x)]
-    return [ops.cast(x, DstT=target)]
+def _cast(node: OnnxNode, ctx: ConversionContext) -> CodedResult:
+    to = int(node.attr("to"))
+    target = to if is_small(to) else kernloom_dtype(to, f"node {node.name!r} attribute 'to'")
+    return _cast_to(node, ctx, target)
 
 
 @converter("CastLike", 15, attrs=("saturate", "round_mode"))
-def _cast_like(node: OnnxNode, ctx: ConversionContext) -> Result:
-    x, like = ctx.input(0), ctx.input(1)
-    return [ops.identity(x) if x.dtype == like.dtype else ops.cast(x, DstT=like.dtype)]
+def _cast_like(node: OnnxNode, ctx: ConversionContext) -> CodedResult:
+    like = ctx.tensor_or_coded(1)
+    return _cast_to(node, ctx, like.elem_type if isinstance(like, OnnxCoded) else like.dtype)
 
 
 @converter("Dropout", 7, attrs=("ratio", "seed", "is_test"))
