@@ -7,24 +7,6 @@ A case that starts passing must be removed from here (the suite then runs it).
 from __future__ import annotations
 
 KNOWN_FAILURES: dict[str, list[str]] = {
-    "float8, float4, int4 and int2 types: kernloom has no such dtypes": [
-        "test_dequantizelinear_e4m3fn",
-        "test_dequantizelinear_e4m3fn_float16",
-        "test_dequantizelinear_e4m3fn_zero_point",
-        "test_dequantizelinear_e5m2",
-        "test_dequantizelinear_float4e2m1",
-        "test_dequantizelinear_int2",
-        "test_dequantizelinear_int4",
-        "test_dequantizelinear_uint2",
-        "test_dequantizelinear_uint4",
-        "test_quantizelinear_e4m3fn",
-        "test_quantizelinear_e5m2",
-        "test_quantizelinear_float4e2m1",
-        "test_quantizelinear_int2",
-        "test_quantizelinear_int4",
-        "test_quantizelinear_uint2",
-        "test_quantizelinear_uint4",
-    ],
     "a rank unknown at import time (Squeeze without axes of a run-time batch, whose rank "
     "ONNX decides when it runs): the expanded 2-D AffineGrid squeezes theta's rows of shape "
     "[N, 1, 3], N read from size, then Splits them": [

@@ -91,7 +91,7 @@ class SmallType:
 
     @property
     def is_float(self) -> bool:
-        return self.storage == d.uint8 and self.numpy_dtype.kind not in "iu"
+        return self.float_format is not None or self.is_e8m0
 
     @property
     def is_e8m0(self) -> bool:

@@ -12,8 +12,8 @@ from functools import reduce
 import numpy as np
 
 import kernloom.dtypes as d
-from kernloom.dtypes import DType
 from kernloom import ops
+from kernloom.dtypes import DType
 from kernloom.graph.builder import control_dependencies
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode

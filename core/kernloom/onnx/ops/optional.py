@@ -16,7 +16,7 @@ import onnx
 
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._registry import converter
-from kernloom.onnx._values import OnnxOptional, OnnxSequence, Value
+from kernloom.onnx._values import OnnxCoded, OnnxOptional, OnnxSequence, Value
 
 __all__: list[str] = []
 
@@ -32,6 +32,8 @@ def _optional(node: OnnxNode, ctx: ConversionContext) -> Values:
     value = ctx.value(0)
     if isinstance(value, OnnxOptional):
         raise node.fail("input 0 is an optional already; Optional takes a tensor or a sequence")
+    if isinstance(value, OnnxCoded):
+        value = ctx.input(0)  # the error that names the ops a small type's values go to
     return [OnnxOptional(value)]
 
 

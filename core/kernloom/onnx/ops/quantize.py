@@ -1,12 +1,16 @@
 """Linear (de)quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear for
-8- and 16-bit integer types, per tensor, per axis or per block. Float8 and 4/2-bit types
-have no kernloom dtype and fail at import."""
+8- and 16-bit integer types, per tensor, per axis or per block; and for the small types
+kernloom has no dtype for (float8, float4e2m1, int4, uint4, int2, uint2), held as codes
+(``kernloom.onnx._small_types``), as onnx's reference: a float8 zero point must be zero
+and is not added, a float4e2m1 one is added before the cast, an int4/int2 one as an
+integer before the clamp."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
+from onnx import TensorProto
 
 import kernloom.dtypes as d
 from kernloom import ops
@@ -14,9 +18,12 @@ from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import converter
-from kernloom.onnx.ops._helpers import axis_of, rank_of, static_dims
+from kernloom.onnx._small_types import clamp_range, decode, encode, is_small, small_type
+from kernloom.onnx._values import OnnxCoded
+from kernloom.onnx.ops._helpers import axis_of, rank_of, same_dtype, static_dims
 
 Result = Sequence[Tensor | None]
+CodedResult = Sequence[Tensor | OnnxCoded | None]
 
 
 def _f32(t: Tensor) -> Tensor:
@@ -59,13 +66,30 @@ def saturate(ctx: ConversionContext, y: Tensor, target: d.DType) -> Tensor:
     return ops.cast(ops.minimum(ops.maximum(y, low), high), DstT=target)
 
 
+def _plain(value: Tensor | OnnxCoded) -> Tensor:
+    """A value as float32: a small type's decoded, another cast."""
+    if isinstance(value, OnnxCoded):
+        return decode(value.codes, value.elem_type, d.float32)
+    return _f32(value)
+
+
 @converter("DequantizeLinear", 10, attrs=("axis", "block_size", "output_dtype"))
 def _dequantize(node: OnnxNode, ctx: ConversionContext) -> Result:
-    x, scale, zero = ctx.input(0), ctx.input(1), ctx.optional(2)
+    coded_x = ctx.tensor_or_coded(0)
+    scale = ctx.input(1)
+    coded_zero = ctx.tensor_or_coded(2) if ctx.has_input(2) else None
+    x = coded_x.codes if isinstance(coded_x, OnnxCoded) else coded_x
+    zero = coded_zero.codes if isinstance(coded_zero, OnnxCoded) else coded_zero
     shaped_scale = _broadcastable(node, ctx, x, scale)
-    value = _f32(x)
+    value = _plain(coded_x)
+    if isinstance(coded_x, OnnxCoded) and small_type(coded_x.elem_type).is_float:
+        zero = None  # onnx's reference: a float8 (or float4) zero point is zero, unused
     if zero is not None:
-        value = ops.sub(value, _f32(_broadcastable(node, ctx, x, zero)))
+        assert coded_zero is not None
+        shaped_zero = _broadcastable(node, ctx, x, zero)
+        if isinstance(coded_zero, OnnxCoded):
+            shaped_zero = decode(shaped_zero, coded_zero.elem_type, d.float32)
+        value = ops.sub(value, _f32(shaped_zero))
     y = ops.mul(value, _f32(shaped_scale))
     out = node.attr("output_dtype")
     target = scale.dtype if not out else kernloom_dtype(int(out), f"node {node.name!r}")
@@ -75,9 +99,17 @@ def _dequantize(node: OnnxNode, ctx: ConversionContext) -> Result:
 @converter(
     "QuantizeLinear", 10, attrs=("axis", "block_size", "output_dtype", "saturate", "precision")
 )
-def _quantize(node: OnnxNode, ctx: ConversionContext) -> Result:
-    x, scale, zero = ctx.input(0), ctx.input(1), ctx.optional(2)
+def _quantize(node: OnnxNode, ctx: ConversionContext) -> CodedResult:
+    x, scale = ctx.input(0), ctx.input(1)
+    coded_zero = ctx.tensor_or_coded(2) if ctx.has_input(2) else None
     out = node.attr("output_dtype")
+    small = coded_zero.elem_type if isinstance(coded_zero, OnnxCoded) else None
+    if small is None and coded_zero is None and out and is_small(int(out)):
+        small = int(out)
+    if small is not None:
+        return [_quantize_small(node, ctx, x, scale, coded_zero, small)]
+    zero = coded_zero
+    assert not isinstance(zero, OnnxCoded)
     if zero is not None:
         target = zero.dtype
     elif out:
@@ -90,6 +122,41 @@ def _quantize(node: OnnxNode, ctx: ConversionContext) -> Result:
     if zero is not None:
         y = ops.add_v2(y, _f32(_broadcastable(node, ctx, x, zero)))
     return [saturate(ctx, y, target)]
+
+
+def _quantize_small(
+    node: OnnxNode,
+    ctx: ConversionContext,
+    x: Tensor,
+    scale: Tensor,
+    coded_zero: Tensor | OnnxCoded | None,
+    elem_type: int,
+) -> OnnxCoded:
+    """QuantizeLinear to a small type, as onnx's reference: x / scale, then for an
+    integer type rounded half to even, plus the zero point, clamped; for a float8 type
+    the saturating (or not) cast, the zero point unused; for float4e2m1 the zero point
+    added, then the cast."""
+    if coded_zero is not None and not isinstance(coded_zero, OnnxCoded):
+        raise node.fail(
+            f"the zero point is {coded_zero.dtype} but output_dtype is "
+            f"{small_type(elem_type).name}: they must agree"
+        )
+    ratio = ops.real_div(x, same_dtype(ctx, x, _broadcastable(node, ctx, x, scale)))
+    small = small_type(elem_type)
+    zero = None
+    if coded_zero is not None:
+        zero = decode(_broadcastable(node, ctx, x, coded_zero.codes), elem_type, d.float32)
+    if not small.is_float:
+        y = ops.round(_f32(ratio))
+        if zero is not None:
+            y = ops.add_v2(y, zero)
+        low, high = clamp_range(elem_type)
+        clamped = ops.minimum(ops.maximum(y, ctx.const_like(low, y)), ctx.const_like(high, y))
+        return OnnxCoded(ops.cast(clamped, DstT=small.storage), elem_type)
+    if elem_type == TensorProto.FLOAT4E2M1 and zero is not None:
+        ratio = ops.add_v2(_f32(ratio), zero)
+    saturate = bool(node.attr("saturate", 1))
+    return OnnxCoded(encode(ratio, elem_type, saturate=saturate), elem_type)
 
 
 @converter("DynamicQuantizeLinear", 11)

@@ -19,6 +19,8 @@ from kernloom import ops
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._registry import converter
+from kernloom.onnx._small_types import coded_array
+from kernloom.onnx._values import OnnxCoded
 from kernloom.onnx.ops._helpers import axis_of, flatten2d, ints, rank_of, shape_of, static_dims
 
 Result = Sequence[Tensor | None]
@@ -44,7 +46,7 @@ def _known(ctx: ConversionContext, node: OnnxNode, index: int, value: np.ndarray
         "value_strings",
     ),
 )
-def _constant(node: OnnxNode, ctx: ConversionContext) -> Result:
+def _constant(node: OnnxNode, ctx: ConversionContext) -> Sequence[Tensor | OnnxCoded | None]:
     for name, dtype in (
         ("value", None),
         ("value_float", np.float32),
@@ -54,6 +56,9 @@ def _constant(node: OnnxNode, ctx: ConversionContext) -> Result:
     ):
         if name in node.attrs:
             value = np.asarray(node.attrs[name], dtype=dtype)
+            coded = coded_array(value)
+            if coded is not None:  # a small type kernloom has no dtype for: its codes
+                return [OnnxCoded(ctx.const(coded[0]), coded[1])]
             _known(ctx, node, 0, value)
             return [ctx.const(value, d.as_dtype(value.dtype))]
     raise node.fail(f"attribute(s) {sorted(node.attrs)} are not supported (strings, sparse)")
