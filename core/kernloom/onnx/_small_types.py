@@ -8,9 +8,11 @@ int8/uint8 for the integer ones (unpacked). The conversions follow onnx's refere
 
 - codes to float32: a constant table of every code's value, gathered (exact; NaN codes
   give NaN);
-- float16/32/64 to a float8 or float4 type: round to nearest, ties to the even code,
-  done as a binary search of |x| among the midpoints between representable values
-  (compared in x's own dtype, in which every midpoint is exact, so no double rounding);
+- float16/32 to a float8 or float4 type: round to nearest, ties to the even code, done
+  as a binary search of |x| among the midpoints between representable values (compared
+  in x's own dtype, in which every midpoint is exact); a float64 or an integer is
+  rounded to float32 first, as ml_dtypes does (so a float64 just above a midpoint can
+  tie, as in the reference);
   ``saturate`` (default) takes what is beyond the largest finite value to it, else to
   inf (e5m2) or NaN; the fnuz types have one NaN code (0x80) and no negative zero.
   float4e2m1 has neither inf nor NaN: ml_dtypes saturates, and takes NaN to a zero whose
@@ -230,8 +232,10 @@ def encode(x: Tensor, elem_type: int, *, saturate: bool = True, round_mode: str 
     saturated as onnx's Cast does."""
     small = small_type(elem_type)
     if small.float_format is not None:
-        if x.dtype not in _SIGNED_BITS:
-            x = ops.cast(x, DstT=d.float64 if x.dtype.is_integer else d.float32)
+        if x.dtype not in (d.float16, d.float32):
+            # ml_dtypes rounds a float64 (or an integer) to float32 first, then to the
+            # small type: the reference's double rounding, reproduced.
+            x = ops.cast(x, DstT=d.float32)
         return _encode_float(x, small, small.float_format, saturate)
     if small.is_e8m0:
         return _encode_e8m0(x, saturate, round_mode)
@@ -376,7 +380,11 @@ def cast_value(
     A small type's value passes through float32 (every float8/float4 value is exact in
     it) or its integer codes; another value is encoded from its own dtype."""
     if isinstance(value, OnnxCoded):
-        if value.elem_type == target:
+        source_format = small_type(value.elem_type).float_format
+        resaturate = saturate and source_format is not None and source_format.nan_code is not None
+        if value.elem_type == target and not resaturate:
+            # As the reference's astype; a saturating float8 cast to its own type clips
+            # inf to the largest value and makes NaNs its NaN, through float32 below.
             return OnnxCoded(ops.identity(value.codes), value.elem_type)
         source = small_type(value.elem_type)
         plain = decode(

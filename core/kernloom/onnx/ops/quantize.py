@@ -154,9 +154,25 @@ def _quantize_small(
         clamped = ops.minimum(ops.maximum(y, ctx.const_like(low, y)), ctx.const_like(high, y))
         return OnnxCoded(ops.cast(clamped, DstT=small.storage), elem_type)
     if elem_type == TensorProto.FLOAT4E2M1 and zero is not None:
-        ratio = ops.add_v2(_f32(ratio), zero)
+        ratio = _ieee_add(ctx, _f32(ratio), zero)
     saturate = bool(node.attr("saturate", 1))
     return OnnxCoded(encode(ratio, elem_type, saturate=saturate), elem_type)
+
+
+def _ieee_add(ctx: ConversionContext, x: Tensor, y: Tensor) -> Tensor:
+    """x + y with IEEE's zero sign: -0 only when both are -0. The graph optimizer takes
+    ``x + 0`` as x (``kernloom.optimizer.arithmetic``), which keeps a -0 that the
+    reference's float4e2m1 quantization turns into +0."""
+    total = ops.add_v2(x, y)
+    zero_bits = ctx.const(np.int32(0))
+    both_negative = ops.logical_and(
+        ops.less(ops.bitcast(x, type=d.int32), zero_bits),
+        ops.less(ops.bitcast(y, type=d.int32), zero_bits),
+    )
+    plus_zero = ops.logical_and(
+        ops.equal(total, ctx.const(np.float32(0))), ops.logical_not(both_negative)
+    )
+    return ops.select_v2(plus_zero, ctx.const(np.float32(0)), total)
 
 
 @converter("DynamicQuantizeLinear", 11)
