@@ -127,7 +127,7 @@ def test_cast_before_opset_19_saturates(target: int) -> None:
 # -- Cast from float8 / float4 -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("to", list(SOURCES) + [TensorProto.INT32], ids=_name)
+@pytest.mark.parametrize("to", [*SOURCES, TensorProto.INT32], ids=_name)
 @pytest.mark.parametrize("source", list(FLOATS), ids=_name)
 def test_cast_every_code_of_a_small_float(source: int, to: int) -> None:
     codes = np.arange(256 if source in FLOAT8 else 16, dtype=np.uint8)
@@ -287,7 +287,7 @@ def _quantize_model(
     return proto
 
 
-@pytest.mark.parametrize("target", list(FLOATS) + list(INTS), ids=_name)
+@pytest.mark.parametrize("target", [*FLOATS, *INTS], ids=_name)
 def test_quantize_linear_per_tensor_and_per_axis(target: int) -> None:
     rng = np.random.default_rng(target)
     x = (rng.standard_normal((3, 8)) * 30).astype(np.float32)
@@ -331,7 +331,7 @@ def test_quantize_linear_blocked(target: int) -> None:
     _same_bits(ours[0], want[0])
 
 
-@pytest.mark.parametrize("source", list(FLOATS) + list(INTS), ids=_name)
+@pytest.mark.parametrize("source", [*FLOATS, *INTS], ids=_name)
 def test_dequantize_linear(source: int) -> None:
     small = {**FLOATS, **INTS}[source]
     if source in FLOATS:
