@@ -17,6 +17,7 @@ from onnx.reference import ReferenceEvaluator
 from onnx_helpers import FLOAT, model
 
 import kernloom.onnx as ko
+from kernloom.runtime.session_options import SessionConfig
 
 FLOAT8 = {
     TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn,
@@ -42,8 +43,12 @@ def _name(elem: int) -> str:
     return str(TensorProto.DataType.Name(elem))
 
 
-def _run(proto: Any, feeds: dict[str, Any]) -> tuple[list[Any], list[Any]]:
-    ours = ko.InferenceSession(proto.SerializeToString()).run(None, feeds)
+def _run(proto: Any, feeds: dict[str, Any], *, ieee: bool = False) -> tuple[list[Any], list[Any]]:
+    """kernloom's outputs and the reference's. ``ieee``: keep float32 subnormals, which
+    kernloom's CPU kernels flush by default as TensorFlow's do (a bfloat16 subnormal
+    through a float64 cast)."""
+    config = SessionConfig(inter_op_threads=1, flush_denormals=not ieee)
+    ours = ko.InferenceSession(proto.SerializeToString(), config=config).run(None, feeds)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")  # the reference's numpy casts overflow on purpose
         want = ReferenceEvaluator(proto).run(None, feeds)
@@ -55,10 +60,11 @@ def _same_bits(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any]) -> None:
     NaN matches any NaN of the same sign."""
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     assert got.shape == want.shape, (got.shape, want.shape)
-    if want.dtype.itemsize == 1 or want.dtype.kind in "iub":
-        as_bytes = (want.dtype.itemsize == 1) and want.dtype.kind not in "iub"
-        g = (got.view(np.uint8) if as_bytes else got.astype(np.int64)).ravel()
-        w = (want.view(np.uint8) if as_bytes else want.astype(np.int64)).ravel()
+    if want.dtype not in (np.float16, np.float32, np.float64):
+        # ml_dtypes' types by their codes, numpy's integers by value
+        codes = np.dtype(f"u{want.dtype.itemsize}") if want.dtype.kind not in "iub" else None
+        g = (got.view(codes) if codes else got.astype(np.int64)).ravel()
+        w = (want.view(codes) if codes else want.astype(np.int64)).ravel()
         bad = np.flatnonzero(g != w)
         assert bad.size == 0, f"{bad.size} differ, e.g. at {bad[:5]}: {g[bad[:5]]} != {w[bad[:5]]}"
         return
@@ -406,7 +412,65 @@ def test_a_feed_of_the_wrong_dtype_for_a_small_type_names_the_input() -> None:
         session.run(None, {"x": np.array([1, 2], np.uint8)})
 
 
-def test_bfloat16_still_names_itself_as_unsupported() -> None:
-    proto = _cast_model(FLOAT, TensorProto.BFLOAT16, [2])
-    with pytest.raises(ko.OnnxImportError, match="BFLOAT16 has no kernloom dtype"):
+# -- bfloat16 ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", list(SOURCES), ids=_name)
+def test_cast_to_bfloat16(source: int) -> None:
+    """Every float16; float32 around every bfloat16 rounding tie and random bits; the
+    same in float64 (rounded through float32, as ml_dtypes does)."""
+    dtype = SOURCES[source]
+    if dtype is np.float16:
+        x = _every_float16()
+    else:
+        rng = np.random.default_rng(16)
+        bits = rng.integers(0, 1 << 32, 100000, dtype=np.uint64).astype(np.uint32)
+        ties = (bits & np.uint32(0xFFFF0000)) | np.uint32(0x8000)
+        edges = np.concatenate([ties, ties + np.uint32(1), ties - np.uint32(1), bits])
+        specials = np.array([0x7F7FFFFF, 0xFF7FFFFF, 0x7FA00001, 0xFF800001, 0x80000000])
+        x32 = np.concatenate([edges, specials.astype(np.uint32)]).view(np.float32)
+        with np.errstate(invalid="ignore"):
+            x = x32.astype(dtype)
+    proto = _cast_model(source, TensorProto.BFLOAT16, [None])
+    ours, want = _run(proto, {"x": x}, ieee=source == TensorProto.DOUBLE)
+    _same_bits(ours[0], want[0])
+
+
+@pytest.mark.parametrize("to", [*SOURCES, TensorProto.FLOAT8E4M3FN], ids=_name)
+def test_cast_every_bfloat16(to: int) -> None:
+    codes = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    x = codes.view(ml_dtypes.bfloat16)
+    if to == TensorProto.FLOAT8E4M3FN:  # through float32, exact either way
+        x = x[np.isfinite(x.astype(np.float32))]
+    proto = _cast_model(TensorProto.BFLOAT16, to, [None])
+    ours, want = _run(proto, {"x": x}, ieee=to == TensorProto.DOUBLE)
+    _same_bits(ours[0], want[0])
+
+
+def test_castlike_to_a_bfloat16_like_and_a_bfloat16_refused_by_add() -> None:
+    cast = helper.make_node("CastLike", ["x", "like"], ["y"], name="cl")
+    proto = model(
+        [cast],
+        {"x": (TensorProto.FLOAT16, [3]), "like": (TensorProto.BFLOAT16, [1])},
+        {"y": (TensorProto.BFLOAT16, [3])},
+        opset=21,
+    )
+    feeds = {
+        "x": np.array([1.5, -np.inf, 3e4], np.float16),
+        "like": np.zeros(1, ml_dtypes.bfloat16),
+    }
+    ours, want = _run(proto, feeds)
+    _same_bits(ours[0], want[0])
+    add = helper.make_node("Add", ["y", "y"], ["z"], name="adder")
+    proto = model(
+        [cast, add],
+        {"x": (TensorProto.FLOAT16, [3]), "like": (TensorProto.BFLOAT16, [1])},
+        {"z": (TensorProto.BFLOAT16, [3])},
+        opset=21,
+    )
+    with pytest.raises(
+        ko.OnnxImportError,
+        match=r"'adder' \(Add, opset 21\).*bfloat16 values are supported by Cast, CastLike, "
+        r"Identity, Constant, not by Add",
+    ):
         ko.import_model(proto)

@@ -16,11 +16,18 @@ from kernloom.graph.tensor import Tensor
 from kernloom.onnx._values import OnnxCoded, OnnxOptional, OnnxSequence, Value, describe_value
 from kernloom.onnx.errors import OnnxImportError, outputs_note
 
-__all__ = ["CODED_OPS", "ConversionContext", "OnnxNode", "attribute_value"]
+__all__ = ["CODED_OPS", "ConversionContext", "OnnxNode", "attribute_value", "coded_ops"]
 
 CODED_OPS = ("Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Identity", "Constant")
 """The ONNX ops whose converters take tensors of the small types kernloom has no dtype
 for (``kernloom.onnx._small_types``); any other refuses them, naming these."""
+
+
+def coded_ops(elem_type: int) -> tuple[str, ...]:
+    """The ops that take a tensor of ``elem_type``: bfloat16 is no quantized type."""
+    if elem_type == onnx.TensorProto.BFLOAT16:
+        return tuple(op for op in CODED_OPS if op not in ("QuantizeLinear", "DequantizeLinear"))
+    return CODED_OPS
 
 
 def attribute_value(attr: onnx.AttributeProto) -> Any:
@@ -181,8 +188,8 @@ class ConversionContext:
             raise node.fail(
                 f"input {index} ({name!r}) is {describe_value(container)}, a type kernloom "
                 f"has no dtype for: {container.type_name} values are supported by "
-                f"{', '.join(CODED_OPS)}, not by {node.op_type} (Cast it to a float type "
-                "first)"
+                f"{', '.join(coded_ops(container.elem_type))}, not by {node.op_type} (Cast "
+                "it to a float type first)"
             )
         if container is not None:
             raise node.fail(

@@ -1,10 +1,11 @@
 """ONNX's small element types, which kernloom has no dtype for: float8 (e4m3fn, e4m3fnuz,
-e5m2, e5m2fnuz, e8m0), float4e2m1, int4, uint4, int2 and uint2.
+e5m2, e5m2fnuz, e8m0), float4e2m1, int4, uint4, int2 and uint2 -- and bfloat16.
 
 The core keeps its dtypes; a value of such a type is its codes, one per element
-(``_values.OnnxCoded``): the bit pattern as uint8 for the float types, the value itself as
-int8/uint8 for the integer ones (unpacked). The conversions follow onnx's reference
-(``onnx.reference.ops.op_cast``, which casts with ml_dtypes and ``numpy_helper``):
+(``_values.OnnxCoded``): the bit pattern as uint8 for the float types (uint16 for
+bfloat16), the value itself as int8/uint8 for the integer ones (unpacked). The
+conversions follow onnx's reference (``onnx.reference.ops.op_cast``, which casts with
+ml_dtypes and ``numpy_helper``):
 
 - codes to float32: a constant table of every code's value, gathered (exact; NaN codes
   give NaN);
@@ -18,9 +19,17 @@ int8/uint8 for the integer ones (unpacked). The conversions follow onnx's refere
   float4e2m1 has neither inf nor NaN: ml_dtypes saturates, and takes NaN to a zero whose
   sign is the NaN's flipped, which the reference (and so this) reproduces;
 - float8e8m0: onnx's ``to_float8e8m0`` on float32 bits (round_mode up, down, nearest);
+- bfloat16: float32's top 16 bits, rounded to nearest even, NaN the quiet NaN of its
+  sign (ml_dtypes); decoded by shifting them back;
 - to int4/uint4/int2/uint2 (Cast): as ml_dtypes, truncation toward zero through int32
   (NaN and what int32 cannot hold give 0), then the low 4 or 2 bits, sign-extended for
   the signed types; QuantizeLinear rounds half to even and clamps (``quantize.py``).
+
+The comparisons and bit operations are exact on every device. One deviation follows
+the runtime: kernloom's CPU kernels flush float32 subnormals to zero by default, as
+TensorFlow's do (``SessionConfig(flush_denormals=False)`` keeps them), so a bfloat16
+subnormal cast to or from float64 (through a float32 cast) becomes zero there; float8
+and float4 values are never subnormal in float32.
 
 ml_dtypes (installed with onnx) is only read here, in the onnx frontend: for the tables
 and for the numpy arrays a feed and a result are (``to_codes`` / ``from_codes``).
@@ -93,7 +102,11 @@ class SmallType:
 
     @property
     def is_float(self) -> bool:
-        return self.float_format is not None or self.is_e8m0
+        return self.float_format is not None or self.is_e8m0 or self.is_bfloat16
+
+    @property
+    def is_bfloat16(self) -> bool:
+        return self.elem_type == TensorProto.BFLOAT16
 
     @property
     def is_e8m0(self) -> bool:
@@ -144,6 +157,7 @@ SMALL_TYPES: Final[dict[int, SmallType]] = {
             _FloatFormat(0x7, 0x8, None, None),
         ),
         SmallType(TensorProto.FLOAT8E8M0, _dtype("float8_e8m0fnu"), d.uint8),
+        SmallType(TensorProto.BFLOAT16, _dtype("bfloat16"), d.uint16),
         SmallType(TensorProto.INT4, _dtype("int4"), d.int8, bits=4),
         SmallType(TensorProto.UINT4, _dtype("uint4"), d.uint8, bits=4),
         SmallType(TensorProto.INT2, _dtype("int2"), d.int8, bits=2),
@@ -177,7 +191,7 @@ def to_codes(array: Any, elem_type: int, what: str) -> np.ndarray[Any, Any]:
     values = np.asarray(array)
     if values.dtype == small.numpy_dtype:
         if small.is_float:
-            return values.view(np.uint8)
+            return values.view(small.storage.numpy_dtype)
         return values.astype(small.storage.numpy_dtype)
     raise OnnxImportError(
         f"{what} is {small.name}: give a numpy array of dtype ml_dtypes.{small.numpy_dtype}"
@@ -190,7 +204,7 @@ def from_codes(codes: Any, elem_type: int) -> np.ndarray[Any, Any]:
     small = small_type(elem_type)
     values = np.asarray(codes)
     if small.is_float:
-        return values.astype(np.uint8).view(small.numpy_dtype)
+        return values.astype(small.storage.numpy_dtype).view(small.numpy_dtype)
     return values.astype(small.numpy_dtype)
 
 
@@ -211,6 +225,10 @@ def decode(codes: Tensor, elem_type: int, target: DType) -> Tensor:
     small = small_type(elem_type)
     if not small.is_float:
         return codes if target == small.storage else ops.cast(codes, DstT=target)
+    if small.is_bfloat16:  # a bfloat16 is the top half of a float32
+        wide = ops.left_shift(ops.cast(codes, DstT=d.int32), _const(np.int32(16), codes))
+        as_f32 = ops.bitcast(wide, type=d.float32)
+        return as_f32 if target == d.float32 else ops.cast(as_f32, DstT=target)
     table = small.values()
     index = ops.bitwise_and(ops.cast(codes, DstT=d.int32), _const(np.int32(len(table) - 1), codes))
     as_f32 = ops.gather_v2(_const(table, codes), index, _const(np.int32(0), codes))
@@ -239,6 +257,8 @@ def encode(x: Tensor, elem_type: int, *, saturate: bool = True, round_mode: str 
         return _encode_float(x, small, small.float_format, saturate)
     if small.is_e8m0:
         return _encode_e8m0(x, saturate, round_mode)
+    if small.is_bfloat16:
+        return _encode_bfloat16(x)
     return _encode_integer(x, small)
 
 
@@ -339,6 +359,21 @@ def _encode_e8m0(x: Tensor, saturate: bool, round_mode: str) -> Tensor:
         exponent = ops.add_v2(exponent, ops.cast(round_up, DstT=d.int32))
     code = ops.select_v2(special, _const(np.int32(0xFF), x), exponent)
     return ops.cast(code, DstT=d.uint8)
+
+
+def _encode_bfloat16(x: Tensor) -> Tensor:
+    """ml_dtypes' bfloat16: float32's top half rounded to nearest even (overflowing to
+    inf), a NaN the quiet NaN of its sign; anything else goes through float32 first."""
+    x32 = x if x.dtype == d.float32 else ops.cast(x, DstT=d.float32)
+    bits = ops.bitcast(x32, type=d.int32)
+    unsigned = ops.bitwise_and(ops.cast(bits, DstT=d.int64), _const(np.int64(0xFFFFFFFF), x))
+    sixteen = _const(np.int64(16), x)
+    odd = ops.bitwise_and(ops.right_shift(unsigned, sixteen), _const(np.int64(1), x))
+    biased = ops.add_v2(ops.add_v2(unsigned, _const(np.int64(0x7FFF), x)), odd)
+    rounded = ops.bitwise_and(ops.right_shift(biased, sixteen), _const(np.int64(0xFFFF), x))
+    negative = ops.less(bits, _const(np.int32(0), x))
+    nan = ops.select_v2(negative, _const(np.int64(0xFFC0), x), _const(np.int64(0x7FC0), x))
+    return ops.cast(ops.select_v2(ops.is_nan(x32), nan, rounded), DstT=d.uint16)
 
 
 def _encode_integer(x: Tensor, small: SmallType) -> Tensor:
