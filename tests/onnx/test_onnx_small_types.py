@@ -474,3 +474,18 @@ def test_castlike_to_a_bfloat16_like_and_a_bfloat16_refused_by_add() -> None:
         r"Identity, Constant, not by Add",
     ):
         ko.import_model(proto)
+
+
+@pytest.mark.parametrize("target", [TensorProto.FLOAT8E4M3FN, TensorProto.INT4], ids=_name)
+def test_quantize_float16_by_a_float32_scale_divides_in_float32(target: int) -> None:
+    x = np.array([[0.1, 70.7, -3.3, 1000.0, 2.5]], np.float16)
+    node = helper.make_node("QuantizeLinear", ["x", "scale"], ["y"], name="q", output_dtype=target)
+    proto = model(
+        [node],
+        {"x": (TensorProto.FLOAT16, [1, 5])},
+        {"y": (target, [1, 5])},
+        initializers={"scale": np.float32(0.3)},
+        opset=21,
+    )
+    ours, want = _run(proto, {"x": x})
+    _same_bits(ours[0], want[0])

@@ -3,7 +3,9 @@
 kernloom has no dtype for (float8, float4e2m1, int4, uint4, int2, uint2), held as codes
 (``kernloom.onnx._small_types``), as onnx's reference: a float8 zero point must be zero
 and is not added, a float4e2m1 one is added before the cast, an int4/int2 one as an
-integer before the clamp."""
+integer before the clamp. Deviation: quantizing an infinity or NaN to an integer type
+clamps it (inf to the largest code); the reference's numpy cast of those to int32 is
+undefined (INT_MIN on x86, hence the smallest code), as for the 8-bit types here."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import converter
 from kernloom.onnx._small_types import clamp_range, decode, encode, is_small, small_type
 from kernloom.onnx._values import OnnxCoded
-from kernloom.onnx.ops._helpers import axis_of, rank_of, same_dtype, static_dims
+from kernloom.onnx.ops._helpers import axis_of, rank_of, static_dims
 
 Result = Sequence[Tensor | None]
 CodedResult = Sequence[Tensor | OnnxCoded | None]
@@ -141,7 +143,7 @@ def _quantize_small(
             f"the zero point is {coded_zero.dtype} but output_dtype is "
             f"{small_type(elem_type).name}: they must agree"
         )
-    ratio = ops.real_div(x, same_dtype(ctx, x, _broadcastable(node, ctx, x, scale)))
+    ratio = _divided(node, x, _broadcastable(node, ctx, x, scale))
     small = small_type(elem_type)
     zero = None
     if coded_zero is not None:
@@ -157,6 +159,23 @@ def _quantize_small(
         ratio = _ieee_add(ctx, _f32(ratio), zero)
     saturate = bool(node.attr("saturate", 1))
     return OnnxCoded(encode(ratio, elem_type, saturate=saturate), elem_type)
+
+
+def _divided(node: OnnxNode, x: Tensor, scale: Tensor) -> Tensor:
+    """x / scale in numpy's promoted type (float16 by float32 is float32), or in the
+    ``precision`` type when the node names one, as the reference divides."""
+    precision = node.attr("precision")
+    if precision:
+        common = kernloom_dtype(int(precision), f"node {node.name!r} attribute 'precision'")
+    elif x.dtype == scale.dtype:
+        common = x.dtype
+    else:
+        common = d.float64 if d.float64 in (x.dtype, scale.dtype) else d.float32
+
+    def as_common(t: Tensor) -> Tensor:
+        return t if t.dtype == common else ops.cast(t, DstT=common)
+
+    return ops.real_div(as_common(x), as_common(scale))
 
 
 def _ieee_add(ctx: ConversionContext, x: Tensor, y: Tensor) -> Tensor:
