@@ -1,15 +1,35 @@
 """Converting a list of ONNX nodes, for the model's graph and for the subgraphs of its
 control-flow nodes alike (If's branches, Loop's and Scan's bodies): one place that
-decodes the nodes, walks into subgraphs and calls each node's converter."""
+decodes the nodes, walks into subgraphs and calls each node's converter.
+
+bfloat16 arithmetic, for every op at once: kernloom has no bfloat16 dtype, so a bfloat16
+tensor is its uint16 codes (``kernloom.onnx._small_types``). When a node whose converter
+takes no coded values (any op but ``CODED_OPS``) and whose inputs and outputs are all
+tensors gets bfloat16 inputs, those are decoded to float32 (exactly), the node's own
+converter runs on float32, and each output whose type is bfloat16 by the op's type
+constraints (the type variable of a bfloat16 input) is encoded back, rounded to nearest
+even; an output of a fixed or another type (ArgMax's int64, Unique's indices) stays as it
+is. A deliberate deviation: one rounding per node, where a bfloat16 kernel may round
+inside the op too (onnx's reference computes most ops in float32 and rounds once, as
+this does; a reference that rounds between steps can differ in the last bit). The float8,
+float4, int4 and int2 types keep being refused by every op but ``CODED_OPS``.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import onnx
+import onnx.defs
+from onnx import TensorProto
 
-from kernloom.onnx._context import ConversionContext, OnnxNode
+import kernloom.dtypes as d
+from kernloom.graph.tensor import Tensor
+from kernloom.onnx._context import CODED_OPS, ConversionContext, OnnxNode
+from kernloom.onnx._small_types import bfloat16_outputs, decode, encode, float_op_inputs
+from kernloom.onnx._values import OnnxCoded, OnnxOptional, OnnxSequence
 from kernloom.onnx._registry import REGISTRY
 from kernloom.onnx.errors import OnnxImportError
 
@@ -75,9 +95,14 @@ def convert_node(ctx: ConversionContext, node: OnnxNode, producers: dict[str, On
                 "initializer: add it as one of those, or name an existing value instead"
             )
     ctx.node = node
+    schema = _schema(node)
     with ctx.graph.name_scope(node_name(node.name, node.op_type)):
         try:
-            results = list(found.fn(node, ctx))
+            with _bfloat16_as_float32(ctx, node, schema) as bfloat16_inputs:
+                results = list(found.fn(node, ctx))
+            if bfloat16_inputs:
+                assert schema is not None
+                results = _encoded(results, bfloat16_outputs(schema, bfloat16_inputs, len(results)))
         except OnnxImportError:
             raise
         except (ValueError, TypeError, KeyError) as exc:
@@ -91,3 +116,49 @@ def convert_node(ctx: ConversionContext, node: OnnxNode, producers: dict[str, On
         assert value is not None
         ctx.set_values({name: value})
     ctx.node = None
+
+
+Result = Tensor | OnnxSequence | OnnxOptional | OnnxCoded | None
+
+
+def _schema(node: OnnxNode) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(node.op_type, max_inclusive_version=node.opset, domain=node.domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+@contextmanager
+def _bfloat16_as_float32(
+    ctx: ConversionContext, node: OnnxNode, schema: onnx.defs.OpSchema | None
+) -> Iterator[list[int]]:
+    """While a node's converter runs, its bfloat16 inputs as float32 tensors (when it
+    takes no coded values: the module docstring); yields their input indices."""
+    if node.op_type in CODED_OPS:
+        yield []
+        return
+    given = [ctx.lookup(name) if name else None for name in node.inputs]
+    found = float_op_inputs(schema, given)
+    if found is None:
+        yield []
+        return
+    names = {node.inputs[index]: value for index, value in found.items()}
+    for name, coded in names.items():
+        del ctx.containers[name]
+        ctx.values[name] = decode(coded.codes, coded.elem_type, d.float32)
+    try:
+        yield sorted(found)
+    finally:
+        for name, coded in names.items():
+            del ctx.values[name]
+            ctx.containers[name] = coded
+
+
+def _encoded(results: Sequence[Result], outputs: set[int]) -> list[Result]:
+    """``results`` with the float tensors among ``outputs`` encoded as bfloat16 codes."""
+    return [
+        OnnxCoded(encode(value, TensorProto.BFLOAT16), TensorProto.BFLOAT16)
+        if index in outputs and isinstance(value, Tensor) and value.dtype.is_floating
+        else value
+        for index, value in enumerate(results)
+    ]

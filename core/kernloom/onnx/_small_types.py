@@ -42,6 +42,8 @@ from typing import Any, Final
 
 import ml_dtypes
 import numpy as np
+import onnx
+import onnx.defs
 from onnx import TensorProto
 
 import kernloom.dtypes as d
@@ -55,12 +57,14 @@ from kernloom.onnx.errors import OnnxImportError
 __all__ = [
     "SMALL_TYPES",
     "SmallType",
+    "bfloat16_outputs",
     "cast_value",
     "clamp_range",
     "coded_array",
     "decode",
     "encode",
     "from_codes",
+    "float_op_inputs",
     "is_small",
     "small_type",
     "to_codes",
@@ -430,3 +434,61 @@ def cast_value(
     if isinstance(target, DType):
         return ops.identity(plain) if plain.dtype == target else ops.cast(plain, DstT=target)
     return OnnxCoded(encode(plain, target, saturate=saturate, round_mode=round_mode), target)
+
+
+# -- bfloat16 arithmetic: decoded to float32, the node run, its results encoded ------------
+
+
+def _takes_tensors_only(schema: onnx.defs.OpSchema) -> bool:
+    """Whether every input and output of ``schema`` is a tensor (no sequence, optional or
+    subgraph-carried value): the ops whose converters see plain tensors only."""
+    allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+    for formal in [*schema.inputs, *schema.outputs]:
+        types = allowed.get(formal.type_str, [formal.type_str])
+        if any(not t.startswith("tensor(") for t in types):
+            return False
+    return True
+
+
+def _formal(formals: list[Any], index: int) -> Any | None:
+    """The formal parameter actual ``index`` binds to (a variadic last one takes the rest)."""
+    if index < len(formals):
+        return formals[index]
+    if formals and formals[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
+        return formals[-1]
+    return None
+
+
+def float_op_inputs(
+    schema: onnx.defs.OpSchema | None, inputs: list[Any]
+) -> dict[int, OnnxCoded] | None:
+    """The bfloat16 inputs (index -> value) of a node whose converter takes no coded
+    values, to be decoded to float32 around it; None when there are none or the op is
+    not a tensors-only op onnx has a schema for (Loop, SequenceConstruct... carry their
+    values as they are)."""
+    found = {
+        index: value
+        for index, value in enumerate(inputs)
+        if isinstance(value, OnnxCoded) and value.elem_type == TensorProto.BFLOAT16
+    }
+    if not found or schema is None or not _takes_tensors_only(schema):
+        return None
+    return found
+
+
+def bfloat16_outputs(schema: onnx.defs.OpSchema, bfloat16_inputs: list[int], count: int) -> set[int]:
+    """The outputs (indices among ``count``) whose type is bfloat16: those of the same
+    type variable as a bfloat16 input, by the op's type constraints. An output of a fixed
+    type (ArgMax's int64, Unique's indices) or of another variable keeps its own."""
+    variables = {c.type_param_str for c in schema.type_constraints}
+    bound = set()
+    for index in bfloat16_inputs:
+        formal = _formal(list(schema.inputs), index)
+        if formal is not None and formal.type_str in variables:
+            bound.add(formal.type_str)
+    result = set()
+    for index in range(count):
+        formal = _formal(list(schema.outputs), index)
+        if formal is not None and formal.type_str in bound:
+            result.add(index)
+    return result
