@@ -20,7 +20,17 @@ __all__ = ["CODED_OPS", "ConversionContext", "OnnxNode", "attribute_value", "cod
 
 CODED_OPS = ("Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Identity", "Constant")
 """The ONNX ops whose converters take tensors of the small types kernloom has no dtype
-for (``kernloom.onnx._small_types``); any other refuses them, naming these."""
+for (``kernloom.onnx._small_types``); any other refuses them, naming these -- but for
+bfloat16, which an op whose inputs and outputs are all tensors gets decoded to float32
+(``kernloom.onnx._convert``)."""
+
+
+_BFLOAT16_TOO: dict[int, str] = {
+    int(onnx.TensorProto.BFLOAT16): (
+        " and, as float32, every op whose inputs and outputs are tensors"
+    )
+}
+"""What the refusal of a bfloat16 input adds: the ops it reaches (a sequence op does not)."""
 
 
 def coded_ops(elem_type: int) -> tuple[str, ...]:
@@ -185,11 +195,12 @@ class ConversionContext:
         name = node.inputs[index]
         container = self.containers.get(name)
         if isinstance(container, OnnxCoded):
+            takers = ", ".join(coded_ops(container.elem_type))
+            takers += _BFLOAT16_TOO.get(container.elem_type, "")
             raise node.fail(
                 f"input {index} ({name!r}) is {describe_value(container)}, a type kernloom "
-                f"has no dtype for: {container.type_name} values are supported by "
-                f"{', '.join(coded_ops(container.elem_type))}, not by {node.op_type} (Cast "
-                "it to a float type first)"
+                f"has no dtype for: {container.type_name} values are supported by {takers}, "
+                f"not by {node.op_type} (Cast it to a float type first)"
             )
         if container is not None:
             raise node.fail(

@@ -28,9 +28,9 @@ from onnx import TensorProto
 import kernloom.dtypes as d
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import CODED_OPS, ConversionContext, OnnxNode
+from kernloom.onnx._registry import REGISTRY
 from kernloom.onnx._small_types import bfloat16_outputs, decode, encode, float_op_inputs
 from kernloom.onnx._values import OnnxCoded, OnnxOptional, OnnxSequence
-from kernloom.onnx._registry import REGISTRY
 from kernloom.onnx.errors import OnnxImportError
 
 __all__ = ["convert_node", "convert_nodes", "graph_nodes", "node_name", "with_subgraph_nodes"]
@@ -123,7 +123,9 @@ Result = Tensor | OnnxSequence | OnnxOptional | OnnxCoded | None
 
 def _schema(node: OnnxNode) -> onnx.defs.OpSchema | None:
     try:
-        return onnx.defs.get_schema(node.op_type, max_inclusive_version=node.opset, domain=node.domain)
+        return onnx.defs.get_schema(
+            node.op_type, max_inclusive_version=node.opset, domain=node.domain
+        )
     except onnx.defs.SchemaError:
         return None
 

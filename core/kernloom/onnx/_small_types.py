@@ -63,8 +63,8 @@ __all__ = [
     "coded_array",
     "decode",
     "encode",
-    "from_codes",
     "float_op_inputs",
+    "from_codes",
     "is_small",
     "small_type",
     "to_codes",
@@ -476,7 +476,9 @@ def float_op_inputs(
     return found
 
 
-def bfloat16_outputs(schema: onnx.defs.OpSchema, bfloat16_inputs: list[int], count: int) -> set[int]:
+def bfloat16_outputs(
+    schema: onnx.defs.OpSchema, bfloat16_inputs: list[int], count: int
+) -> set[int]:
     """The outputs (indices among ``count``) whose type is bfloat16: those of the same
     type variable as a bfloat16 input, by the op's type constraints. An output of a fixed
     type (ArgMax's int64, Unique's indices) or of another variable keeps its own."""

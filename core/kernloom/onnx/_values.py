@@ -11,7 +11,8 @@ optional inputs once per feed layout (``FeedLayout``), when a run gives it.
 
 A tensor of a small ONNX type (``kernloom.onnx._small_types``) is its codes, one byte
 per element, tagged with the ONNX type: only the converters that know the type (Cast,
-QuantizeLinear...) read it; any other refuses it at import (``ConversionContext.input``).
+QuantizeLinear...) read it; any other refuses it at import (``ConversionContext.input``),
+except bfloat16, which an op on tensors gets as float32 (``kernloom.onnx._convert``).
 """
 
 from __future__ import annotations
