@@ -58,13 +58,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_strnormalizer_export_monday_empty_output",
         "test_strnormalizer_export_monday_insensintive_upper_twodim",
         "test_strnormalizer_nostopwords_nochangecase",
-        "test_tfidfvectorizer_tf_batch_onlybigrams_skip0",
-        "test_tfidfvectorizer_tf_batch_onlybigrams_skip5",
-        "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5",
-        "test_tfidfvectorizer_tf_only_bigrams_skip0",
-        "test_tfidfvectorizer_tf_onlybigrams_levelempty",
-        "test_tfidfvectorizer_tf_onlybigrams_skip5",
-        "test_tfidfvectorizer_tf_uniandbigrams_skip5",
     ],
     "training ops of ai.onnx.preview.training: out of scope for inference": [
         "test_adagrad",

@@ -23,6 +23,7 @@ from kernloom.onnx.ops import (
     shape,
     spectral,
     tensor_scatter,
+    tfidf,
     transformer,
     unique,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "shape",
     "spectral",
     "tensor_scatter",
+    "tfidf",
     "transformer",
     "unique",
 ]
