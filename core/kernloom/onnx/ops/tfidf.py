@@ -21,7 +21,7 @@ under its last listing only, the earlier one's slot staying zero; lengths outsid
 
 Refused at import, naming the node: string tokens (``pool_strings``: kernloom has no
 string dtype), an input whose last dimension is unknown (the index tables are constants),
-an input of rank above 2, ``ngram_indexes`` too short for the pool or negative, and
+an input of rank other than 1 or 2, ``ngram_indexes`` too short for the pool or negative, and
 ``weights`` shorter than the output. One deviation: an input [0, C] gives an empty
 [0, output size] result, where the reference raises.
 """
@@ -181,10 +181,9 @@ def _tfidf_vectorizer(node: OnnxNode, ctx: ConversionContext) -> Result:
     if x.dtype not in (d.int32, d.int64):
         raise node.fail(f"{x.dtype.name} tokens are not supported (int32 and int64 are)")
     rank = x.shape.rank
-    if rank is None or rank > 2:
+    if rank not in (1, 2):
         raise node.fail(f"the input must be [C] or [N, C] with its rank known; it is {x.shape}")
-    dims = x.shape.as_tuple() if rank else ()
-    width = 1 if rank == 0 else dims[-1]
+    width = x.shape.as_list()[-1]
     if width is None:
         raise node.fail("the input's last dimension (C) must be known at import time")
     grams = _pool_ids(node, pool)
@@ -209,7 +208,7 @@ def _tfidf_vectorizer(node: OnnxNode, ctx: ConversionContext) -> Result:
     else:
         freq = _zeros(ctx, rows, size)
     y = _weighted(node, ctx, freq, size)
-    if rank < 2:
+    if rank == 1:
         y = ops.reshape(y, ctx.int64s([size]))
     return [y]
 
