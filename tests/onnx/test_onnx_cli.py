@@ -73,18 +73,19 @@ def test_convert_lists_every_unsupported_op(
     proto = model(
         [
             helper.make_node("StringNormalizer", ["x"], ["d"], name="a"),
-            helper.make_node("TfIdfVectorizer", ["d"], ["y"], name="b"),
+            helper.make_node("RegexFullMatch", ["d"], ["y"], name="b"),
         ],
         {"x": (FLOAT, [2, 2])},
         {"y": (FLOAT, None)},  # type: ignore[dict-item]
+        opset=20,
     )
     path = tmp_path / "bad.onnx"
     onnx.save(proto, str(path))
     assert main(["convert", str(path), str(tmp_path / "bad.json")]) == 2
     err = capsys.readouterr().err
     assert (
-        "node 'a' (StringNormalizer, opset 17)" in err
-        and "node 'b' (TfIdfVectorizer, opset 17)" in err
+        "node 'a' (StringNormalizer, opset 20)" in err
+        and "node 'b' (RegexFullMatch, opset 20)" in err
     )
 
 

@@ -50,9 +50,7 @@ def _tfidf(
     attrs = {k: v for k, v in attrs.items() if v is not None}
     node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], name="tfidf", **attrs)
     if weights == []:  # present but empty: the reference evaluator needs the attribute
-        node.attribute.append(
-            helper.make_attribute("weights", [], attr_type=AttributeProto.FLOATS)
-        )
+        node.attribute.append(helper.make_attribute("weights", [], attr_type=AttributeProto.FLOATS))
     return model([node], {"x": (dtype, shape)}, {"y": (FLOAT, None)}, opset=9)
 
 
@@ -141,7 +139,8 @@ def test_tokens_outside_int32_in_the_pool() -> None:
 
 
 def _refused(proto: Any, message: str) -> None:
-    with pytest.raises(ko.OnnxImportError, match=rf"'tfidf' \(TfIdfVectorizer, opset 9\).*{message}"):
+    where = r"'tfidf' \(TfIdfVectorizer, opset 9\)"
+    with pytest.raises(ko.OnnxImportError, match=rf"{where}.*{message}"):
         ko.InferenceSession(proto.SerializeToString())
 
 
