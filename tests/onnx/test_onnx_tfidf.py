@@ -51,7 +51,7 @@ def _tfidf(
     node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], name="tfidf", **attrs)
     if weights == []:  # present but empty: the reference evaluator needs the attribute
         node.attribute.append(helper.make_attribute("weights", [], attr_type=AttributeProto.FLOATS))
-    return model([node], {"x": (dtype, shape)}, {"y": (FLOAT, None)}, opset=9)
+    return model([node], {"x": (dtype, shape)}, {"y": (FLOAT, None)}, opset=9)  # type: ignore[dict-item]
 
 
 def _tokens(shape: tuple[int, ...], dtype: type[np.integer[Any]], seed: int = 0) -> Any:
@@ -172,3 +172,18 @@ def test_string_tokens_are_refused() -> None:
         ko.OnnxImportError, match="graph input 'x': ONNX element type STRING has no kernloom dtype"
     ):
         ko.InferenceSession(proto.SerializeToString())
+
+
+def test_a_length_with_no_pool_ngrams() -> None:
+    # No unigrams (ngram_counts starts bigrams at 0): bigrams counted at every skip.
+    proto = _tfidf(
+        INT64,
+        [2, 9],
+        low=1,
+        high=2,
+        skip=2,
+        pool_int64s=[2, 3, 3, 2, 4, 4],
+        ngram_counts=[0, 0],
+        ngram_indexes=[2, 0, 1],
+    )
+    check_against_oracle(proto, {"x": _tokens((2, 9), np.int64, 3) % 3 + 2})
