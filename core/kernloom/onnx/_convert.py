@@ -29,7 +29,13 @@ import kernloom.dtypes as d
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import CODED_OPS, ConversionContext, OnnxNode
 from kernloom.onnx._registry import REGISTRY
-from kernloom.onnx._small_types import bfloat16_outputs, decode, encode, float_op_inputs
+from kernloom.onnx._small_types import (
+    bfloat16_inputs,
+    bfloat16_outputs,
+    decode,
+    encode,
+    takes_tensors_only,
+)
 from kernloom.onnx._values import OnnxCoded, OnnxOptional, OnnxSequence
 from kernloom.onnx.errors import OnnxImportError
 
@@ -95,14 +101,13 @@ def convert_node(ctx: ConversionContext, node: OnnxNode, producers: dict[str, On
                 "initializer: add it as one of those, or name an existing value instead"
             )
     ctx.node = node
-    schema = _schema(node)
     with ctx.graph.name_scope(node_name(node.name, node.op_type)):
         try:
-            with _bfloat16_as_float32(ctx, node, schema) as bfloat16_inputs:
+            with _bfloat16_as_float32(ctx, node) as bfloat16:
                 results = list(found.fn(node, ctx))
-            if bfloat16_inputs:
-                assert schema is not None
-                results = _encoded(results, bfloat16_outputs(schema, bfloat16_inputs, len(results)))
+            if bfloat16 is not None:
+                schema, decoded = bfloat16
+                results = _encoded(results, bfloat16_outputs(schema, decoded, len(results)))
         except OnnxImportError:
             raise
         except (ValueError, TypeError, KeyError) as exc:
@@ -132,24 +137,25 @@ def _schema(node: OnnxNode) -> onnx.defs.OpSchema | None:
 
 @contextmanager
 def _bfloat16_as_float32(
-    ctx: ConversionContext, node: OnnxNode, schema: onnx.defs.OpSchema | None
-) -> Iterator[list[int]]:
+    ctx: ConversionContext, node: OnnxNode
+) -> Iterator[tuple[onnx.defs.OpSchema, list[int]] | None]:
     """While a node's converter runs, its bfloat16 inputs as float32 tensors (when it
-    takes no coded values: the module docstring); yields their input indices."""
-    if node.op_type in CODED_OPS:
-        yield []
-        return
-    given = [ctx.lookup(name) if name else None for name in node.inputs]
-    found = float_op_inputs(schema, given)
-    if found is None:
-        yield []
+    takes no coded values: the module docstring); yields the op's schema and their input
+    indices, or None where nothing is decoded. The schema is looked up only for a node
+    with a bfloat16 input: every other node's conversion pays nothing for this."""
+    found: dict[int, OnnxCoded] = {}
+    if node.op_type not in CODED_OPS:
+        found = bfloat16_inputs([ctx.lookup(name) if name else None for name in node.inputs])
+    schema = _schema(node) if found else None
+    if schema is None or not takes_tensors_only(schema):
+        yield None
         return
     names = {node.inputs[index]: value for index, value in found.items()}
     for name, coded in names.items():
         del ctx.containers[name]
         ctx.values[name] = decode(coded.codes, coded.elem_type, d.float32)
     try:
-        yield sorted(found)
+        yield schema, sorted(found)
     finally:
         for name, coded in names.items():
             del ctx.values[name]

@@ -57,16 +57,17 @@ from kernloom.onnx.errors import OnnxImportError
 __all__ = [
     "SMALL_TYPES",
     "SmallType",
+    "bfloat16_inputs",
     "bfloat16_outputs",
     "cast_value",
     "clamp_range",
     "coded_array",
     "decode",
     "encode",
-    "float_op_inputs",
     "from_codes",
     "is_small",
     "small_type",
+    "takes_tensors_only",
     "to_codes",
 ]
 
@@ -439,7 +440,7 @@ def cast_value(
 # -- bfloat16 arithmetic: decoded to float32, the node run, its results encoded ------------
 
 
-def _takes_tensors_only(schema: onnx.defs.OpSchema) -> bool:
+def takes_tensors_only(schema: onnx.defs.OpSchema) -> bool:
     """Whether every input and output of ``schema`` is a tensor (no sequence, optional or
     subgraph-carried value): the ops whose converters see plain tensors only."""
     allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
@@ -459,21 +460,15 @@ def _formal(formals: list[Any], index: int) -> Any | None:
     return None
 
 
-def float_op_inputs(
-    schema: onnx.defs.OpSchema | None, inputs: list[Any]
-) -> dict[int, OnnxCoded] | None:
-    """The bfloat16 inputs (index -> value) of a node whose converter takes no coded
-    values, to be decoded to float32 around it; None when there are none or the op is
-    not a tensors-only op onnx has a schema for (Loop, SequenceConstruct... carry their
-    values as they are)."""
-    found = {
+def bfloat16_inputs(inputs: list[Any]) -> dict[int, OnnxCoded]:
+    """A node's bfloat16 inputs (index -> value): decoded to float32 around its converter
+    when that takes no coded values and the op is a tensors-only one
+    (``takes_tensors_only``: Loop, SequenceConstruct... carry their values as they are)."""
+    return {
         index: value
         for index, value in enumerate(inputs)
         if isinstance(value, OnnxCoded) and value.elem_type == TensorProto.BFLOAT16
     }
-    if not found or schema is None or not _takes_tensors_only(schema):
-        return None
-    return found
 
 
 def bfloat16_outputs(
