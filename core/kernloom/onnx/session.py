@@ -227,6 +227,7 @@ class InferenceSession:
             _node_arg(v) for v in self._model.graph.input if v.name not in initializers
         ]
         self._output_args = [_node_arg(v) for v in self._model.graph.output]
+        self._output_names = [arg.name for arg in self._output_args]
         self._variants: dict[tuple[tuple[str, FeedLayout], ...], _Variant] = {}
         # The kernloom sessions' thread pools end with this object (or at close()), as an
         # onnxruntime session's do: code written for onnxruntime never closes sessions.
@@ -322,8 +323,8 @@ class InferenceSession:
     ) -> list[Any]:
         """The named outputs (all when ``output_names`` is None or empty), in order: an
         array each, a list of arrays for a sequence, None for an empty optional."""
-        declared = [arg.name for arg in self._output_args]
-        names = list(output_names) if output_names else declared
+        declared = self._output_names
+        names = list(output_names) if output_names else list(declared)
         unknown = [n for n in names if n not in declared]
         if unknown:
             raise OnnxImportError(
