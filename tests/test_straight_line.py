@@ -173,9 +173,10 @@ def test_feeds_fetches_and_constants_are_moved_by_the_program_itself(
     np.testing.assert_array_equal(got[1], [[1.0, 2.0], [3.0, 4.0]])
     np.testing.assert_array_equal(got[2], xv)
     assert len(straight_runs) == 2
-    # Mul (its feed is the caller's: the direct entry declines) and Sum run through compute;
-    # _Arg, Const, _Retval and Sum's constant axis never do.
-    assert through_context == ["Mul", "Sum", "Mul", "Sum"]
+    # Only Sum runs through compute: Mul's direct entry writes into a buffer of its own
+    # (its feed is the caller's, the constant the kernel's); _Arg, Const, _Retval and
+    # Sum's constant axis never run through compute either.
+    assert through_context == ["Sum", "Sum"]
 
 
 def test_a_product_runs_directly_its_buffer_is_counted_and_bad_shapes_are_explained(
@@ -347,8 +348,8 @@ def test_a_chain_with_broadcasting_operands_stays_on_the_direct_entries(
     running_first: bool,
 ) -> None:
     """Whatever the operands' shapes, every Add of the chain is a direct entry of the
-    program and runs as one -- except the first, whose inputs are the caller's feed and a
-    constant (neither may be overwritten), so it allocates through ``compute``."""
+    program and runs as one -- the first too, whose inputs are the caller's feed and a
+    constant (neither may be overwritten): its entry writes into a new buffer."""
     through_compute: list[str] = []
     original = straight_line.run_compute
 
@@ -379,7 +380,7 @@ def test_a_chain_with_broadcasting_operands_stays_on_the_direct_entries(
         got = executor(xv)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     np.testing.assert_array_equal(xv, original_xv)  # the feed was never written
-    assert len(through_compute) == 1  # the first Add; the other five ran directly
+    assert through_compute == []  # none ran through compute
     # The plan: every Add is a binary direct entry (kind 1) that takes the running value.
     view = view_of(registry, g)
     program = StraightLine.compile(view)
@@ -389,9 +390,100 @@ def test_a_chain_with_broadcasting_operands_stays_on_the_direct_entries(
     assert [e[4] for e in adds[1:]] == [1 if running_first else 2] * (CHAIN - 1)
 
 
-def test_broadcasting_to_a_shape_larger_than_both_operands_runs_compute(
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
+@pytest.mark.parametrize(
+    ("dtype", "fed", "other"),
+    [
+        (np.float32, (16,), (16,)),
+        (np.float64, (4, 16), ()),  # a scalar operand
+        (np.float32, (4, 1), (1, 16)),  # the result larger than both
+        (np.int32, (4, 16), (16,)),
+        (np.complex64, (3,), (3,)),
+    ],
+    ids=["same", "scalar", "outer", "int32", "complex"],
+)
+def test_fan_out_nodes_run_their_direct_entries_into_counted_buffers(
+    registry: klp.Registry,
+    monkeypatch: pytest.MonkeyPatch,
+    compiled: bool,
+    dtype: Any,
+    fed: tuple[int, ...],
+    other: tuple[int, ...],
+) -> None:
+    """A node whose input is still needed (the caller's feed read by two nodes, a value
+    with two consumers) cannot write in place; its direct entry writes into a buffer of
+    its own from the device's ``allocate`` (counted: the step's allocations and bytes),
+    so no node of these graphs runs through ``compute``."""
+    if not compiled:
+        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
+    from kernloom.runtime import node_run
+
+    through_compute: list[str] = []
+    for module in (straight_line, node_run):
+        original = module.run_compute
+
+        def spy(
+            ctx: Any, item: Any, given: list[Any], forward: bool = True, original: Any = original
+        ) -> list[Any]:
+            through_compute.append(item.name)
+            return original(ctx, item, given, forward)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(module, "run_compute", spy)
+    rng = np.random.default_rng(3)
+
+    def value(shape: tuple[int, ...]) -> Any:
+        v = rng.standard_normal(shape) * 4
+        if np.dtype(dtype).kind == "c":
+            v = v + 1j * rng.standard_normal(shape)
+        return np.asarray(v).astype(dtype)
+
+    xv, cv = value(fed), value(other)
+    kl_dtype = kl.as_dtype(dtype)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl_dtype, list(fed), name="x")
+        c = kl.constant(cv, name="c")
+        h = x
+        for i in range(3):  # h feeds a Neg and an Add: neither may overwrite it
+            h = kl.ops.mul(kl.ops.neg(h, name=f"neg{i}"), kl.ops.add(h, c, name=f"add{i}"))
+    want = xv
+    for _ in range(3):
+        want = np.negative(want) * (want + cv)
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
+    with kl.Session(g, config) as sess:
+        call = sess.make_callable(h, [x])
+        call(xv)
+        (device,) = [d for d in sess.devices if d.device_type == "CPU"]
+        before = device.memory_stats().num_allocs
+        got = call(xv)
+        allocated = device.memory_stats().num_allocs - before
+    if np.dtype(dtype).kind == "c":  # numpy's complex multiply rounds differently in place
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    else:  # the same ufuncs, in the same order
+        np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype
+    assert through_compute == []
+    # Each round's first reader of h allocates and its second writes into h -- but for the
+    # caller's feed, which both readers must leave alone; Mul writes into an operand.
+    assert allocated == 4
+
+
+def test_a_direct_entrys_new_buffer_is_held_to_the_memory_limit(registry: klp.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [1024], name="x")
+        y = kl.ops.add(kl.ops.tanh(x, name="big"), x)  # tanh's input is read again
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False, memory_limit={"CPU": 3000})
+    error = r"node 'big' \(op Tanh\).*CPU"
+    with kl.Session(g, config) as sess, pytest.raises(kl.ResourceExhaustedError, match=error):
+        sess.run(y, {x: np.ones(1024, np.float32)})
+
+
+def test_broadcasting_to_a_shape_larger_than_both_operands_gets_a_new_buffer(
     registry: klp.Registry, straight_runs: list[str]
 ) -> None:
+    """Neither operand can hold the [3, 4] result: the direct entry allocates it; shapes
+    that do not broadcast are declined there and explained by ``compute``."""
     g = kl.Graph(registry)
     with g.as_default():
         x = kl.placeholder(kl.float32, [None, None], name="x")

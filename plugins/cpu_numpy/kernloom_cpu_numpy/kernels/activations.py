@@ -21,7 +21,7 @@ import numpy as np
 from kernloom.plugin import KernelLibrary, OpKernel, OpKernelConstruction, OpKernelContext
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
-from kernloom_cpu_numpy.kernels.elementwise import _unary, _unary_in_place
+from kernloom_cpu_numpy.kernels.elementwise import _unary_in_place, unary_kernel
 
 __all__ = ["erf", "erfc", "register"]
 
@@ -233,13 +233,11 @@ def register(lib: KernelLibrary) -> None:
     # Each function is its own in-place form (``f(x, out)``, safe with ``out`` as ``x``):
     # the compiled straight line calls it directly where it may overwrite the input.
     for op, fn, types in UNARY:
-        cpu(op, types, direct=_unary_in_place(fn), inplace_form=fn)(_unary(fn))
+        cpu(op, types)(unary_kernel(fn))
     # Rounding an integer changes nothing: the output is the input's buffer.
     # TensorFlow has no CPU Round for int8 and int16; so neither does kernloom.
     integers = tuple(d for d in SIGNED_REALS if d.name in ("int32", "int64"))
-    cpu("Round", integers, direct=_unary_in_place(_identity), inplace_form=_identity)(
-        _unary(_identity)
-    )
+    cpu("Round", integers)(unary_kernel(_identity))
     for op, fn in PREDICATES:
         cpu(op, t.FLOATS)(_predicate(fn))
     cpu("LeakyRelu", t.OP_TYPES)(LeakyRelu)

@@ -14,10 +14,8 @@ from kernloom.plugin import KernelLibrary, OpKernelContext, bitcast_dims
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 from kernloom_cpu_numpy.kernels.elementwise import (
-    _binary,
-    _binary_in_place,
-    _unary,
-    _unary_in_place,
+    binary_kernel,
+    unary_kernel,
 )
 
 __all__ = ["register"]
@@ -68,15 +66,11 @@ def register(lib: KernelLibrary) -> None:
             device=CPU,
             backend="numpy",
             type_constraints=integers,
-            direct=_binary_in_place(fn),
-            inplace_form=fn,
-        )(_binary(fn))
+        )(binary_kernel(fn))
     lib.kernel(
         "Invert",
         device=CPU,
         backend="numpy",
         type_constraints=integers,
-        direct=_unary_in_place(np.invert),
-        inplace_form=np.invert,
-    )(_unary(np.invert))
+    )(unary_kernel(np.invert))
     lib.kernel("Bitcast", device=CPU, backend="numpy", expensive=False)(bitcast)

@@ -29,10 +29,8 @@ from kernloom.plugin import KernelLibrary
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 from kernloom_cpu_numpy.kernels.elementwise import (
-    _binary,
-    _binary_in_place,
-    _unary,
-    _unary_in_place,
+    binary_kernel,
+    unary_kernel,
 )
 
 __all__ = [
@@ -203,6 +201,6 @@ def register(lib: KernelLibrary) -> None:
         )
 
     for op, fn in BINARY:
-        cpu(op, direct=_binary_in_place(fn))(_binary(fn))
+        cpu(op)(binary_kernel(fn, form=False))
     for op, fn in UNARY:
-        cpu(op, direct=_unary_in_place(fn))(_unary(fn))
+        cpu(op)(unary_kernel(fn, form=False))

@@ -9,13 +9,15 @@ once per run of many kernels): like TensorFlow, 1/0 is inf and log(-1) is nan.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import numpy as np
 
 from kernloom.plugin import (
     NUMPY_ELEMENTWISE,
     KernelLibrary,
+    OpKernel,
+    OpKernelConstruction,
     OpKernelContext,
     add_n_shape,
     broadcast_shape,
@@ -25,7 +27,7 @@ from kernloom.plugin import (
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 
-__all__ = ["register", "relu", "sigmoid"]
+__all__ = ["binary_kernel", "register", "relu", "sigmoid", "unary_kernel"]
 
 relu: Final = NUMPY_ELEMENTWISE["Relu"]
 sigmoid: Final = NUMPY_ELEMENTWISE["Sigmoid"]
@@ -58,12 +60,13 @@ def _binary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
 
 
 def _binary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The direct entry (``OpKernel.direct``): ``fn`` written into an input nothing else
-    holds, whenever the broadcast result has that input's shape -- equal shapes, or the
-    other operand a scalar, a vector or of lower rank. numpy checks that itself: an
-    ``out`` the result does not fit is a ValueError before anything is written (no shape
-    comparison here, which would cost more than the check it saves). Otherwise -- no input
-    may be reused, or the result is larger than both -- ``compute`` runs."""
+    """The in-place half of a direct entry (``OpKernel.direct``): ``fn`` written into an
+    input nothing else holds, whenever the broadcast result has that input's shape --
+    equal shapes, or the other operand a scalar, a vector or of lower rank. numpy checks
+    that itself: an ``out`` the result does not fit is a ValueError before anything is
+    written (no shape comparison here, which would cost more than the check it saves).
+    Otherwise -- no input may be reused, or the result is larger than both -- it declines
+    (``binary_kernel``'s entry then allocates; a function kernel's lets ``compute`` run)."""
 
     def direct(reuse: int, x: Array, y: Array) -> Any:
         if reuse & 1 and x.base is None and x.flags.writeable:
@@ -90,6 +93,100 @@ def _unary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
         return NotImplemented
 
     return direct
+
+
+class _Elementwise(OpKernel):
+    """A kernel of one ``fn(*inputs, out)`` (a ufunc, or a function that writes its
+    result into any ``out`` of the result's shape, an input among them), with a direct
+    entry that needs no context in either case: in place where an input may be
+    overwritten, else into a new buffer from the device's ``allocate`` (counted as the
+    context's are). A function kernel's entry has no device to allocate from, so a node
+    whose input is still needed elsewhere -- a feed, a value with two consumers -- took
+    the context's path instead (``benchmarks/EXECUTOR.md``, "Fan-out")."""
+
+    fn: ClassVar[Callable[..., Any]]
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._allocate = ctx.device.allocate
+        self._dtype = self.signature.output_dtypes[0]
+
+
+class _Unary(_Elementwise):
+    def compute(self, ctx: OpKernelContext) -> None:
+        x = ctx.input(0)
+        type(self).fn(x, out=ctx.forward_input_or_allocate_output(_FIRST, 0, x.shape))
+
+    def direct(self, reuse: int, x: Array) -> Any:
+        fn = type(self).fn
+        if reuse and x.base is None and x.flags.writeable:
+            return fn(x, out=x)
+        out = self._allocate(x.shape, self._dtype)
+        fn(x, out=out)
+        return out
+
+
+class _Binary(_Elementwise):
+    in_place: ClassVar[Callable[..., Any]]
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        x, y = ctx.input(0), ctx.input(1)
+        shape = x.shape if x.shape == y.shape else broadcast_shape(ctx, x.shape, y.shape)
+        out = ctx.forward_input_or_allocate_output(_BOTH, 0, shape)
+        try:
+            type(self).fn(x, y, out=out)
+        except ValueError as exc:  # a value the function refuses
+            raise ctx.fail(str(exc)) from None
+
+    def direct(self, reuse: int, x: Array, y: Array) -> Any:
+        if reuse:
+            value = type(self).in_place(reuse, x, y)
+            if value is not NotImplemented:
+                return value
+        a, b = x.shape, y.shape
+        if a == b or not b:
+            shape = a
+        elif not a:
+            shape = b
+        else:
+            try:
+                shape = np.broadcast_shapes(a, b)
+            except ValueError:
+                return NotImplemented  # compute explains the shapes
+        out = self._allocate(shape, self._dtype)
+        try:
+            type(self).fn(x, y, out=out)
+        except ValueError:
+            return NotImplemented  # e.g. a value the function refuses: compute explains
+        return out
+
+
+def _kernel_class(
+    base: type[_Elementwise], fn: Callable[..., Any], form: bool, **extra: Any
+) -> type[OpKernel]:
+    name = getattr(fn, "__name__", "elementwise")
+    return type(
+        f"{base.__name__.lstrip('_')}_{name}",
+        (base,),
+        {
+            "fn": staticmethod(fn),
+            "inplace_form": staticmethod(fn) if form else None,
+            "__module__": __name__,
+            **extra,
+        },
+    )
+
+
+def unary_kernel(fn: Callable[..., Any], *, form: bool = True) -> type[OpKernel]:
+    """The kernel class of a unary ``fn(x, out)``; ``form``: ``fn`` is also its in-place
+    form (``OpKernel.inplace_form``)."""
+    return _kernel_class(_Unary, fn, form)
+
+
+def binary_kernel(fn: Callable[..., Any], *, form: bool = True) -> type[OpKernel]:
+    """The kernel class of a binary ``fn(x, y, out)`` (numpy broadcasting); ``form`` as
+    for ``unary_kernel``."""
+    return _kernel_class(_Binary, fn, form, in_place=staticmethod(_binary_in_place(fn)))
 
 
 def _compare(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
@@ -167,20 +264,11 @@ COMPARISONS: Table = (
 def register(lib: KernelLibrary) -> None:
     def kernel(
         op: str,
-        fn: Callable[[OpKernelContext], None],
+        fn: Any,
         types: tuple[Any, ...] | None,
         attr: str = "T",
-        direct: Callable[..., Any] | None = None,
-        inplace_form: Callable[..., Any] | None = None,
     ) -> None:
-        lib.kernel(
-            op,
-            device=CPU,
-            backend="numpy",
-            type_constraints={attr: types},
-            direct=direct,
-            inplace_form=inplace_form,
-        )(fn)
+        lib.kernel(op, device=CPU, backend="numpy", type_constraints={attr: types})(fn)
 
     for op, fn, types in BINARY:
         if op == "Pow":
@@ -192,9 +280,9 @@ def register(lib: KernelLibrary) -> None:
         # does, and the compiled straight line calls it where it proved ``a`` may be
         # overwritten (the kernels' outputs are always buffers of their own; it passes
         # ``out=`` to the ufuncs that deprecate the position, ``OUT_BY_KEYWORD``).
-        kernel(op, _binary(fn), types, direct=_binary_in_place(fn), inplace_form=fn)
+        kernel(op, binary_kernel(fn), types)
     for op, fn, types in UNARY:
-        kernel(op, _unary(fn), types, direct=_unary_in_place(fn), inplace_form=fn)
+        kernel(op, unary_kernel(fn), types)
     for op, fn, types in COMPARISONS:
         kernel(op, _compare(fn), types)
     kernel("Select", select, t.OP_TYPES)

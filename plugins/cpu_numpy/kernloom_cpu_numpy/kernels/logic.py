@@ -28,11 +28,10 @@ from kernloom.plugin import (
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 from kernloom_cpu_numpy.kernels.elementwise import (
-    _binary,
     _binary_in_place,
     _compare,
-    _unary,
-    _unary_in_place,
+    binary_kernel,
+    unary_kernel,
 )
 
 __all__ = ["register"]
@@ -278,7 +277,7 @@ def register(lib: KernelLibrary) -> None:
         return lib.kernel(op, device=CPU, backend="numpy", type_constraints=constraints, **kw)
 
     for op, fn, types in ARITHMETIC:  # (x, y, out): each is its own in-place form
-        cpu(op, types, direct=_binary_in_place(fn), inplace_form=fn)(_binary(fn))
+        cpu(op, types)(binary_kernel(fn))
     for op, fn, types in DIVISIONS:
         divisors = _Divisors()  # one per kernel registration: shared by its nodes' kernels
         cpu(
@@ -291,10 +290,8 @@ def register(lib: KernelLibrary) -> None:
         cpu(op, t.REALS)(_compare(fn))
     cpu("NotEqual", t.OP_TYPES)(_equality(np.not_equal, True))
     cpu("Equal", t.OP_TYPES)(_equality(np.equal, False))
-    cpu("Rint", _FLOAT32_64, direct=_unary_in_place(np.rint), inplace_form=np.rint)(_unary(np.rint))
-    cpu("LogicalNot", (), direct=_unary_in_place(np.logical_not), inplace_form=np.logical_not)(
-        _unary(np.logical_not)
-    )
+    cpu("Rint", _FLOAT32_64)(unary_kernel(np.rint))
+    cpu("LogicalNot", ())(unary_kernel(np.logical_not))
     # TensorFlow's CPU has no ClipByValue for uint32 and uint64; so neither does kernloom's.
     cpu("ClipByValue", tuple(d for d in t.REALS if d.name not in ("uint32", "uint64")))(
         clip_by_value
