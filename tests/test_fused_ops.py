@@ -174,3 +174,68 @@ def test_a_bias_that_does_not_fit_gets_the_same_words_fused_or_not(optimizer: bo
         sess.run(y, {a: np.ones((5, 5), np.float32), bias: np.ones(3, np.float32)})
     assert "node 'ba' (op " + ("_FusedMatMul" if optimizer else "BiasAdd") in str(e.value)
     assert "bias has shape (3,); it needs (5,)" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("fed", "operand", "runs_compute"),
+    [
+        ((16,), (16,), False),
+        ((4, 16), (16,), False),  # broadcast into a new buffer
+        ((4, 1), (1, 16), False),  # the result larger than both inputs
+        ((4, 16), (), False),
+        ((16, 4), (16, 4), True),  # a fed transposed view: compute keeps its memory order
+        ((300, 100), (100,), True),  # more than one block: compute's blocks
+    ],
+)
+def test_a_small_fused_node_of_two_inputs_runs_its_direct_entry(
+    monkeypatch: pytest.MonkeyPatch,
+    fed: tuple[int, ...],
+    operand: tuple[int, ...],
+    runs_compute: bool,
+) -> None:
+    """The numpy kernel's direct entry (one or two inputs, one block) gives what compute
+    gives: the caller's feed is never written, a new buffer is counted, and what it cannot
+    take (another memory order, several blocks) runs compute."""
+    from kernloom.runtime import node_run, straight_line
+
+    computed: list[str] = []
+    for module in (straight_line, node_run):
+        original = module.run_compute
+
+        def spy(ctx, item, given, forward=True, original=original):  # type: ignore[no-untyped-def]
+            computed.append(item.name)
+            return original(ctx, item, given, forward)
+
+        monkeypatch.setattr(module, "run_compute", spy)
+    rng = np.random.default_rng(5)
+    xv = rng.standard_normal(fed).astype(np.float32)
+    if runs_compute and fed == operand:
+        xv = np.ascontiguousarray(xv.T).T  # the same values in Fortran order
+    cv = rng.standard_normal(operand).astype(np.float32)
+    g = kl.Graph(NUMPY)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, list(fed), name="x")
+        expression = "Tanh(i0); Mul(t0, i1); Add(t1, i0)"
+        y = g.add_node(
+            "_FusedElementwise", [[x, kl.constant(cv)]], {"expression": expression}, name="f"
+        ).outputs[0]
+    kept = xv.copy()
+    with kl.Session(g, kl.SessionConfig(graph_optimizer=False, inter_op_threads=1)) as sess:
+        got = sess.run(y, {x: xv})
+    v = kept.astype(np.float64)
+    np.testing.assert_allclose(got, np.tanh(v) * cv + v, rtol=2e-6, atol=1e-6)
+    np.testing.assert_array_equal(xv, kept)
+    assert ("f" in computed) is runs_compute
+
+
+def test_a_fused_node_s_shapes_that_do_not_broadcast_are_explained_by_compute() -> None:
+    g = kl.Graph(NUMPY)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None], name="x")
+        c = kl.constant(np.ones(3, np.float32))
+        y = g.add_node("_FusedElementwise", [[x, c]], {"expression": "Add(i0, i1)"}, name="f")
+    with (
+        kl.Session(g, kl.SessionConfig(graph_optimizer=False)) as sess,
+        pytest.raises(kl.KernloomError, match=r"node 'f' \(op _FusedElementwise\).*broadcast"),
+    ):
+        sess.run(y.outputs[0], {x: np.ones(4, np.float32)})

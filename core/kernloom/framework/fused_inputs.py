@@ -17,9 +17,12 @@ others -- the fed and computed values, which change every run -- by shape.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
+
+import numpy as np
 
 from kernloom.framework.op_kernel import OpKernelContext
 from kernloom.framework.output_layout import same_layout_output
@@ -122,3 +125,41 @@ class FusedInputs(Generic[T]):
         return (
             out if out is not None else ctx.forward_input_or_allocate_output(candidates, 0, shape)
         )
+
+    @staticmethod
+    def direct_output(
+        allocate: Callable[[tuple[int, ...], Any], Any],
+        dtype: Any,
+        reuse: int,
+        inputs: Sequence[Any],
+        max_size: int,
+    ) -> Any:
+        """The output buffer of a fused kernel's direct entry (``OpKernel.direct``, for one
+        or two inputs), or None to leave the node to ``compute``: an input of the output's
+        shape that may be overwritten (``reuse``'s bit, its own C-order buffer), else a new
+        C-order buffer from ``allocate`` (the device's, counted) -- only where every input
+        is C-ordered (``output``'s layout rules are ``compute``'s), the shapes broadcast
+        and the output has fewer than ``max_size`` elements (a kernel's small-output path:
+        ``compute`` keeps its blocks or threads for the rest)."""
+        first = inputs[0].shape
+        if len(inputs) == 1:
+            shape = first
+        else:
+            other = inputs[1].shape
+            if first == other or not other:
+                shape = first
+            elif not first:
+                shape = other
+            else:
+                try:
+                    shape = np.broadcast_shapes(first, other)
+                except ValueError:
+                    return None  # compute explains
+        if math.prod(shape) >= max_size:
+            return None
+        for index, x in enumerate(inputs):
+            if not x.flags.c_contiguous:
+                return None
+            if reuse >> index & 1 and x.shape == shape and x.base is None and x.flags.writeable:
+                return x
+        return allocate(shape, dtype)

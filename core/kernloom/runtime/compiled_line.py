@@ -37,6 +37,7 @@ write in place (then the interpreter runs it).
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable
 from typing import Any, Final, final
 
@@ -46,8 +47,25 @@ from kernloom.errors import KernelError
 from kernloom.framework.numpy_elementwise import OUT_BY_KEYWORD
 from kernloom.framework.op_kernel import OpKernelContext
 from kernloom.runtime.graph_view import GraphView, NodeItem
-from kernloom.runtime.node_run import Done, RunArgs, node_error, run_sync, step_context, step_error
-from kernloom.runtime.straight_line import ARG, CONST, RETVAL, StraightLine, entry_slots
+from kernloom.runtime.node_run import (
+    Done,
+    RunArgs,
+    node_error,
+    run_compute,
+    run_sync,
+    step_context,
+    step_error,
+)
+from kernloom.runtime.straight_line import (
+    ARG,
+    BINARY,
+    CONST,
+    RETVAL,
+    UNARY,
+    StraightLine,
+    check_direct_output,
+    entry_slots,
+)
 
 __all__ = ["CompiledLine", "LineProgram"]
 
@@ -76,6 +94,18 @@ class _NodeCalls:
         if ctx is None:
             ctx = self.ctx = step_context(self.view, self.args)
         return run_sync(ctx, self.items[node], given, True)
+
+    def compute(self, node: int, given: list[Any]) -> Any:
+        """``node``'s output through ``compute``, for a node whose direct entry declined."""
+        ctx = self.ctx
+        if ctx is None:
+            ctx = self.ctx = step_context(self.view, self.args)
+        return run_compute(ctx, self.items[node], given)[0]
+
+    def check(self, node: int, value: Any) -> None:
+        """The output check for a direct entry's result whose dtype is not the one
+        expected (an error naming the node, unless the dtype is only an equal object)."""
+        check_direct_output(self.view, self.args, node, value)
 
 
 @final
@@ -197,6 +227,14 @@ class CompiledLine:
                 in_place.append(node)
                 nodes.append((node, lines))
                 continue
+            if kind in (UNARY, BINARY):
+                direct_name, dtype_name = f"d{node}", f"t{node}"
+                bound[direct_name] = entry.direct
+                bound[dtype_name] = entry.dtype
+                out_name = names[outputs[0][1]] if outputs else "_r"
+                offered = [slot in taken for slot in inputs]
+                nodes.append((node, _direct_lines(node, args, offered, out_name)))
+                continue
             lines = [f"_g = [{', '.join(args)}]"]
             lines += [f"{names[slot]} = None" for slot in taken]
             if len(outputs) == 1:
@@ -209,6 +247,7 @@ class CompiledLine:
             nodes.append((node, lines))
         if not in_place:
             return None
+        bound["_rc"] = sys.getrefcount
         return cls(schedule, nodes, bound, tuple(in_place), needs_frame)
 
     def run(self, args: RunArgs, done: Done) -> None:
@@ -234,6 +273,8 @@ class CompiledLine:
                     None if frame is None else frame.retvals,
                     calls.run,
                     step.check_deadline,
+                    calls.compute,
+                    calls.check,
                 )
         except BaseException as exc:
             node = _failed_node(form, exc)
@@ -297,6 +338,39 @@ def _overwritable(
     return None
 
 
+def _direct_lines(node: int, args: list[str], offered: list[bool], out: str) -> list[str]:
+    """A node's direct entry (``OpKernel.direct``) called from the generated code, as the
+    interpreter calls it: ``args`` are its inputs' locals, ``offered`` says which it reads
+    last (each taken out of its local first, and offered for reuse when nothing else holds
+    it: a reference count of 2, the operand and getrefcount's argument); a declined entry
+    runs ``compute`` on the same inputs (in a list only it holds); a result of another
+    dtype than the kernel's goes to the output check (``chk``), which explains it."""
+    operands = ["_x", "_y"][: len(args)]
+    lines = [f"{operand} = {arg}" for operand, arg in zip(operands, args, strict=True)]
+    lines += [f"{arg} = None" for arg, take in zip(args, offered, strict=True) if take]
+    reuse = " | ".join(
+        f"({1 << i} if _rc({operand}) == 2 else 0)"
+        for i, (operand, take) in enumerate(zip(operands, offered, strict=True))
+        if take
+    )
+    operand_list = ", ".join(operands)
+    cleared = f"{' = '.join(operands)} = None"
+    return [
+        *lines,
+        f"_r = d{node}({reuse or 0}, {operand_list})",
+        "if _r is NotImplemented:",
+        f"    _g = [{operand_list}]",
+        f"    {cleared}",
+        f"    _r = comp({node}, _g)",
+        "    _g = None",
+        "else:",
+        f"    {cleared}",
+        f"    if getattr(_r, 'dtype', None) is not t{node}: chk({node}, _r)",
+        *([f"{out} = _r"] if out != "_r" else []),
+        "_r = None",
+    ]
+
+
 def _one_element(item: NodeItem) -> str | None:
     """For a node whose (static) result has exactly one element, what makes the ufunc's
     return value an array: ``"[...]"`` for rank 0 (a numpy scalar otherwise), ``""`` for a
@@ -310,11 +384,11 @@ def _one_element(item: NodeItem) -> str | None:
 def _generate(
     nodes: list[tuple[int, list[str]]], bound: dict[str, Any], *, deadline: bool
 ) -> _Function:
-    """The function's source, compiled: ``(st, fa, fr, call, cd)`` -- the step, the call
-    frame's arguments and results, the node step for nodes not written out, the step's
-    deadline check."""
+    """The function's source, compiled: ``(st, fa, fr, call, cd, comp, chk)`` -- the step,
+    the call frame's arguments and results, the node step for nodes not written out, the
+    step's deadline check, ``compute`` for a declined direct entry, the output check."""
     filename = f"<kernloom line {next(_sources)}>"
-    source = ["def line(st, fa, fr, call, cd):"]
+    source = ["def line(st, fa, fr, call, cd, comp, chk):"]
     line_node = [-1, -1]  # (1-based line numbers; line 1 is the def)
     if bound:
         source.append(f"    {', '.join(bound)}, = _bound")

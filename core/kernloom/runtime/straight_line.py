@@ -50,7 +50,17 @@ from kernloom.runtime.node_run import (
     step_error,
 )
 
-__all__ = ["ARG", "CONST", "RETVAL", "Entry", "StraightLine", "entry_slots"]
+__all__ = [
+    "ARG",
+    "BINARY",
+    "CONST",
+    "RETVAL",
+    "UNARY",
+    "Entry",
+    "StraightLine",
+    "check_direct_output",
+    "entry_slots",
+]
 
 _UNARY: Final = 0
 _BINARY: Final = 1
@@ -61,6 +71,8 @@ _RETVAL: Final = 5
 CONST: Final = _CONST
 ARG: Final = _ARG
 RETVAL: Final = _RETVAL
+UNARY: Final = _UNARY
+BINARY: Final = _BINARY
 """The entry kinds a second form of the program writes out itself (the rest run a node)."""
 _getrefcount: Final = sys.getrefcount
 # Bookkeeping a sequential() check may do: nodes x expensive nodes, in bits.
@@ -232,7 +244,7 @@ class StraightLine:
                             except AttributeError:  # not an array at all
                                 checked = False
                             if not checked:
-                                _check_direct_output(view, args, node, value)
+                                check_direct_output(view, args, node, value)
                         if out >= 0:
                             values[out] = value
                         del value
@@ -343,7 +355,7 @@ def _through_context(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> 
     return run_compute(ctx, item, given)
 
 
-def _check_direct_output(view: GraphView, args: RunArgs, node: int, value: Any) -> None:
+def check_direct_output(view: GraphView, args: RunArgs, node: int, value: Any) -> None:
     """The output check ``OpKernelContext.outputs`` makes, for a direct entry's result."""
     ctx = step_context(view, args)
     ctx.prepare(view.items[node].kernel, [], [value])

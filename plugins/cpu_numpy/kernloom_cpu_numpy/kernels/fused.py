@@ -42,7 +42,13 @@ BLOCK_ELEMENTS: Final = 16384
 
 
 class FusedElementwise(OpKernel):
+    """With one or two inputs the kernel has a direct entry for outputs of one block
+    (``FusedInputs.direct_output``): a small fused node then costs about what one
+    unfused node's direct entry does, not a context's preparation and checks
+    (``benchmarks/EXECUTOR.md``, "Fan-out")."""
+
     def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
         count = int(ctx.attr("N"))
         steps, self._temps = plan_fused_expression(str(ctx.attr("expression")), count)
         self._run = compile_fused_steps(
@@ -52,6 +58,20 @@ class FusedElementwise(OpKernel):
             out_by_position=OUT_BY_POSITION,
         )
         self._inputs: FusedInputs[None] = FusedInputs()
+        self._allocate = ctx.device.allocate
+        self._dtype = self.signature.output_dtypes[0]
+        if count <= 2:
+            self.direct = self._direct
+
+    def _direct(self, reuse: int, *inputs: Array) -> Any:
+        out = FusedInputs.direct_output(
+            self._allocate, self._dtype, reuse, inputs, BLOCK_ELEMENTS + 1
+        )
+        if out is None:
+            return NotImplemented
+        if out.size:
+            self._evaluate(list(inputs), out)
+        return out
 
     def compute(self, ctx: OpKernelContext) -> None:
         inputs = ctx.input_list("inputs")
