@@ -239,3 +239,43 @@ def test_a_fused_node_s_shapes_that_do_not_broadcast_are_explained_by_compute() 
         pytest.raises(kl.KernloomError, match=r"node 'f' \(op _FusedElementwise\).*broadcast"),
     ):
         sess.run(y.outputs[0], {x: np.ones(4, np.float32)})
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
+def test_a_fused_node_of_many_inputs_runs_its_direct_entry_too(
+    monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
+    """A direct entry is offered any number of inputs (API 1.11): a fused node of four
+    operands, behind an in-place Neg (which makes the step a compiled line) or not, runs
+    without compute and writes into the Neg's buffer, which nothing else holds."""
+    from kernloom.runtime import node_run, straight_line
+    from kernloom.runtime.compiled_line import CompiledLine
+
+    if not compiled:
+        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
+    computed: list[str] = []
+    for module in (straight_line, node_run):
+        original = module.run_compute
+
+        def spy(ctx, item, given, forward=True, original=original):  # type: ignore[no-untyped-def]
+            computed.append(item.name)
+            return original(ctx, item, given, forward)
+
+        monkeypatch.setattr(module, "run_compute", spy)
+    rng = np.random.default_rng(8)
+    xv = rng.standard_normal((3, 5)).astype(np.float32)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((5,), (3, 1), ()))
+    g = kl.Graph(NUMPY)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3, 5], name="x")
+        h = kl.ops.neg(kl.ops.tanh(x))  # the fused node's first input: a buffer of its own
+        operands = [h, kl.constant(a), kl.constant(b), kl.constant(c)]
+        expression = "Mul(i0, i1); Add(t0, i2); Maximum(t1, i3)"
+        y = g.add_node("_FusedElementwise", [operands], {"expression": expression}, name="f")
+    kept = xv.copy()
+    with kl.Session(g, kl.SessionConfig(graph_optimizer=False, inter_op_threads=1)) as sess:
+        got = sess.run(y.outputs[0], {x: xv})
+    v = -np.tanh(kept.astype(np.float64))
+    np.testing.assert_allclose(got, np.maximum(v * a + b, c), rtol=2e-6, atol=1e-6)
+    np.testing.assert_array_equal(xv, kept)
+    assert computed == []

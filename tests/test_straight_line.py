@@ -145,14 +145,23 @@ def test_which_executor_runs_a_step(registry: klp.Registry, straight_runs: list[
 def through_context(monkeypatch: pytest.MonkeyPatch, interpreted: None) -> list[str]:
     """The ops of the nodes the (interpreted) straight-line executor ran through
     ``compute``."""
+    from kernloom.runtime import node_run
+
     ops: list[str] = []
-    original = straight_line._through_context
+    for module in (straight_line, node_run):  # the direct rows' fallback; the node step's
+        original = module.run_compute
 
-    def spy(ctx: klp.OpKernelContext, hot: Any, given: list[Any]) -> list[Any]:
-        ops.append(hot.signature.op_def.name)
-        return original(ctx, hot, given)
+        def spy(
+            ctx: klp.OpKernelContext,
+            hot: Any,
+            given: list[Any],
+            forward: bool = True,
+            original: Any = original,
+        ) -> list[Any]:
+            ops.append(hot.signature.op_def.name)
+            return original(ctx, hot, given, forward)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(straight_line, "_through_context", spy)
+        monkeypatch.setattr(module, "run_compute", spy)
     return ops
 
 

@@ -55,7 +55,7 @@ PROJECT_NAME: Final = "kernloom"
 ENTRY_POINT_GROUP: Final = "kernloom"
 """The entry-point group plugins declare themselves in."""
 
-KERNLOOM_API_VERSION: Final = "1.10"
+KERNLOOM_API_VERSION: Final = "1.11"
 # 1.1: ``kernloom.plugin`` (the declared plugin surface), the array protocol on Device,
 # ProbedDeviceFactory, graph passes, device-independent kernels for every device type.
 # 1.2: whole-list attr constraints (``fused_ops`` forms: BIAS_FORMS, CONV_FORMS,
@@ -89,6 +89,8 @@ KERNLOOM_API_VERSION: Final = "1.10"
 # 1.10: WindowAttrs.backprop_input_window (Conv3DBackpropInputV2's checks, for its
 # kernels) and WindowAttrs.gradient_canvas (the input gradient's canvas sizes);
 # OUT_BY_KEYWORD (the ufuncs the compiled straight line passes ``out=`` to).
+# 1.11: a kernel's direct entry (OpKernel.direct) is called for any number of inputs (one
+# output); FusedInputs.direct_output (a fused kernel's output for its direct entry).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

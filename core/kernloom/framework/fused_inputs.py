@@ -126,40 +126,47 @@ class FusedInputs(Generic[T]):
             out if out is not None else ctx.forward_input_or_allocate_output(candidates, 0, shape)
         )
 
-    @staticmethod
     def direct_output(
+        self,
         allocate: Callable[[tuple[int, ...], Any], Any],
         dtype: Any,
         reuse: int,
         inputs: Sequence[Any],
         max_size: int,
     ) -> Any:
-        """The output buffer of a fused kernel's direct entry (``OpKernel.direct``, for one
-        or two inputs), or None to leave the node to ``compute``: an input of the output's
-        shape that may be overwritten (``reuse``'s bit, its own C-order buffer), else a new
-        C-order buffer from ``allocate`` (the device's, counted) -- only where every input
-        is C-ordered (``output``'s layout rules are ``compute``'s), the shapes broadcast
-        and the output has fewer than ``max_size`` elements (a kernel's small-output path:
-        ``compute`` keeps its blocks or threads for the rest)."""
-        first = inputs[0].shape
-        if len(inputs) == 1:
-            shape = first
-        else:
-            other = inputs[1].shape
-            if first == other or not other:
-                shape = first
-            elif not first:
-                shape = other
-            else:
-                try:
-                    shape = np.broadcast_shapes(first, other)
-                except ValueError:
-                    return None  # compute explains
+        """The output buffer of a fused kernel's direct entry (``OpKernel.direct``), or None
+        to leave the node to ``compute``: an input of the output's shape that may be
+        overwritten (``reuse``'s bit, its own C-order buffer), else a new C-order buffer
+        from ``allocate`` (the device's, counted) -- only where the inputs of the output's
+        shape are C-ordered (``output``'s layout rules are ``compute``'s), the shapes
+        broadcast and the output has fewer than ``max_size`` elements (a kernel's
+        small-output path: ``compute`` keeps its blocks or threads for the rest). The
+        shapes are planned as ``plan`` plans them (use an instance of its own: the plan
+        it keeps derives nothing)."""
+        try:
+            shape, _, candidates = self.plan(inputs, _broadcast_only)
+        except _NoBroadcast:
+            return None  # compute explains
         if math.prod(shape) >= max_size:
             return None
-        for index, x in enumerate(inputs):
-            if not x.flags.c_contiguous:
+        for index in candidates:
+            if not inputs[index].flags.c_contiguous:
                 return None
-            if reuse >> index & 1 and x.shape == shape and x.base is None and x.flags.writeable:
+        for index in candidates:
+            x = inputs[index]
+            if reuse >> index & 1 and x.base is None and x.flags.writeable:
                 return x
         return allocate(shape, dtype)
+
+
+class _NoBroadcast(Exception):
+    """Shapes that do not broadcast, in ``direct_output``'s plan."""
+
+
+def _broadcast_only(shapes: Shapes) -> tuple[tuple[int, ...], None]:
+    if all(s == shapes[0] for s in shapes):
+        return shapes[0], None
+    try:
+        return tuple(np.broadcast_shapes(*shapes)), None
+    except ValueError:
+        raise _NoBroadcast from None

@@ -166,9 +166,10 @@ class OpKernel(abc.ABC):
     """Whether the kernel runs its work on the device's intra-op threads (module doc)."""
 
     direct: Callable[..., Any] | None = None
-    """An optional fast entry for kernels with one or two inputs and one output, called
-    without a context where a step runs the partition on one thread (``StraightLine``):
-    ``direct(reuse, *inputs)`` returns the output, or ``NotImplemented`` to have
+    """An optional fast entry for kernels with one output (and at least one input), called
+    without a context by the executors -- the straight line's own rows for one or two
+    inputs, the node step (``run_sync``) for any number (API 1.11; before, only for one or
+    two): ``direct(reuse, *inputs)`` returns the output, or ``NotImplemented`` to have
     ``compute`` run instead. ``reuse`` is the bit mask of the inputs nothing else holds
     (bit i: input i), the same rule as ``forward_input_or_allocate_output``'s. It may
     return an input it was given (``Identity``), write into an input whose bit is set (an

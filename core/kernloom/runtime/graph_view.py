@@ -71,7 +71,7 @@ class NodeItem:
     is_async: bool
     direct: Callable[..., Any] | None
     """The kernel's context-free entry (``OpKernel.direct``) where the executors may call
-    it: one output, one or two inputs, no device ``compute`` that wraps every kernel, no
+    it: one output, at least one input, no device ``compute`` that wraps every kernel, no
     host-memory input to move first (that is ``OpKernelContext.prepare``'s job). A
     ``Const`` gets one too, which returns its value."""
     direct_dtype: Any
@@ -215,7 +215,7 @@ def _direct_entry(kernel: OpKernel, node: Node, excluded: bool) -> Callable[...,
             return value
 
         return constant
-    if len(node.inputs) not in (1, 2):
+    if not node.inputs:
         return None
     return kernel.direct
 

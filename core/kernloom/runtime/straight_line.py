@@ -16,7 +16,8 @@ early), and a step walks it with one list of values:
 - a kernel with a ``direct`` entry (``OpKernel.direct``) and one or two inputs and one
   output is called with its inputs and that mask, without an ``OpKernelContext``; when it
   declines (returns ``NotImplemented``) the node runs through ``compute`` as usual. Every
-  other node runs through ``compute`` on one reused context.
+  other node runs the node loop's step (``node_run.run_sync``) on one reused context,
+  which offers a direct entry of more inputs (a fused elementwise node's) the same mask.
 
 It is a schedule, not an executor of its own: ``Executor.straight_line_for`` decides when
 a step runs on it (tracing and node-output callbacks off; partitions with asynchronous
@@ -46,6 +47,7 @@ from kernloom.runtime.node_run import (
     RunArgs,
     node_error,
     run_compute,
+    run_sync,
     step_context,
     step_error,
 )
@@ -253,7 +255,7 @@ class StraightLine:
                         for slot in b:
                             values[slot] = None
                         ctx = ctx or step_context(view, args)
-                        produced = _through_context(ctx, items[node], given)
+                        produced = _general_step(ctx, items[node], given)
                         del given
                         for output, slot in out:
                             values[slot] = produced[output]
@@ -353,6 +355,13 @@ def _through_context(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> 
     step's context, outputs checked, context released) and return its outputs. ``given``
     holds the inputs: one that nothing but the list holds was taken and may be forwarded."""
     return run_compute(ctx, item, given)
+
+
+def _general_step(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> list[Any]:
+    """A general entry's node: the node loop's own step (``run_sync``), which offers a
+    kernel's direct entry inputs of any number (a fused elementwise node of many operands)
+    before ``compute``. ``given`` holds the inputs, those this node read last taken."""
+    return run_sync(ctx, item, given, True)
 
 
 def check_direct_output(view: GraphView, args: RunArgs, node: int, value: Any) -> None:

@@ -68,7 +68,7 @@ def test_host_copies_share_memory_but_never_let_the_runtime_write_into_the_calle
 def test_the_plugin_registers_cpu_at_priority_60() -> None:
     registry = klp.Registry()
     record = registry.register_plugin(cpu_plugin, name="cpu_numpy")
-    assert record.api_requirement == ">=1.10,<2"
+    assert record.api_requirement == ">=1.11,<2"
     chosen = registry.device_factories.chosen()["CPU"]
     assert chosen.priority == 60 and isinstance(chosen.factory, NumpyCPUDeviceFactory)
     mgr = registry.create_devices(klp.DeviceOptions(intra_op_threads=2))

@@ -42,10 +42,9 @@ BLOCK_ELEMENTS: Final = 16384
 
 
 class FusedElementwise(OpKernel):
-    """With one or two inputs the kernel has a direct entry for outputs of one block
-    (``FusedInputs.direct_output``): a small fused node then costs about what one
-    unfused node's direct entry does, not a context's preparation and checks
-    (``benchmarks/EXECUTOR.md``, "Fan-out")."""
+    """The kernel has a direct entry for outputs of one block (``FusedInputs.direct_output``):
+    a small fused node then costs about what one unfused node's direct entry does, not a
+    context's preparation and checks (``benchmarks/EXECUTOR.md``, "Fan-out")."""
 
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
@@ -60,11 +59,11 @@ class FusedElementwise(OpKernel):
         self._inputs: FusedInputs[None] = FusedInputs()
         self._allocate = ctx.device.allocate
         self._dtype = self.signature.output_dtypes[0]
-        if count <= 2:
-            self.direct = self._direct
+        self._direct_inputs: FusedInputs[None] = FusedInputs()
+        self.direct = self._direct
 
     def _direct(self, reuse: int, *inputs: Array) -> Any:
-        out = FusedInputs.direct_output(
+        out = self._direct_inputs.direct_output(
             self._allocate, self._dtype, reuse, inputs, BLOCK_ELEMENTS + 1
         )
         if out is None:

@@ -154,13 +154,13 @@ class CpuFusedElementwise(OpKernel):
         shift): 9-22 µs of Python went around each of a DenseNet's 62 groups."""
         self._allocate = ctx.device.allocate
         self._dtype = self.signature.output_dtypes[0]
-        if int(ctx.attr("N")) <= 2:
-            self.direct = self._direct
+        self._direct_inputs: FusedInputs[None] = FusedInputs()
+        self.direct = self._direct
 
     def _direct(self, reuse: int, *inputs: Any) -> Any:
-        """Small outputs of one or two inputs without a context: numpy's functions, as
-        ``compute`` runs them (``FusedInputs.direct_output``)."""
-        out = FusedInputs.direct_output(
+        """Small outputs without a context: numpy's functions, as ``compute`` runs them
+        (``FusedInputs.direct_output``)."""
+        out = self._direct_inputs.direct_output(
             self._allocate, self._dtype, reuse, inputs, SMALL_ELEMENTWISE
         )
         if out is None:
