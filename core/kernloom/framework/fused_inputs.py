@@ -127,7 +127,7 @@ class FusedInputs(Generic[T]):
         )
 
     def direct_output(
-        self,
+        self: FusedInputs[None],
         allocate: Callable[[tuple[int, ...], Any], Any],
         dtype: Any,
         reuse: int,
