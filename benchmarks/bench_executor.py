@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_executor.py          # about 20 s
     .venv/bin/python benchmarks/bench_executor.py ops      # other elementwise ops, ~30 s
+    .venv/bin/python benchmarks/bench_executor.py fanout   # fan-out and one-node steps, ~40 s
 
 ``bench_optimizer.py chain`` and ``bench_loop.py`` time wall-clock; on the shared 2-core
 machine, where other sessions' test suites take the cores away, their numbers move by 2x
@@ -25,6 +26,12 @@ timed the same way in the same run.
 - ops: chains of 1000 of each elementwise op beyond Add (``OP_CHAINS``: unary math,
   activations, Pow, Maximum, Minimum, BiasAdd, Mul of integers), optimizer off, each
   against its numpy function in a loop: the straight line's fast path is not Add's alone.
+- fanout: 300 diamonds ``h -> tanh(h) * exp(-h)`` (``h`` read by two nodes: the first
+  cannot overwrite it) and 300 ``h -> tanh(h) + sin(h)`` (Sin is not fusable: with the
+  optimizer on, a fused node of two inputs and a Sin), float32[16] and [4096], optimizer
+  off and on, against the same numpy expressions in a loop; and one step of one node
+  (``tanh`` of a fed float32[16]) through ``make_callable``, wall-clock median, against
+  ``np.tanh`` and, where installed, an ONNX Runtime session of one Tanh.
 """
 
 from __future__ import annotations
@@ -214,9 +221,113 @@ def ops() -> int:
     return 0
 
 
+FAN_OUT = 300
+FAN_OUT_GRAPHS: tuple[tuple[str, Any, Any, int], ...] = (
+    (
+        "tanh(h) * exp(-h)",
+        lambda h: kl.ops.mul(kl.ops.tanh(h), kl.ops.exp(kl.ops.neg(h))),
+        lambda v: np.multiply(np.tanh(v), np.exp(np.negative(v))),
+        4,
+    ),
+    (
+        "tanh(h) + sin(h)",
+        lambda h: kl.ops.add(kl.ops.tanh(h), kl.ops.sin(h)),
+        lambda v: np.add(np.tanh(v), np.sin(v)),
+        3,
+    ),
+)
+
+
+def fan_out(build: Any, reference: Any, size: int, optimizer: bool) -> tuple[float, float]:
+    """(kernloom, numpy) seconds per original node of ``FAN_OUT`` repeats of ``build``."""
+    xv = np.linspace(-1, 1, size, dtype=np.float32)
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [size], name="x")
+        h = x
+        for _ in range(FAN_OUT):
+            h = build(h)
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=optimizer)
+    with kl.Session(g, config) as sess:
+        run = sess.make_callable(h, [x])
+        ours = cpu_best_of(lambda: run(xv), 30)
+
+    def loop() -> None:
+        v = xv
+        for _ in range(FAN_OUT):
+            v = reference(v)
+
+    return ours, cpu_best_of(loop, 30)
+
+
+def one_node_step() -> dict[str, float]:
+    """Median wall-clock µs of one step of ``tanh(x)``, x a fed float32[16], interleaved."""
+    import statistics
+
+    xv = np.linspace(-1, 1, 16, dtype=np.float32)
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [16], name="x")
+        y = kl.ops.tanh(x)
+    runs: dict[str, Callable[[], Any]] = {"numpy": lambda: np.tanh(xv)}
+    for threads in (1, 2):
+        config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
+        call = kl.Session(g, config).make_callable(y, [x])
+        runs[f"kernloom, {threads} intra-op thread(s)"] = lambda call=call: call(xv)
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        pass
+    else:
+        info = helper.make_tensor_value_info
+        model = helper.make_model(
+            helper.make_graph(
+                [helper.make_node("Tanh", ["x"], ["y"])],
+                "tanh",
+                [info("x", TensorProto.FLOAT, [16])],
+                [info("y", TensorProto.FLOAT, [16])],
+            ),
+            opset_imports=[helper.make_opsetid("", 17)],
+        )
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        session = ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+        runs[f"onnxruntime {ort.__version__}"] = lambda: session.run(None, {"x": xv})
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(20000):
+        for name, fn in runs.items():
+            started = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(ts) * 1e6 for name, ts in times.items()}
+
+
+def fanout() -> int:
+    print(f"fan-out chains, thread CPU time, best of 30 (python {sys.version.split()[0]})")
+    for label, build, reference, nodes in FAN_OUT_GRAPHS:
+        for size in (16, 4096):
+            for optimizer in (False, True):
+                ours, plain = fan_out(build, reference, size, optimizer)
+                per = nodes * FAN_OUT
+                print(
+                    f"{FAN_OUT} x {label:18s} float32[{size:4d}], optimizer "
+                    f"{'on ' if optimizer else 'off'} {ours / per * 1e6:6.3f} us/node; numpy "
+                    f"loop {plain / per * 1e6:6.3f} us/node -> {ours / plain:5.2f}x"
+                )
+    print("one step of tanh(x), x a fed float32[16], median wall-clock µs of 20000:")
+    for name, median in one_node_step().items():
+        print(f"  {name:34s} {median:6.2f}")
+    return 0
+
+
 def main() -> int:
     if sys.argv[1:] == ["ops"]:
         return ops()
+    if sys.argv[1:] == ["fanout"]:
+        return fanout()
     print(f"executor, thread CPU time, best of runs (python {sys.version.split()[0]})")
     for label, fed, constant in (
         ("vector c [16]", (16,), (16,)),

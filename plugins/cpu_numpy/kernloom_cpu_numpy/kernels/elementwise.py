@@ -38,14 +38,6 @@ _FIRST = (0,)
 _BOTH = (0, 1)
 
 
-def _unary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
-    def compute(ctx: OpKernelContext) -> None:
-        x = ctx.input(0)
-        fn(x, out=ctx.forward_input_or_allocate_output(_FIRST, 0, x.shape))
-
-    return compute
-
-
 def _binary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     def compute(ctx: OpKernelContext) -> None:
         x, y = ctx.input(0), ctx.input(1)
@@ -66,7 +58,8 @@ def _binary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
     that itself: an ``out`` the result does not fit is a ValueError before anything is
     written (no shape comparison here, which would cost more than the check it saves).
     Otherwise -- no input may be reused, or the result is larger than both -- it declines
-    (``binary_kernel``'s entry then allocates; a function kernel's lets ``compute`` run)."""
+    and ``compute`` runs (``binary_kernel``'s entry writes the same rule out, then
+    allocates)."""
 
     def direct(reuse: int, x: Array, y: Array) -> Any:
         if reuse & 1 and x.base is None and x.flags.writeable:
@@ -110,6 +103,7 @@ class _Elementwise(OpKernel):
         super().__init__(ctx)
         self._allocate = ctx.device.allocate
         self._dtype = self.signature.output_dtypes[0]
+        self._fn = type(self).fn  # (one attribute read in the direct entries)
 
 
 class _Unary(_Elementwise):
@@ -118,7 +112,7 @@ class _Unary(_Elementwise):
         type(self).fn(x, out=ctx.forward_input_or_allocate_output(_FIRST, 0, x.shape))
 
     def direct(self, reuse: int, x: Array) -> Any:
-        fn = type(self).fn
+        fn = self._fn
         if reuse and x.base is None and x.flags.writeable:
             return fn(x, out=x)
         out = self._allocate(x.shape, self._dtype)
@@ -127,8 +121,6 @@ class _Unary(_Elementwise):
 
 
 class _Binary(_Elementwise):
-    in_place: ClassVar[Callable[..., Any]]
-
     def compute(self, ctx: OpKernelContext) -> None:
         x, y = ctx.input(0), ctx.input(1)
         shape = x.shape if x.shape == y.shape else broadcast_shape(ctx, x.shape, y.shape)
@@ -139,10 +131,18 @@ class _Binary(_Elementwise):
             raise ctx.fail(str(exc)) from None
 
     def direct(self, reuse: int, x: Array, y: Array) -> Any:
-        if reuse:
-            value = type(self).in_place(reuse, x, y)
-            if value is not NotImplemented:
-                return value
+        fn = self._fn
+        if reuse:  # ``_binary_in_place``'s rule, written out: one call less a node
+            if reuse & 1 and x.base is None and x.flags.writeable:
+                try:
+                    return fn(x, y, out=x)
+                except ValueError:  # the result is larger than x
+                    pass
+            if reuse & 2 and y.base is None and y.flags.writeable:
+                try:
+                    return fn(x, y, out=y)
+                except ValueError:
+                    pass
         a, b = x.shape, y.shape
         if a == b or not b:
             shape = a
@@ -155,15 +155,13 @@ class _Binary(_Elementwise):
                 return NotImplemented  # compute explains the shapes
         out = self._allocate(shape, self._dtype)
         try:
-            type(self).fn(x, y, out=out)
+            fn(x, y, out=out)
         except ValueError:
             return NotImplemented  # e.g. a value the function refuses: compute explains
         return out
 
 
-def _kernel_class(
-    base: type[_Elementwise], fn: Callable[..., Any], form: bool, **extra: Any
-) -> type[OpKernel]:
+def _kernel_class(base: type[_Elementwise], fn: Callable[..., Any], form: bool) -> type[OpKernel]:
     name = getattr(fn, "__name__", "elementwise")
     return type(
         f"{base.__name__.lstrip('_')}_{name}",
@@ -172,7 +170,6 @@ def _kernel_class(
             "fn": staticmethod(fn),
             "inplace_form": staticmethod(fn) if form else None,
             "__module__": __name__,
-            **extra,
         },
     )
 
@@ -186,7 +183,7 @@ def unary_kernel(fn: Callable[..., Any], *, form: bool = True) -> type[OpKernel]
 def binary_kernel(fn: Callable[..., Any], *, form: bool = True) -> type[OpKernel]:
     """The kernel class of a binary ``fn(x, y, out)`` (numpy broadcasting); ``form`` as
     for ``unary_kernel``."""
-    return _kernel_class(_Binary, fn, form, in_place=staticmethod(_binary_in_place(fn)))
+    return _kernel_class(_Binary, fn, form)
 
 
 def _compare(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
