@@ -16,7 +16,14 @@ from kernloom.graph.tensor import Tensor
 from kernloom.onnx._values import OnnxCoded, OnnxOptional, OnnxSequence, Value, describe_value
 from kernloom.onnx.errors import OnnxImportError, outputs_note
 
-__all__ = ["CODED_OPS", "ConversionContext", "OnnxNode", "attribute_value", "coded_ops"]
+__all__ = [
+    "CODED_OPS",
+    "MOVING_OPS",
+    "ConversionContext",
+    "OnnxNode",
+    "attribute_value",
+    "coded_ops",
+]
 
 CODED_OPS = ("Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Identity", "Constant")
 """The ONNX ops whose converters take tensors of the small types kernloom has no dtype
@@ -32,12 +39,17 @@ _BFLOAT16_TOO: dict[int, str] = {
 }
 """What the refusal of a bfloat16 input adds: the ops it reaches (a sequence op does not)."""
 
+MOVING_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Pad", "Shape", "Size")
+"""The ops that only move (or count) elements, the ones ONNX defines for float8 and int4:
+their converters run on a small type's codes as they are (``kernloom.onnx._convert``)."""
+
 
 def coded_ops(elem_type: int) -> tuple[str, ...]:
     """The ops that take a tensor of ``elem_type``: bfloat16 is no quantized type."""
     if elem_type == onnx.TensorProto.BFLOAT16:
+        # (The moving ops take it too, as every op on tensors does: _BFLOAT16_TOO says so.)
         return tuple(op for op in CODED_OPS if op not in ("QuantizeLinear", "DequantizeLinear"))
-    return CODED_OPS
+    return CODED_OPS + MOVING_OPS
 
 
 def attribute_value(attr: onnx.AttributeProto) -> Any:

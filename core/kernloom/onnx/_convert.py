@@ -11,8 +11,14 @@ constraints (the type variable of a bfloat16 input) is encoded back, rounded to 
 even; an output of a fixed or another type (ArgMax's int64, Unique's indices) stays as it
 is. A deliberate deviation: one rounding per node, where a bfloat16 kernel may round
 inside the op too (onnx's reference computes most ops in float32 and rounds once, as
-this does; a reference that rounds between steps can differ in the last bit). The float8,
-float4, int4 and int2 types keep being refused by every op but ``CODED_OPS``.
+this does; a reference that rounds between steps can differ in the last bit).
+
+Every small type (float8, float4, int4, int2, bfloat16) moves through the ops that only
+move elements and that ONNX defines for those types (``MOVING_OPS``: Reshape, Transpose,
+Squeeze, Unsqueeze, Flatten, Pad, Shape, Size): the converter runs on the codes themselves
+(one code per element; Pad's constant is coded too, so it pads with its code) and the
+outputs of the coded input's type variable are tagged with its type again. Every other op
+refuses the float8, float4, int4 and int2 types, naming the ops that take them.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from onnx import TensorProto
 
 import kernloom.dtypes as d
 from kernloom.graph.tensor import Tensor
-from kernloom.onnx._context import CODED_OPS, ConversionContext, OnnxNode
+from kernloom.onnx._context import CODED_OPS, MOVING_OPS, ConversionContext, OnnxNode
 from kernloom.onnx._registry import REGISTRY
 from kernloom.onnx._small_types import (
     bfloat16_inputs,
@@ -103,11 +109,20 @@ def convert_node(ctx: ConversionContext, node: OnnxNode, producers: dict[str, On
     ctx.node = node
     with ctx.graph.name_scope(node_name(node.name, node.op_type)):
         try:
-            with _bfloat16_as_float32(ctx, node) as bfloat16:
-                results = list(found.fn(node, ctx))
-            if bfloat16 is not None:
-                schema, decoded = bfloat16
-                results = _encoded(results, bfloat16_outputs(schema, decoded, len(results)))
+            if node.op_type in MOVING_OPS and node.domain == "":
+                with _codes_as_values(ctx, node) as moved:
+                    results = list(found.fn(node, ctx))
+                if moved is not None:
+                    schema, elem_type, indices = moved
+                    tagged = bfloat16_outputs(schema, indices, len(results))
+                    results = _tagged(results, tagged, elem_type)
+            else:
+                with _bfloat16_as_float32(ctx, node) as bfloat16:
+                    results = list(found.fn(node, ctx))
+                if bfloat16 is not None:
+                    schema, decoded = bfloat16
+                    outputs = bfloat16_outputs(schema, decoded, len(results))
+                    results = _encoded(results, outputs)
         except OnnxImportError:
             raise
         except (ValueError, TypeError, KeyError) as exc:
@@ -160,6 +175,50 @@ def _bfloat16_as_float32(
         for name, coded in names.items():
             del ctx.values[name]
             ctx.containers[name] = coded
+
+
+@contextmanager
+def _codes_as_values(
+    ctx: ConversionContext, node: OnnxNode
+) -> Iterator[tuple[onnx.defs.OpSchema, int, list[int]] | None]:
+    """While a ``MOVING_OPS`` node's converter runs, its coded inputs as their codes;
+    yields the op's schema, the small type and the coded inputs' indices (None where no
+    input is coded). Inputs of two small types are one type variable's: ONNX rejects
+    such a node, and so does this, naming both."""
+    found = {
+        index: value
+        for index, name in enumerate(node.inputs)
+        if name and isinstance(value := ctx.lookup(name), OnnxCoded)
+    }
+    schema = _schema(node) if found else None
+    if schema is None:
+        yield None
+        return
+    types = {value.elem_type for value in found.values()}
+    if len(types) > 1:
+        names = sorted(TensorProto.DataType.Name(t).lower() for t in types)
+        raise node.fail(
+            f"inputs of two element types, {' and '.join(names)}: ONNX's "
+            "type constraints give them one; cast one to the other"
+        )
+    coded = {node.inputs[index]: value for index, value in found.items()}
+    for name, value in coded.items():
+        del ctx.containers[name]
+        ctx.values[name] = value.codes
+    try:
+        yield schema, types.pop(), sorted(found)
+    finally:
+        for name, value in coded.items():
+            del ctx.values[name]
+            ctx.containers[name] = value
+
+
+def _tagged(results: Sequence[Result], outputs: set[int], elem_type: int) -> list[Result]:
+    """``results`` with the tensors among ``outputs`` tagged as codes of ``elem_type``."""
+    return [
+        OnnxCoded(value, elem_type) if index in outputs and isinstance(value, Tensor) else value
+        for index, value in enumerate(results)
+    ]
 
 
 def _encoded(results: Sequence[Result], outputs: set[int]) -> list[Result]:
