@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -150,3 +151,43 @@ def chain_reference(x: np.ndarray, n: int, *, add_feed: bool = False) -> np.ndar
     for i in range(n - 1):
         y = fns[i % 4](y)
     return y + x if add_feed else y
+
+
+def spy_on_compute(monkeypatch: Any, *, op_names: bool = False) -> list[str]:
+    """The nodes (their names, or ops with ``op_names``) that run through ``compute`` from
+    now on: the straight line's fallback for a declined direct entry and the node step's
+    (``node_run.run_compute``, which the compiled line and the general rows call)."""
+    from kernloom.runtime import node_run, straight_line
+
+    seen: list[str] = []
+    for module in (straight_line, node_run):
+        original = module.run_compute
+
+        def spy(
+            ctx: Any, item: Any, given: list[Any], forward: bool = True, original: Any = original
+        ) -> list[Any]:
+            seen.append(item.signature.op_def.name if op_names else item.name)
+            return original(ctx, item, given, forward)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(module, "run_compute", spy)
+    return seen
+
+
+def run_tanh_mul_add(registry: klp.Registry, xv: Any, cv: Any, add: str = "Add") -> Any:
+    """One ``_FusedElementwise`` node ``tanh(x) * c + x`` named ``f`` (``x`` fed, ``c`` a
+    constant), run with the optimizer off; checked against float64 numpy and the feed left
+    as it was. Returns the result."""
+    kept = xv.copy()
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, list(xv.shape), name="x")
+        expression = f"Tanh(i0); Mul(t0, i1); {add}(t1, i0)"
+        y = g.add_node(
+            "_FusedElementwise", [[x, kl.constant(cv)]], {"expression": expression}, name="f"
+        ).outputs[0]
+    with kl.Session(g, kl.SessionConfig(graph_optimizer=False, inter_op_threads=1)) as sess:
+        got = sess.run(y, {x: xv})
+    v = kept.astype(np.float64)
+    np.testing.assert_allclose(got, np.tanh(v) * cv + v, rtol=2e-6, atol=1e-6)
+    np.testing.assert_array_equal(xv, kept)
+    return got

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from runtime_helpers import make_registry
+from runtime_helpers import make_registry, run_tanh_mul_add, spy_on_compute
 
 import kernloom as kl
 from kernloom.plugin import parse_fused_expression, plan_fused_expression
@@ -187,44 +187,21 @@ def test_a_bias_that_does_not_fit_gets_the_same_words_fused_or_not(optimizer: bo
         ((300, 100), (100,), True),  # more than one block: compute's blocks
     ],
 )
-def test_a_small_fused_node_of_two_inputs_runs_its_direct_entry(
+def test_a_small_fused_node_runs_its_direct_entry(
     monkeypatch: pytest.MonkeyPatch,
     fed: tuple[int, ...],
     operand: tuple[int, ...],
     runs_compute: bool,
 ) -> None:
-    """The numpy kernel's direct entry (one or two inputs, one block) gives what compute
-    gives: the caller's feed is never written, a new buffer is counted, and what it cannot
-    take (another memory order, several blocks) runs compute."""
-    from kernloom.runtime import node_run, straight_line
-
-    computed: list[str] = []
-    for module in (straight_line, node_run):
-        original = module.run_compute
-
-        def spy(ctx, item, given, forward=True, original=original):  # type: ignore[no-untyped-def]
-            computed.append(item.name)
-            return original(ctx, item, given, forward)
-
-        monkeypatch.setattr(module, "run_compute", spy)
+    """The numpy kernel's direct entry (one block's output) gives what compute gives:
+    the caller's feed is never written, a new buffer is counted, and what it cannot take
+    (another memory order, several blocks) runs compute."""
+    computed = spy_on_compute(monkeypatch)
     rng = np.random.default_rng(5)
     xv = rng.standard_normal(fed).astype(np.float32)
     if runs_compute and fed == operand:
         xv = np.ascontiguousarray(xv.T).T  # the same values in Fortran order
-    cv = rng.standard_normal(operand).astype(np.float32)
-    g = kl.Graph(NUMPY)
-    with g.as_default():
-        x = kl.placeholder(kl.float32, list(fed), name="x")
-        expression = "Tanh(i0); Mul(t0, i1); Add(t1, i0)"
-        y = g.add_node(
-            "_FusedElementwise", [[x, kl.constant(cv)]], {"expression": expression}, name="f"
-        ).outputs[0]
-    kept = xv.copy()
-    with kl.Session(g, kl.SessionConfig(graph_optimizer=False, inter_op_threads=1)) as sess:
-        got = sess.run(y, {x: xv})
-    v = kept.astype(np.float64)
-    np.testing.assert_allclose(got, np.tanh(v) * cv + v, rtol=2e-6, atol=1e-6)
-    np.testing.assert_array_equal(xv, kept)
+    run_tanh_mul_add(NUMPY, xv, rng.standard_normal(operand).astype(np.float32))
     assert ("f" in computed) is runs_compute
 
 
@@ -248,20 +225,11 @@ def test_a_fused_node_of_many_inputs_runs_its_direct_entry_too(
     """A direct entry is offered any number of inputs (API 1.11): a fused node of four
     operands, behind an in-place Neg (which makes the step a compiled line) or not, runs
     without compute and writes into the Neg's buffer, which nothing else holds."""
-    from kernloom.runtime import node_run, straight_line
     from kernloom.runtime.compiled_line import CompiledLine
 
     if not compiled:
         monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
-    computed: list[str] = []
-    for module in (straight_line, node_run):
-        original = module.run_compute
-
-        def spy(ctx, item, given, forward=True, original=original):  # type: ignore[no-untyped-def]
-            computed.append(item.name)
-            return original(ctx, item, given, forward)
-
-        monkeypatch.setattr(module, "run_compute", spy)
+    computed = spy_on_compute(monkeypatch)
     rng = np.random.default_rng(8)
     xv = rng.standard_normal((3, 5)).astype(np.float32)
     a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((5,), (3, 1), ()))

@@ -11,12 +11,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from runtime_helpers import chain_reference, elementwise_chain, make_registry, two_chains
+from runtime_helpers import (
+    chain_reference,
+    elementwise_chain,
+    make_registry,
+    spy_on_compute,
+    two_chains,
+)
 
 import kernloom as kl
 import kernloom.plugin as klp
 from kernloom.framework.cancellation import CancellationManager
-from kernloom.runtime import straight_line
 from kernloom.runtime.compiled_line import CompiledLine
 from kernloom.runtime.executor import Executor, GraphView, RunArgs
 from kernloom.runtime.step import Step
@@ -145,24 +150,7 @@ def test_which_executor_runs_a_step(registry: klp.Registry, straight_runs: list[
 def through_context(monkeypatch: pytest.MonkeyPatch, interpreted: None) -> list[str]:
     """The ops of the nodes the (interpreted) straight-line executor ran through
     ``compute``."""
-    from kernloom.runtime import node_run
-
-    ops: list[str] = []
-    for module in (straight_line, node_run):  # the direct rows' fallback; the node step's
-        original = module.run_compute
-
-        def spy(
-            ctx: klp.OpKernelContext,
-            hot: Any,
-            given: list[Any],
-            forward: bool = True,
-            original: Any = original,
-        ) -> list[Any]:
-            ops.append(hot.signature.op_def.name)
-            return original(ctx, hot, given, forward)  # type: ignore[no-any-return]
-
-        monkeypatch.setattr(module, "run_compute", spy)
-    return ops
+    return spy_on_compute(monkeypatch, op_names=True)
 
 
 def test_feeds_fetches_and_constants_are_moved_by_the_program_itself(
@@ -359,14 +347,7 @@ def test_a_chain_with_broadcasting_operands_stays_on_the_direct_entries(
     """Whatever the operands' shapes, every Add of the chain is a direct entry of the
     program and runs as one -- the first too, whose inputs are the caller's feed and a
     constant (neither may be overwritten): its entry writes into a new buffer."""
-    through_compute: list[str] = []
-    original = straight_line.run_compute
-
-    def spy(ctx: Any, item: Any, given: list[Any], forward: bool = True) -> list[Any]:
-        through_compute.append(item.name)
-        return original(ctx, item, given, forward)
-
-    monkeypatch.setattr(straight_line, "run_compute", spy)
+    through_compute = spy_on_compute(monkeypatch)
     rng = np.random.default_rng(7)
     constants = [rng.standard_normal(constant).astype(np.float32) for _ in range(CHAIN)]
     g = kl.Graph(registry)
@@ -425,19 +406,7 @@ def test_fan_out_nodes_run_their_direct_entries_into_counted_buffers(
     so no node of these graphs runs through ``compute``."""
     if not compiled:
         monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
-    from kernloom.runtime import node_run
-
-    through_compute: list[str] = []
-    for module in (straight_line, node_run):
-        original = module.run_compute
-
-        def spy(
-            ctx: Any, item: Any, given: list[Any], forward: bool = True, original: Any = original
-        ) -> list[Any]:
-            through_compute.append(item.name)
-            return original(ctx, item, given, forward)  # type: ignore[no-any-return]
-
-        monkeypatch.setattr(module, "run_compute", spy)
+    through_compute = spy_on_compute(monkeypatch)
     rng = np.random.default_rng(3)
 
     def value(shape: tuple[int, ...]) -> Any:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from runtime_helpers import run_tanh_mul_add, spy_on_compute
 from test_torch_labelled_cpu import REGISTRY
 
 import kernloom as kl
@@ -235,40 +236,17 @@ def _traced_nodes(sess: kl.Session, fetches: Any, feeds: Any) -> list[Any]:
         ((64, 1024), (1024,), True),  # torch's path (SMALL_ELEMENTWISE and more)
     ],
 )
-def test_a_small_fused_node_of_two_inputs_runs_its_direct_entry(
+def test_a_small_fused_node_runs_its_direct_entry(
     monkeypatch: pytest.MonkeyPatch,
     fed: tuple[int, ...],
     operand: tuple[int, ...],
     runs_compute: bool,
 ) -> None:
-    """Small outputs of one or two inputs take the direct entry (numpy's functions into a
+    """Small outputs take the direct entry (numpy's functions into a
     counted buffer, no context); larger ones compute's torch path. Both give the float64
     reference, and the caller's feed is never written."""
-    from kernloom.runtime import node_run, straight_line
-
-    computed: list[str] = []
-    for module in (straight_line, node_run):
-        original = module.run_compute
-
-        def spy(ctx, item, given, forward=True, original=original):  # type: ignore[no-untyped-def]
-            computed.append(item.name)
-            return original(ctx, item, given, forward)
-
-        monkeypatch.setattr(module, "run_compute", spy)
+    computed = spy_on_compute(monkeypatch)
     rng = np.random.default_rng(6)
     xv = rng.standard_normal(fed).astype(np.float32)
-    cv = rng.standard_normal(operand).astype(np.float32)
-    g = kl.Graph(REGISTRY)
-    with g.as_default():
-        x = kl.placeholder(kl.float32, list(fed), name="x")
-        expression = "Tanh(i0); Mul(t0, i1); AddV2(t1, i0)"
-        y = g.add_node(
-            "_FusedElementwise", [[x, kl.constant(cv)]], {"expression": expression}, name="f"
-        ).outputs[0]
-    kept = xv.copy()
-    with kl.Session(g, kl.SessionConfig(graph_optimizer=False, inter_op_threads=1)) as sess:
-        got = sess.run(y, {x: xv})
-    v = kept.astype(np.float64)
-    np.testing.assert_allclose(got, np.tanh(v) * cv + v, rtol=2e-6, atol=1e-6)
-    np.testing.assert_array_equal(xv, kept)
+    run_tanh_mul_add(REGISTRY, xv, rng.standard_normal(operand).astype(np.float32), "AddV2")
     assert ("f" in computed) is runs_compute
