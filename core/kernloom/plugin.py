@@ -65,7 +65,7 @@ from kernloom.framework.device_independent_kernels import (
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.device_name import LOCAL_PREFIX
 from kernloom.framework.fused_evaluator import compile_steps as compile_fused_steps
-from kernloom.framework.fused_inputs import FusedInputs
+from kernloom.framework.fused_inputs import FusedDirect, FusedInputs
 from kernloom.framework.inter_op import on_inter_op_worker
 from kernloom.framework.kernel_checks import (
     add_n_shape,
@@ -199,6 +199,7 @@ __all__ = [
     "DiagBand",
     "EinsumEquation",
     "EinsumPlan",
+    "FusedDirect",
     "FusedInputs",
     "FusedOps",
     "GraphPass",

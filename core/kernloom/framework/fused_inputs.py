@@ -27,7 +27,7 @@ import numpy as np
 from kernloom.framework.op_kernel import OpKernelContext
 from kernloom.framework.output_layout import same_layout_output
 
-__all__ = ["FusedInputs"]
+__all__ = ["FusedDirect", "FusedInputs"]
 
 T = TypeVar("T")
 Shapes = tuple[tuple[int, ...], ...]
@@ -126,44 +126,64 @@ class FusedInputs(Generic[T]):
             out if out is not None else ctx.forward_input_or_allocate_output(candidates, 0, shape)
         )
 
-    def direct_output(
-        self: FusedInputs[None],
+
+class FusedDirect:
+    """The buffers of a fused elementwise kernel's direct entry (``OpKernel.direct``) for
+    a kernel that evaluates its plan over host arrays (``compile_fused_steps``): the
+    output -- an input of its shape that may be overwritten (``reuse``'s bit, a C-order
+    buffer of its own), else a new C-order buffer from the device's ``allocate`` (counted)
+    -- and the plan's temporaries, each of the output's shape (a step broadcasts into
+    it), slot 0 being a new output itself: every step reads and writes element by
+    element, the plan never writes a slot whose value is still to be read, and only the
+    last step writes the output, so the chain runs in one buffer as the unfused straight
+    line runs it in place (a temporary fewer). An output that is an input keeps a slot of
+    its own (a step after the first may still read that input). The shapes are planned
+    once per set of input shapes (``FusedInputs``)."""
+
+    __slots__ = ("_inputs", "_temps")
+
+    def __init__(self, num_temps: int) -> None:
+        self._inputs: FusedInputs[None] = FusedInputs()
+        self._temps = num_temps
+
+    def buffers(
+        self,
         allocate: Callable[[tuple[int, ...], Any], Any],
         dtype: Any,
         reuse: int,
         inputs: Sequence[Any],
         max_size: int,
-    ) -> Any:
-        """The output buffer of a fused kernel's direct entry (``OpKernel.direct``), or None
-        to leave the node to ``compute``: an input of the output's shape that may be
-        overwritten (``reuse``'s bit, its own C-order buffer), else a new C-order buffer
-        from ``allocate`` (the device's, counted) -- only where the inputs of the output's
-        shape are C-ordered (``output``'s layout rules are ``compute``'s), the shapes
-        broadcast and the output has fewer than ``max_size`` elements (a kernel's
-        small-output path: ``compute`` keeps its blocks or threads for the rest). The
-        shapes are planned as ``plan`` plans them (use an instance of its own: the plan
-        it keeps derives nothing)."""
+    ) -> tuple[Any, list[Any]] | None:
+        """``(out, temps)``, or None to leave the node to ``compute``: where the shapes do
+        not broadcast (compute explains), an input of the output's shape is not C-ordered
+        (``FusedInputs.output``'s layout rules are compute's), or the output has
+        ``max_size`` elements or more (a kernel's small-output path: compute keeps its
+        blocks or threads for the rest)."""
         try:
-            shape, _, candidates = self.plan(inputs, _broadcast_only)
+            shape, _, candidates = self._inputs.plan(inputs, _broadcast)
         except _NoBroadcast:
-            return None  # compute explains
+            return None
         if math.prod(shape) >= max_size:
             return None
         for index in candidates:
             if not inputs[index].flags.c_contiguous:
                 return None
+        count = self._temps
         for index in candidates:
             x = inputs[index]
             if reuse >> index & 1 and x.base is None and x.flags.writeable:
-                return x
-        return allocate(shape, dtype)
+                return x, [np.empty_like(x) for _ in range(count)]
+        out = allocate(shape, dtype)
+        if not count:
+            return out, []
+        return out, [out, *[np.empty_like(out) for _ in range(count - 1)]]
 
 
 class _NoBroadcast(Exception):
-    """Shapes that do not broadcast, in ``direct_output``'s plan."""
+    """Shapes that do not broadcast, in ``FusedDirect``'s plan."""
 
 
-def _broadcast_only(shapes: Shapes) -> tuple[tuple[int, ...], None]:
+def _broadcast(shapes: Shapes) -> tuple[tuple[int, ...], None]:
     if all(s == shapes[0] for s in shapes):
         return shapes[0], None
     try:

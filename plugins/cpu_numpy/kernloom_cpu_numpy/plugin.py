@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kernloom.plugin
 
-KERNLOOM_API = ">=1.11,<2"  # FusedInputs.direct_output (1.11)
+KERNLOOM_API = ">=1.11,<2"  # FusedDirect (1.11)
 
 CPU_PRIORITY = 60
 """TensorFlow's ThreadPoolDeviceFactory priority; a GPU-compatible CPU factory uses 70."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import kernloom.plugin
 
-KERNLOOM_API = ">=1.11,<2"  # FusedInputs.direct_output (1.11)
+KERNLOOM_API = ">=1.11,<2"  # FusedDirect (1.11)
 
 PLUGIN_NAME = "gpu_torch"
 """The entry-point name: ``KERNLOOM_DEVICE_FACTORY=GPU=gpu_torch`` selects this factory."""

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from runtime_helpers import run_tanh_mul_add, spy_on_compute
+from runtime_helpers import make_registry, run_tanh_mul_add, spy_on_compute
 from test_torch_labelled_cpu import REGISTRY
 
 import kernloom as kl
@@ -250,3 +250,34 @@ def test_a_small_fused_node_runs_its_direct_entry(
     xv = rng.standard_normal(fed).astype(np.float32)
     run_tanh_mul_add(REGISTRY, xv, rng.standard_normal(operand).astype(np.float32), "AddV2")
     assert ("f" in computed) is runs_compute
+
+
+NUMPY_ONLY = make_registry()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shapes=st.sampled_from([((7,), (7,)), ((3, 40), (40,)), ((40,), (3, 40)), ((5, 1), (1, 6))]),
+    numpy_kernel=st.booleans(),
+    data=st.data(),
+)
+def test_random_expressions_through_the_direct_entry_match_float64_numpy(
+    shapes: tuple[tuple[int, ...], tuple[int, ...]], numpy_kernel: bool, data: st.DataObject
+) -> None:
+    """Both CPU kernels' direct entries (two fed inputs: a new output, which holds the
+    first temporary -- also where the running value starts smaller than the output,
+    ``[40]`` against ``[3, 40]``, and is broadcast into it)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    xs = [rng.uniform(-3, 3, shape).astype(np.float32) for shape in shapes]
+    expression, reference = data.draw(expressions(2))
+    g = kl.Graph(NUMPY_ONLY if numpy_kernel else REGISTRY)
+    with g.as_default():
+        feeds = [kl.placeholder(kl.float32, list(s), name=f"x{i}") for i, s in enumerate(shapes)]
+        y = g.add_node("_FusedElementwise", [feeds], {"expression": expression}).outputs[0]
+    kept = [x.copy() for x in xs]
+    with kl.Session(g, kl.SessionConfig(graph_optimizer=False, inter_op_threads=1)) as sess:
+        got = sess.run(y, dict(zip(feeds, xs, strict=True)))
+    want = np.broadcast_to(reference(xs), got.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for x, k in zip(xs, kept, strict=True):
+        np.testing.assert_array_equal(x, k)

@@ -19,6 +19,7 @@ from kernloom.plugin import (
     CONV_FORMS,
     NUMPY_ELEMENTWISE,
     OUT_BY_POSITION,
+    FusedDirect,
     FusedInputs,
     KernelLibrary,
     OpKernel,
@@ -42,7 +43,7 @@ BLOCK_ELEMENTS: Final = 16384
 
 
 class FusedElementwise(OpKernel):
-    """The kernel has a direct entry for outputs of one block (``FusedInputs.direct_output``):
+    """The kernel has a direct entry for outputs of one block (``FusedDirect``):
     a small fused node then costs about what one unfused node's direct entry does, not a
     context's preparation and checks (``benchmarks/EXECUTOR.md``, "Fan-out")."""
 
@@ -59,17 +60,16 @@ class FusedElementwise(OpKernel):
         self._inputs: FusedInputs[None] = FusedInputs()
         self._allocate = ctx.device.allocate
         self._dtype = self.signature.output_dtypes[0]
-        self._direct_inputs: FusedInputs[None] = FusedInputs()
-        self.direct = self._direct
+        self._direct = FusedDirect(self._temps)
+        self.direct = self._direct_entry
 
-    def _direct(self, reuse: int, *inputs: Array) -> Any:
-        out = self._direct_inputs.direct_output(
-            self._allocate, self._dtype, reuse, inputs, BLOCK_ELEMENTS + 1
-        )
-        if out is None:
+    def _direct_entry(self, reuse: int, *inputs: Array) -> Any:
+        found = self._direct.buffers(self._allocate, self._dtype, reuse, inputs, BLOCK_ELEMENTS + 1)
+        if found is None:
             return NotImplemented
+        out, temps = found
         if out.size:
-            self._evaluate(list(inputs), out)
+            self._run(list(inputs), out, temps)
         return out
 
     def compute(self, ctx: OpKernelContext) -> None:

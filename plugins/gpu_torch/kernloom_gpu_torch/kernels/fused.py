@@ -16,6 +16,7 @@ from kernloom.plugin import (
     CONV_FORMS,
     NUMPY_ELEMENTWISE,
     OUT_BY_POSITION,
+    FusedDirect,
     FusedInputs,
     KernelLibrary,
     OpKernel,
@@ -154,19 +155,18 @@ class CpuFusedElementwise(OpKernel):
         shift): 9-22 µs of Python went around each of a DenseNet's 62 groups."""
         self._allocate = ctx.device.allocate
         self._dtype = self.signature.output_dtypes[0]
-        self._direct_inputs: FusedInputs[None] = FusedInputs()
-        self.direct = self._direct
+        self._direct = FusedDirect(self._temps)
+        self.direct = self._direct_entry
 
-    def _direct(self, reuse: int, *inputs: Any) -> Any:
+    def _direct_entry(self, reuse: int, *inputs: Any) -> Any:
         """Small outputs without a context: numpy's functions, as ``compute`` runs them
-        (``FusedInputs.direct_output``)."""
-        out = self._direct_inputs.direct_output(
-            self._allocate, self._dtype, reuse, inputs, SMALL_ELEMENTWISE
-        )
-        if out is None:
+        (``FusedDirect``: the output and the temporaries)."""
+        found = self._direct.buffers(self._allocate, self._dtype, reuse, inputs, SMALL_ELEMENTWISE)
+        if found is None:
             return NotImplemented
+        out, temps = found
         if out.size:
-            self._numpy(list(inputs), out, [np.empty_like(out) for _ in range(self._temps)])
+            self._numpy(list(inputs), out, temps)
         return out
 
     def compute(self, ctx: OpKernelContext) -> None:
