@@ -499,22 +499,47 @@ def direct_registry(direct: Callable[..., Any]) -> klp.Registry:
     return reg
 
 
-def twice_graph(reg: klp.Registry) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+def twice_graph(reg: klp.Registry, compiled: bool = False) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+    """``twice(neg(x))``; ``compiled``: ``twice(neg(neg(neg(x))))``, whose later Negs write
+    in place provably, so the step is a compiled line (which writes Twice's direct call
+    into its generated code) -- the same values (run with the optimizer off, which would
+    drop the double negation)."""
     g = kl.Graph(reg)
     with g.as_default():
         x = kl.placeholder(kl.float32, [3], name="x")
-        y = g.add_node("Twice", [kl.ops.neg(x, name="n")], name="twice").outputs[0]
+        inner = kl.ops.neg(kl.ops.neg(x)) if compiled else x  # -(-x) = x: the same values
+        source = kl.ops.neg(inner, name="n")
+        y = g.add_node("Twice", [source], name="twice").outputs[0]
     return g, x, y
 
 
-# Untraced, the straight-line executor runs these; traced, the general one (which calls
-# direct entries too, and reports an input it returned as forwarded).
-EXECUTORS = pytest.mark.parametrize("trace", [False, True], ids=["straight", "general"])
+# Untraced, the straight-line executor runs these (interpreted, or compiled for the graph
+# with an in-place node); traced, the general one (which calls direct entries too, and
+# reports an input it returned as forwarded).
+EXECUTORS = pytest.mark.parametrize(
+    ("trace", "compiled"),
+    [(False, False), (False, True), (True, False)],
+    ids=["straight", "compiled", "general"],
+)
+
+
+@pytest.fixture
+def compiled_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The steps run as a compiled line (after ``straight_runs``' spy, if both are used)."""
+    runs: list[str] = []
+    original = CompiledLine.execute
+
+    def spy(self: Any, args: RunArgs) -> BaseException | None:
+        runs.append(self.view.device.name)
+        return original(self, args)
+
+    monkeypatch.setattr(CompiledLine, "execute", spy)
+    return runs
 
 
 @EXECUTORS
 def test_a_direct_entry_gets_the_reuse_mask_and_its_result_is_used(
-    straight_runs: list[str], trace: bool
+    straight_runs: list[str], compiled_runs: list[str], trace: bool, compiled: bool
 ) -> None:
     calls: list[tuple[int, bool]] = []
 
@@ -522,9 +547,9 @@ def test_a_direct_entry_gets_the_reuse_mask_and_its_result_is_used(
         calls.append((reuse, x.flags.writeable))
         return np.multiply(x, 2, out=x) if reuse else NotImplemented
 
-    g, x, y = twice_graph(direct_registry(direct))
+    g, x, y = twice_graph(direct_registry(direct), compiled)
     options = kl.RunOptions(trace=trace)
-    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)) as sess:
         md = kl.RunMetadata()
         np.testing.assert_array_equal(sess.run(y, {x: [1, 2, 3]}, options, md), [-2, -4, -6])
         if trace:
@@ -536,35 +561,37 @@ def test_a_direct_entry_gets_the_reuse_mask_and_its_result_is_used(
         np.testing.assert_array_equal(got[1], [-1, -2, -3])
     assert calls == [(1, True), (0, True)]
     assert len(straight_runs) == (0 if trace else 2)
+    assert len(compiled_runs) == (2 if compiled else 0)
 
 
 @EXECUTORS
 def test_a_direct_entry_with_the_wrong_dtype_is_blamed(
-    straight_runs: list[str], trace: bool
+    straight_runs: list[str], compiled_runs: list[str], trace: bool, compiled: bool
 ) -> None:
-    g, x, y = twice_graph(direct_registry(lambda reuse, x: x.astype(np.float64) * 2))
+    g, x, y = twice_graph(direct_registry(lambda reuse, x: x.astype(np.float64) * 2), compiled)
     with (
-        kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess,
+        kl.Session(g, kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)) as sess,
         pytest.raises(
             kl.KernelError, match=r"node 'twice' \(op Twice\).*dtype float64.*declares float32"
         ),
     ):
         sess.run(y, {x: [1, 2, 3]}, kl.RunOptions(trace=trace))
     assert len(straight_runs) == (0 if trace else 1)
+    assert len(compiled_runs) == (1 if compiled else 0)
 
 
 @EXECUTORS
 def test_a_direct_entry_that_raises_names_the_node_and_the_session_goes_on(
-    straight_runs: list[str], trace: bool
+    straight_runs: list[str], compiled_runs: list[str], trace: bool, compiled: bool
 ) -> None:
     def direct(reuse: int, x: np.ndarray) -> Any:
         if x[0] > 0:
             raise ArithmeticError("positive first element")
         return NotImplemented
 
-    g, x, y = twice_graph(direct_registry(direct))
+    g, x, y = twice_graph(direct_registry(direct), compiled)
     options = kl.RunOptions(trace=trace)
-    with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)) as sess:
         with pytest.raises(
             kl.KernelError,
             match=r"node 'twice' \(op Twice\) on .*CPU:0 failed.*ArithmeticError: positive",
@@ -573,6 +600,7 @@ def test_a_direct_entry_that_raises_names_the_node_and_the_session_goes_on(
         assert isinstance(info.value.__cause__, ArithmeticError)
         np.testing.assert_array_equal(sess.run(y, {x: [1, 2, 3]}, options), [-2, -4, -6])
     assert len(straight_runs) == (0 if trace else 2)
+    assert len(compiled_runs) == (2 if compiled else 0)
 
 
 def test_direct_is_for_kernel_functions_only() -> None:
