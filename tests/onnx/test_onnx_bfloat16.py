@@ -175,7 +175,8 @@ def test_float8_arithmetic_is_still_refused_naming_the_node() -> None:
         ko.OnnxImportError,
         match=r"'adder' \(Add, opset 21\).*float8e4m3fn values are supported by Cast, "
         r"CastLike, QuantizeLinear, DequantizeLinear, Identity, Constant, Reshape, Transpose, "
-        r"Squeeze, Unsqueeze, Flatten, Pad, Shape, Size, not by Add",
+        r"Squeeze, Unsqueeze, Flatten, Pad, Shape, Size, ConstantOfShape, IsNaN, IsInf, not by "
+        r"Add",
     ):
         ko.import_model(made)
 

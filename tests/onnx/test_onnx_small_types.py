@@ -474,6 +474,49 @@ def test_a_small_type_moved_then_cast_keeps_its_values() -> None:
     np.testing.assert_array_equal(ours[0], want[0])
 
 
+@pytest.mark.parametrize("elem", list(MOVED), ids=_name)
+@pytest.mark.parametrize("static", [True, False], ids=["import", "runtime"])
+def test_constant_of_shape_of_a_small_type(elem: int, static: bool) -> None:
+    """ConstantOfShape's value of a small type fills the shape with its code, the shape
+    known at import or fed."""
+    value = _every_code(elem, (7,)).reshape(-1)[3:4]
+    tensor = numpy_helper.from_array(value, "v")
+    node = helper.make_node("ConstantOfShape", ["s"], ["y"], value=tensor)
+    proto = model(
+        [node], {} if static else {"s": (TensorProto.INT64, [2])}, {"y": (elem, None)}, opset=25
+    )
+    feeds: dict[str, Any] = {}
+    if static:
+        proto.graph.initializer.append(numpy_helper.from_array(np.array([2, 3], np.int64), "s"))
+    else:
+        feeds["s"] = np.array([2, 3], np.int64)
+    ours, want = _run(proto, feeds)
+    got = np.asarray(ours[0])
+    if elem in INTS:
+        assert got.dtype == want[0].dtype
+        np.testing.assert_array_equal(got.astype(np.int64), want[0].astype(np.int64))
+    else:
+        _same_bits(got, want[0])
+
+
+@pytest.mark.parametrize("elem", list(FLOAT8), ids=_name)
+def test_isnan_and_isinf_of_every_float8_code(elem: int) -> None:
+    """IsNaN and IsInf (both signs, one, none) of every code of each float8 type, against
+    onnx's reference: decoded to float32 for them, exactly."""
+    x = (np.arange(256) % 256).astype(np.uint8).view(FLOAT8[elem])
+    nodes = [
+        helper.make_node("IsNaN", ["x"], ["nan"]),
+        helper.make_node("IsInf", ["x"], ["inf"]),
+        helper.make_node("IsInf", ["x"], ["pos"], detect_negative=0),
+        helper.make_node("IsInf", ["x"], ["neg"], detect_positive=0),
+    ]
+    outs = {name: (TensorProto.BOOL, [256]) for name in ("nan", "inf", "pos", "neg")}
+    proto = model(nodes, {"x": (elem, [256])}, outs, opset=20)
+    ours, want = _run(proto, {"x": x})
+    for got, expected in zip(ours, want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
 def test_a_moving_op_refuses_inputs_of_two_small_types_naming_the_node() -> None:
     node = helper.make_node("Pad", ["x", "pads", "value"], ["y"], name="padder")
     proto = model(
@@ -505,7 +548,8 @@ def test_an_op_that_does_not_take_a_small_type_names_the_node_op_opset_and_type(
         ko.OnnxImportError,
         match=r"'adder' \(Add, opset 21\).*float8e4m3fn values are supported by Cast, "
         r"CastLike, QuantizeLinear, DequantizeLinear, Identity, Constant, Reshape, Transpose, "
-        r"Squeeze, Unsqueeze, Flatten, Pad, Shape, Size, not by Add",
+        r"Squeeze, Unsqueeze, Flatten, Pad, Shape, Size, ConstantOfShape, IsNaN, IsInf, not by "
+        r"Add",
     ):
         ko.import_model(proto)
 

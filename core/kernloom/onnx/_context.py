@@ -19,6 +19,7 @@ from kernloom.onnx.errors import OnnxImportError, outputs_note
 __all__ = [
     "CODED_OPS",
     "MOVING_OPS",
+    "VALUE_TESTS",
     "ConversionContext",
     "OnnxNode",
     "attribute_value",
@@ -43,13 +44,33 @@ MOVING_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Pad", 
 """The ops that only move (or count) elements, the ones ONNX defines for float8 and int4:
 their converters run on a small type's codes as they are (``kernloom.onnx._convert``)."""
 
+VALUE_TESTS = ("IsNaN", "IsInf")
+"""The ops that ask what a value is (bool outputs): a small float input is decoded to
+float32 for them (exactly; float8e4m3fn has no infinity, so IsInf finds none), as a
+bfloat16 input is for every op on tensors (``kernloom.onnx._convert``)."""
+
+
+_INTEGER_TYPES = frozenset(
+    {
+        onnx.TensorProto.INT4,
+        onnx.TensorProto.UINT4,
+        onnx.TensorProto.INT2,
+        onnx.TensorProto.UINT2,
+    }
+)
+
 
 def coded_ops(elem_type: int) -> tuple[str, ...]:
     """The ops that take a tensor of ``elem_type``: bfloat16 is no quantized type."""
     if elem_type == onnx.TensorProto.BFLOAT16:
         # (The moving ops take it too, as every op on tensors does: _BFLOAT16_TOO says so.)
         return tuple(op for op in CODED_OPS if op not in ("QuantizeLinear", "DequantizeLinear"))
-    return CODED_OPS + MOVING_OPS
+    floats = elem_type not in _INTEGER_TYPES
+    return (
+        CODED_OPS
+        + MOVING_OPS
+        + (("ConstantOfShape", *VALUE_TESTS) if floats else ("ConstantOfShape",))
+    )
 
 
 def attribute_value(attr: onnx.AttributeProto) -> Any:

@@ -33,13 +33,20 @@ from onnx import TensorProto
 
 import kernloom.dtypes as d
 from kernloom.graph.tensor import Tensor
-from kernloom.onnx._context import CODED_OPS, MOVING_OPS, ConversionContext, OnnxNode
+from kernloom.onnx._context import (
+    CODED_OPS,
+    MOVING_OPS,
+    VALUE_TESTS,
+    ConversionContext,
+    OnnxNode,
+)
 from kernloom.onnx._registry import REGISTRY
 from kernloom.onnx._small_types import (
     bfloat16_inputs,
     bfloat16_outputs,
     decode,
     encode,
+    is_float_type,
     takes_tensors_only,
 )
 from kernloom.onnx._values import OnnxCoded, OnnxOptional, OnnxSequence
@@ -155,11 +162,18 @@ def _bfloat16_as_float32(
     ctx: ConversionContext, node: OnnxNode
 ) -> Iterator[tuple[onnx.defs.OpSchema, list[int]] | None]:
     """While a node's converter runs, its bfloat16 inputs as float32 tensors (when it
-    takes no coded values: the module docstring); yields the op's schema and their input
+    takes no coded values: the module docstring), and a ``VALUE_TESTS`` node's float8
+    inputs too; yields the op's schema and their input
     indices, or None where nothing is decoded. The schema is looked up only for a node
     with a bfloat16 input: every other node's conversion pays nothing for this."""
     found: dict[int, OnnxCoded] = {}
-    if node.op_type not in CODED_OPS:
+    if node.op_type in VALUE_TESTS:
+        found = {
+            index: value
+            for index, name in enumerate(node.inputs)
+            if name and isinstance(value := ctx.lookup(name), OnnxCoded) and is_float_type(value)
+        }
+    elif node.op_type not in CODED_OPS:
         found = bfloat16_inputs([ctx.lookup(name) if name else None for name in node.inputs])
     schema = _schema(node) if found else None
     if schema is None or not takes_tensors_only(schema):

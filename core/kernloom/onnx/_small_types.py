@@ -213,6 +213,11 @@ def from_codes(codes: Any, elem_type: int) -> np.ndarray[Any, Any]:
     return values.astype(small.numpy_dtype)
 
 
+def is_float_type(value: OnnxCoded) -> bool:
+    """Whether a coded tensor holds one of the small float types (not an integer one)."""
+    return small_type(value.elem_type).is_float
+
+
 def coded_array(value: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], int] | None:
     """A numpy array of a small type (an initializer, a Constant) as (codes, elem type);
     None for an array of an ordinary dtype."""

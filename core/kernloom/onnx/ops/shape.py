@@ -65,18 +65,29 @@ def _constant(node: OnnxNode, ctx: ConversionContext) -> Sequence[Tensor | OnnxC
 
 
 @converter("ConstantOfShape", 9, attrs=("value",))
-def _constant_of_shape(node: OnnxNode, ctx: ConversionContext) -> Result:
+def _constant_of_shape(node: OnnxNode, ctx: ConversionContext) -> Sequence[Tensor | OnnxCoded]:
     value = node.attr("value")
     scalar = np.asarray(value).reshape(-1)[0] if value is not None else np.float32(0)
-    known = ctx.static_input(0)
-    if known is not None:
+    coded = coded_array(np.asarray(scalar))
+    if coded is not None:  # a small type (float8, int4...): filled with its code
+        codes, elem_type = coded
+        return [OnnxCoded(_filled(node, ctx, codes.reshape(()), known=False), elem_type)]
+    return [_filled(node, ctx, scalar)]
+
+
+def _filled(node: OnnxNode, ctx: ConversionContext, scalar: Any, known: bool = True) -> Tensor:
+    """A tensor of input 0's shape filled with ``scalar``: a constant when the shape is
+    known at import (recorded as the output's value with ``known``), else a Fill."""
+    shape = ctx.static_input(0)
+    if shape is not None:
         # A shape known at import makes the result a constant, as an initializer would be
         # (the light models build their weights this way); later converters see its value.
-        filled = np.full(ints(known), scalar, dtype=np.asarray(scalar).dtype)
-        _known(ctx, node, 0, filled)
-        return [ctx.const(filled, d.as_dtype(filled.dtype))]
+        filled = np.full(ints(shape), scalar, dtype=np.asarray(scalar).dtype)
+        if known:
+            _known(ctx, node, 0, filled)
+        return ctx.const(filled, d.as_dtype(filled.dtype))
     fill_value = ctx.const(np.asarray(scalar), d.as_dtype(np.asarray(scalar).dtype))
-    return [ops.fill(ctx.input(0), fill_value)]
+    return ops.fill(ctx.input(0), fill_value)
 
 
 @converter("Shape", 1, attrs=("start", "end"))
