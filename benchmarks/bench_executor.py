@@ -36,6 +36,7 @@ timed the same way in the same run.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -273,9 +274,9 @@ def one_node_step() -> dict[str, float]:
     for threads in (1, 2):
         config = kl.SessionConfig(inter_op_threads=1, intra_op_threads=threads)
         call = kl.Session(g, config).make_callable(y, [x])
-        runs[f"kernloom, {threads} intra-op thread(s)"] = lambda call=call: call(xv)
+        runs[f"kernloom, {threads} intra-op thread(s)"] = functools.partial(call, xv)
     try:
-        import onnxruntime as ort
+        import onnxruntime as ort  # type: ignore[import-untyped]
         from onnx import TensorProto, helper
     except ImportError:
         pass
