@@ -19,12 +19,16 @@ Whether a node may do that is decided here, once, not per call: the input it ove
 is produced earlier in the same program by a kernel that declares an in-place form (whose
 outputs are buffers of its own, never views), this node is its only consumer (so it is
 not fetched, not fed, not a constant and not read twice), and the static shapes and
-dtypes say the result has exactly that input's shape and dtype. Every other node -- the
-first Add of a chain, whose inputs are the caller's feed and a constant, a Reshape, a
-MatMul -- runs the node loop's own step (``node_run.run_sync``: its direct entry or
-``compute``, outputs checked, allocations counted) through one call from the generated
-code, with the inputs it reads last taken out of their locals first, so that the
-reference-count forwarding rule holds as in the interpreter.
+dtypes say the result has exactly that input's shape and dtype. A node with a direct
+entry of one or two inputs that cannot be proved so -- the first Add of a chain, whose
+inputs are the caller's feed and a constant; a node whose input has a second consumer --
+calls that entry from the generated code itself, offering the inputs it reads last when
+their reference counts say nothing else holds them (the interpreter's rule), ``compute``
+when it declines, the output checked. Every other node -- a Reshape, a fused node of
+many operands -- runs the node loop's own step (``node_run.run_sync``: its direct entry
+or ``compute``, outputs checked, allocations counted) through one call, with the inputs
+it reads last taken out of their locals first, so that the forwarding rule holds there
+too.
 
 Each node is preceded by the stop check (an attribute read; a step with a deadline runs
 a second form of the function that also checks the deadline). An error names the node
