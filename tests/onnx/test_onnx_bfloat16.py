@@ -163,24 +163,6 @@ def test_unique_values_bfloat16_indices_int64() -> None:
         _same_bits(got, expected)
 
 
-def test_float8_arithmetic_is_still_refused_naming_the_node() -> None:
-    node = helper.make_node("Add", ["x", "x"], ["y"], name="adder")
-    made = model(
-        [node],
-        {"x": (TensorProto.FLOAT8E4M3FN, [3])},
-        {"y": (TensorProto.FLOAT8E4M3FN, [3])},
-        opset=21,
-    )
-    with pytest.raises(
-        ko.OnnxImportError,
-        match=r"'adder' \(Add, opset 21\).*float8e4m3fn values are supported by Cast, "
-        r"CastLike, QuantizeLinear, DequantizeLinear, Identity, Constant, Reshape, Transpose, "
-        r"Squeeze, Unsqueeze, Flatten, Pad, Shape, Size, ConstantOfShape, IsNaN, IsInf, not by "
-        r"Add",
-    ):
-        ko.import_model(made)
-
-
 def test_a_sequence_of_bfloat16_is_refused_naming_the_node() -> None:
     """Sequence ops carry their values as they are: no float32 stand-in for bfloat16."""
     construct = helper.make_node("SequenceConstruct", ["x"], ["s"], name="seq")

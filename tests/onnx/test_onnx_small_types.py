@@ -537,6 +537,7 @@ def test_a_moving_op_refuses_inputs_of_two_small_types_naming_the_node() -> None
 
 
 def test_an_op_that_does_not_take_a_small_type_names_the_node_op_opset_and_type() -> None:
+    """float8 arithmetic stays refused though bfloat16's runs as float32."""
     node = helper.make_node("Add", ["x", "x"], ["y"], name="adder")
     proto = model(
         [node],

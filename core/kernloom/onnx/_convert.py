@@ -24,7 +24,7 @@ refuses the float8, float4, int4 and int2 types, naming the ops that take them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import onnx
@@ -42,7 +42,6 @@ from kernloom.onnx._context import (
 )
 from kernloom.onnx._registry import REGISTRY
 from kernloom.onnx._small_types import (
-    bfloat16_inputs,
     bfloat16_outputs,
     decode,
     encode,
@@ -157,38 +156,75 @@ def _schema(node: OnnxNode) -> onnx.defs.OpSchema | None:
         return None
 
 
+def _coded_inputs(
+    ctx: ConversionContext, node: OnnxNode, wanted: Callable[[OnnxCoded], bool]
+) -> dict[int, OnnxCoded]:
+    """The node's inputs that are tensors of a small type (index -> value) and ``wanted``."""
+    return {
+        index: value
+        for index, name in enumerate(node.inputs)
+        if name and isinstance(value := ctx.lookup(name), OnnxCoded) and wanted(value)
+    }
+
+
+@contextmanager
+def _standing_in(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    found: dict[int, OnnxCoded],
+    stand_in: Callable[[OnnxCoded], Tensor],
+) -> Iterator[None]:
+    """While a converter runs, its coded inputs ``found`` as the tensors ``stand_in``
+    makes of them (their values decoded, or their codes): ``ctx.input`` gives those; the
+    coded values are back afterwards."""
+    coded = {node.inputs[index]: value for index, value in found.items()}
+    for name, value in coded.items():
+        del ctx.containers[name]
+        ctx.values[name] = stand_in(value)
+    try:
+        yield
+    finally:
+        for name, value in coded.items():
+            del ctx.values[name]
+            ctx.containers[name] = value
+
+
+def _is_bfloat16(value: OnnxCoded) -> bool:
+    return value.elem_type == TensorProto.BFLOAT16
+
+
+def _as_float32(value: OnnxCoded) -> Tensor:
+    return decode(value.codes, value.elem_type, d.float32)
+
+
+def _codes(value: OnnxCoded) -> Tensor:
+    return value.codes
+
+
+def _any(value: OnnxCoded) -> bool:
+    return True
+
+
 @contextmanager
 def _bfloat16_as_float32(
     ctx: ConversionContext, node: OnnxNode
 ) -> Iterator[tuple[onnx.defs.OpSchema, list[int]] | None]:
     """While a node's converter runs, its bfloat16 inputs as float32 tensors (when it
-    takes no coded values: the module docstring), and a ``VALUE_TESTS`` node's float8
-    inputs too; yields the op's schema and their input
-    indices, or None where nothing is decoded. The schema is looked up only for a node
-    with a bfloat16 input: every other node's conversion pays nothing for this."""
+    takes no coded values: the module docstring), and a ``VALUE_TESTS`` node's small float
+    inputs too; yields the op's schema and their input indices, or None where nothing is
+    decoded. The schema is looked up only for a node with such an input: every other
+    node's conversion pays nothing for this."""
     found: dict[int, OnnxCoded] = {}
     if node.op_type in VALUE_TESTS:
-        found = {
-            index: value
-            for index, name in enumerate(node.inputs)
-            if name and isinstance(value := ctx.lookup(name), OnnxCoded) and is_float_type(value)
-        }
+        found = _coded_inputs(ctx, node, is_float_type)
     elif node.op_type not in CODED_OPS:
-        found = bfloat16_inputs([ctx.lookup(name) if name else None for name in node.inputs])
+        found = _coded_inputs(ctx, node, _is_bfloat16)
     schema = _schema(node) if found else None
     if schema is None or not takes_tensors_only(schema):
         yield None
         return
-    names = {node.inputs[index]: value for index, value in found.items()}
-    for name, coded in names.items():
-        del ctx.containers[name]
-        ctx.values[name] = decode(coded.codes, coded.elem_type, d.float32)
-    try:
+    with _standing_in(ctx, node, found, _as_float32):
         yield schema, sorted(found)
-    finally:
-        for name, coded in names.items():
-            del ctx.values[name]
-            ctx.containers[name] = coded
 
 
 @contextmanager
@@ -199,11 +235,7 @@ def _codes_as_values(
     yields the op's schema, the small type and the coded inputs' indices (None where no
     input is coded). Inputs of two small types are one type variable's: ONNX rejects
     such a node, and so does this, naming both."""
-    found = {
-        index: value
-        for index, name in enumerate(node.inputs)
-        if name and isinstance(value := ctx.lookup(name), OnnxCoded)
-    }
+    found = _coded_inputs(ctx, node, _any)
     schema = _schema(node) if found else None
     if schema is None:
         yield None
@@ -215,16 +247,8 @@ def _codes_as_values(
             f"inputs of two element types, {' and '.join(names)}: ONNX's "
             "type constraints give them one; cast one to the other"
         )
-    coded = {node.inputs[index]: value for index, value in found.items()}
-    for name, value in coded.items():
-        del ctx.containers[name]
-        ctx.values[name] = value.codes
-    try:
+    with _standing_in(ctx, node, found, _codes):
         yield schema, types.pop(), sorted(found)
-    finally:
-        for name, value in coded.items():
-            del ctx.values[name]
-            ctx.containers[name] = value
 
 
 def _tagged(results: Sequence[Result], outputs: set[int], elem_type: int) -> list[Result]:

@@ -57,7 +57,6 @@ from kernloom.onnx.errors import OnnxImportError
 __all__ = [
     "SMALL_TYPES",
     "SmallType",
-    "bfloat16_inputs",
     "bfloat16_outputs",
     "cast_value",
     "clamp_range",
@@ -463,17 +462,6 @@ def _formal(formals: list[Any], index: int) -> Any | None:
     if formals and formals[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
         return formals[-1]
     return None
-
-
-def bfloat16_inputs(inputs: list[Any]) -> dict[int, OnnxCoded]:
-    """A node's bfloat16 inputs (index -> value): decoded to float32 around its converter
-    when that takes no coded values and the op is a tensors-only one
-    (``takes_tensors_only``: Loop, SequenceConstruct... carry their values as they are)."""
-    return {
-        index: value
-        for index, value in enumerate(inputs)
-        if isinstance(value, OnnxCoded) and value.elem_type == TensorProto.BFLOAT16
-    }
 
 
 def bfloat16_outputs(
