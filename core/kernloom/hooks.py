@@ -90,7 +90,7 @@ KERNLOOM_API_VERSION: Final = "1.11"
 # kernels) and WindowAttrs.gradient_canvas (the input gradient's canvas sizes);
 # OUT_BY_KEYWORD (the ufuncs the compiled straight line passes ``out=`` to).
 # 1.11: a kernel's direct entry (OpKernel.direct) is called for any number of inputs (one
-# output); FusedDirect (a fused kernel's buffers for its direct entry).
+# output); FusedDirect (a fused kernel's direct entry: its output and temporaries).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

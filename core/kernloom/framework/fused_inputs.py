@@ -128,55 +128,66 @@ class FusedInputs(Generic[T]):
 
 
 class FusedDirect:
-    """The buffers of a fused elementwise kernel's direct entry (``OpKernel.direct``) for
-    a kernel that evaluates its plan over host arrays (``compile_fused_steps``): the
-    output -- an input of its shape that may be overwritten (``reuse``'s bit, a C-order
-    buffer of its own), else a new C-order buffer from the device's ``allocate`` (counted)
-    -- and the plan's temporaries, each of the output's shape (a step broadcasts into
-    it), slot 0 being a new output itself: every step reads and writes element by
-    element, the plan never writes a slot whose value is still to be read, and only the
-    last step writes the output, so the chain runs in one buffer as the unfused straight
-    line runs it in place (a temporary fewer). An output that is an input keeps a slot of
-    its own (a step after the first may still read that input). The shapes are planned
-    once per set of input shapes (``FusedInputs``)."""
+    """A fused elementwise kernel's direct entry (``OpKernel.direct``: a kernel sets
+    ``self.direct`` to one) for a kernel that evaluates its plan over host arrays
+    (``compile_fused_steps``' ``evaluate(inputs, out, temps)``). Its buffers: the output
+    -- an input of its shape that may be overwritten (``reuse``'s bit, a C-order buffer
+    of its own), else a new C-order buffer from the device's ``allocate`` (counted) --
+    and the plan's temporaries, each of the output's shape (a step broadcasts into it),
+    slot 0 being a new output itself: every step reads and writes element by element,
+    the plan never writes a slot whose value is still to be read, and only the last step
+    writes the output, so the chain runs in one buffer as the unfused straight line runs
+    it in place (a temporary fewer). An output that is an input keeps a slot of its own
+    (a step after the first may still read that input). The shapes are planned once per
+    set of input shapes (``FusedInputs``).
 
-    __slots__ = ("_inputs", "_temps")
+    It declines (``NotImplemented``: ``compute`` runs) where the shapes do not broadcast
+    (compute explains), an input of the output's shape is not C-ordered
+    (``FusedInputs.output``'s layout rules are compute's), or the output has ``max_size``
+    elements or more (the kernel's small-output path: compute keeps its blocks or
+    threads for the rest)."""
 
-    def __init__(self, num_temps: int) -> None:
-        self._inputs: FusedInputs[None] = FusedInputs()
-        self._temps = num_temps
+    __slots__ = ("_allocate", "_dtype", "_evaluate", "_inputs", "_max_size", "_temps")
 
-    def buffers(
+    def __init__(
         self,
+        evaluate: Callable[[list[Any], Any, list[Any]], None],
+        num_temps: int,
         allocate: Callable[[tuple[int, ...], Any], Any],
         dtype: Any,
-        reuse: int,
-        inputs: Sequence[Any],
         max_size: int,
-    ) -> tuple[Any, list[Any]] | None:
-        """``(out, temps)``, or None to leave the node to ``compute``: where the shapes do
-        not broadcast (compute explains), an input of the output's shape is not C-ordered
-        (``FusedInputs.output``'s layout rules are compute's), or the output has
-        ``max_size`` elements or more (a kernel's small-output path: compute keeps its
-        blocks or threads for the rest)."""
+    ) -> None:
+        self._inputs: FusedInputs[None] = FusedInputs()
+        self._evaluate = evaluate
+        self._temps = num_temps
+        self._allocate = allocate
+        self._dtype = dtype
+        self._max_size = max_size
+
+    def __call__(self, reuse: int, *inputs: Any) -> Any:
         try:
             shape, _, candidates = self._inputs.plan(inputs, _broadcast)
         except _NoBroadcast:
-            return None
-        if math.prod(shape) >= max_size:
-            return None
+            return NotImplemented
+        if math.prod(shape) >= self._max_size:
+            return NotImplemented
         for index in candidates:
             if not inputs[index].flags.c_contiguous:
-                return None
+                return NotImplemented
         count = self._temps
+        out = None
         for index in candidates:
             x = inputs[index]
             if reuse >> index & 1 and x.base is None and x.flags.writeable:
-                return x, [np.empty_like(x) for _ in range(count)]
-        out = allocate(shape, dtype)
-        if not count:
-            return out, []
-        return out, [out, *[np.empty_like(out) for _ in range(count - 1)]]
+                out = x
+                temps = [np.empty_like(x) for _ in range(count)]
+                break
+        if out is None:
+            out = self._allocate(shape, self._dtype)
+            temps = [out, *[np.empty_like(out) for _ in range(count - 1)]] if count else []
+        if out.size:
+            self._evaluate(list(inputs), out, temps)
+        return out
 
 
 class _NoBroadcast(Exception):

@@ -58,19 +58,13 @@ class FusedElementwise(OpKernel):
             out_by_position=OUT_BY_POSITION,
         )
         self._inputs: FusedInputs[None] = FusedInputs()
-        self._allocate = ctx.device.allocate
-        self._dtype = self.signature.output_dtypes[0]
-        self._direct = FusedDirect(self._temps)
-        self.direct = self._direct_entry
-
-    def _direct_entry(self, reuse: int, *inputs: Array) -> Any:
-        found = self._direct.buffers(self._allocate, self._dtype, reuse, inputs, BLOCK_ELEMENTS + 1)
-        if found is None:
-            return NotImplemented
-        out, temps = found
-        if out.size:
-            self._run(list(inputs), out, temps)
-        return out
+        self.direct = FusedDirect(
+            self._run,
+            self._temps,
+            ctx.device.allocate,
+            self.signature.output_dtypes[0],
+            BLOCK_ELEMENTS + 1,
+        )
 
     def compute(self, ctx: OpKernelContext) -> None:
         inputs = ctx.input_list("inputs")

@@ -153,21 +153,14 @@ class CpuFusedElementwise(OpKernel):
         self._inputs = [ConstantInput(contiguous=False) for _ in range(int(ctx.attr("N")))]
         """Each input's tensor, kept while it is the same constant (a batch norm's scale and
         shift): 9-22 µs of Python went around each of a DenseNet's 62 groups."""
-        self._allocate = ctx.device.allocate
-        self._dtype = self.signature.output_dtypes[0]
-        self._direct = FusedDirect(self._temps)
-        self.direct = self._direct_entry
-
-    def _direct_entry(self, reuse: int, *inputs: Any) -> Any:
-        """Small outputs without a context: numpy's functions, as ``compute`` runs them
-        (``FusedDirect``: the output and the temporaries)."""
-        found = self._direct.buffers(self._allocate, self._dtype, reuse, inputs, SMALL_ELEMENTWISE)
-        if found is None:
-            return NotImplemented
-        out, temps = found
-        if out.size:
-            self._numpy(list(inputs), out, temps)
-        return out
+        # Small outputs without a context: numpy's functions, as ``compute`` runs them.
+        self.direct = FusedDirect(
+            self._numpy,
+            self._temps,
+            ctx.device.allocate,
+            self.signature.output_dtypes[0],
+            SMALL_ELEMENTWISE,
+        )
 
     def compute(self, ctx: OpKernelContext) -> None:
         raw = ctx.input_list("inputs")
