@@ -255,7 +255,7 @@ class StraightLine:
                         for slot in b:
                             values[slot] = None
                         ctx = ctx or step_context(view, args)
-                        produced = _general_step(ctx, items[node], given)
+                        produced = run_sync(ctx, items[node], given, True)  # (direct or compute)
                         del given
                         for output, slot in out:
                             values[slot] = produced[output]
@@ -355,13 +355,6 @@ def _through_context(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> 
     step's context, outputs checked, context released) and return its outputs. ``given``
     holds the inputs: one that nothing but the list holds was taken and may be forwarded."""
     return run_compute(ctx, item, given)
-
-
-def _general_step(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> list[Any]:
-    """A general entry's node: the node loop's own step (``run_sync``), which offers a
-    kernel's direct entry inputs of any number (a fused elementwise node of many operands)
-    before ``compute``. ``given`` holds the inputs, those this node read last taken."""
-    return run_sync(ctx, item, given, True)
 
 
 def check_direct_output(view: GraphView, args: RunArgs, node: int, value: Any) -> None:
