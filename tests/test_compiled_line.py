@@ -453,7 +453,12 @@ SLOW_BUMPS: list[int] = []
 """One entry per ``slow_bump`` call: how far a step got before it was ended."""
 
 
+first_bump = threading.Event()
+"""Set by the first ``slow_bump`` call: a step is under way."""
+
+
 def slow_bump(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    first_bump.set()
     time.sleep(0.02)
     SLOW_BUMPS.append(1)
     return np.add(x, np.float32(1), out)
@@ -464,9 +469,10 @@ def test_the_deadline_ends_a_compiled_step_between_nodes() -> None:
     g, x, y = bump_chain(reg, 100)  # 2 s of kernels
     assert len(in_place(reg, g)) == 100
     with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        bump = sess.make_callable(y, [x])  # compiled here: the deadline times the step only
         SLOW_BUMPS.clear()
         with pytest.raises(kl.DeadlineExceededError, match=r"timeout of 0\.1 s"):
-            sess.run(y, {x: [0, -1]}, kl.RunOptions(timeout_s=0.1))
+            bump([0, -1], options=kl.RunOptions(timeout_s=0.1))
         assert 0 < len(SLOW_BUMPS) < 100  # ended between nodes, not after the chain
         np.testing.assert_array_equal(sess.run(y, {x: [0, -1]}), [100, 101])
 
@@ -476,12 +482,22 @@ def test_a_cancellation_from_another_thread_ends_a_compiled_step() -> None:
     g, x, y = bump_chain(reg, 100)
     cancellation = CancellationManager()
     SLOW_BUMPS.clear()
-    threading.Timer(0.1, cancellation.cancel).start()
+    first_bump.clear()
+
+    def cancel_once_running() -> None:
+        # Waits for the step's first kernel rather than a fixed time: a loaded machine can
+        # spend longer than any fixed delay compiling the session.
+        first_bump.wait(10)
+        cancellation.cancel()
+
+    canceller = threading.Thread(target=cancel_once_running)
+    canceller.start()
     with (
         kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess,
         pytest.raises(kl.CancelledError, match="cancelled"),
     ):
         sess.run(y, {x: [0, 1]}, cancellation=cancellation)
+    canceller.join()
     assert 0 < len(SLOW_BUMPS) < 100  # ended between nodes, not after the chain
 
 

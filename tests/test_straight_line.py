@@ -651,8 +651,9 @@ def test_the_deadline_ends_a_straight_line_step_between_nodes(straight_runs: lis
     ran: list[int] = []
     g, x, y = slow_chain(100, ran)  # 2 s of kernels
     with kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess:
+        slow = sess.make_callable(y, [x])  # compiled here: the deadline times the step only
         with pytest.raises(kl.DeadlineExceededError, match=r"timeout of 0\.1 s"):
-            sess.run(y, {x: [0, 1]}, kl.RunOptions(timeout_s=0.1))
+            slow([0, 1], options=kl.RunOptions(timeout_s=0.1))
         assert 0 < len(ran) < 100  # ended between nodes, not after the chain
         g2 = sess.run(y, {x: [0, 1]})  # no timeout: runs to the end
     np.testing.assert_array_equal(g2, [100, 101])
@@ -665,11 +666,22 @@ def test_a_cancellation_from_another_thread_ends_a_straight_line_step(
     ran: list[int] = []
     g, x, y = slow_chain(100, ran)
     cancellation = CancellationManager()
-    threading.Timer(0.1, cancellation.cancel).start()
+
+    def cancel_once_running() -> None:
+        # Waits for the step's first kernel rather than a fixed time: a loaded machine can
+        # spend longer than any fixed delay compiling the session.
+        deadline = time.monotonic() + 10
+        while not ran and time.monotonic() < deadline:
+            time.sleep(0.001)
+        cancellation.cancel()
+
+    canceller = threading.Thread(target=cancel_once_running)
+    canceller.start()
     with (
         kl.Session(g, kl.SessionConfig(inter_op_threads=1)) as sess,
         pytest.raises(kl.CancelledError, match="cancelled"),
     ):
         sess.run(y, {x: [0, 1]}, cancellation=cancellation)
+    canceller.join()
     assert 0 < len(ran) < 100  # ended between nodes, not after the chain
     assert straight_runs
