@@ -603,6 +603,94 @@ def test_a_direct_entry_that_raises_names_the_node_and_the_session_goes_on(
     assert len(compiled_runs) == (2 if compiled else 0)
 
 
+def sum3_registry(direct: Callable[..., Any]) -> klp.Registry:
+    """The CPU plugin plus op ``Sum3`` (a + b + c) whose kernel has the given direct entry
+    of three inputs: a row of the general kind in the straight line, a ``call`` line in
+    the compiled one."""
+
+    def sum3(ctx: klp.OpKernelContext) -> None:
+        a, b, c = (ctx.input(i) for i in range(3))
+        ctx.set_output(0, a + b + c)
+
+    class Plugin:
+        @klp.hookimpl
+        def kernloom_register(self, registry: klp.Registrar) -> None:
+            (
+                registry.register_op("Sum3")
+                .input("a: float32")
+                .input("b: float32")
+                .input("c: float32")
+                .output("y: float32")
+            )
+            lib = klp.KernelLibrary()
+            lib.kernel("Sum3", device="CPU", direct=direct)(sum3)
+            registry.register_kernels(lib)
+
+    reg = make_registry()
+    reg.register_plugin(Plugin(), name="sum3")
+    return reg
+
+
+def sum3_graph(reg: klp.Registry, compiled: bool) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+    """``sum3(neg(x), x, [10, 20, 30])``; ``compiled``: the Neg's input negated twice first
+    (its later Neg writes in place provably, so the step is a compiled line)."""
+    g = kl.Graph(reg)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        inner = kl.ops.neg(kl.ops.neg(x)) if compiled else x
+        n = kl.ops.neg(inner, name="n")
+        c = kl.constant(np.array([10, 20, 30], np.float32))
+        y = g.add_node("Sum3", [n, x, c], name="sum3").outputs[0]
+    return g, x, y
+
+
+@EXECUTORS
+def test_a_direct_entry_of_three_inputs_gets_the_reuse_mask_and_may_decline(
+    straight_runs: list[str], compiled_runs: list[str], trace: bool, compiled: bool
+) -> None:
+    calls: list[int] = []
+
+    def direct(reuse: int, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Any:
+        calls.append(reuse)
+        if a[0] > 0:
+            return NotImplemented  # compute runs instead
+        return np.add(np.add(a, b, out=a), c, out=a) if reuse & 1 else a + b + c
+
+    g, x, y = sum3_graph(sum3_registry(direct), compiled)
+    options = kl.RunOptions(trace=trace)
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)) as sess:
+        xv = np.array([1, 2, 3], np.float32)
+        np.testing.assert_array_equal(sess.run(y, {x: xv}, options), [10, 20, 30])
+        np.testing.assert_array_equal(sess.run(y, {x: -xv}, options), [10, 20, 30])  # declined
+        got = sess.run([y, "n:0"], {x: xv}, options)  # the Neg's output held: not reusable
+        np.testing.assert_array_equal(got[0], [10, 20, 30])
+        np.testing.assert_array_equal(got[1], -xv)
+        np.testing.assert_array_equal(xv, [1, 2, 3])  # the caller's feed untouched
+    # Only the Neg's output (input 0) may be overwritten: the feed and the constant never.
+    assert calls == [1, 1, 0]
+    assert len(straight_runs) == (0 if trace else 3)
+    assert len(compiled_runs) == (3 if compiled else 0)
+
+
+@EXECUTORS
+def test_a_direct_entry_of_three_inputs_with_the_wrong_dtype_is_blamed(
+    straight_runs: list[str], compiled_runs: list[str], trace: bool, compiled: bool
+) -> None:
+    def direct(reuse: int, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Any:
+        return (a + b + c).astype(np.float64)
+
+    g, x, y = sum3_graph(sum3_registry(direct), compiled)
+    with (
+        kl.Session(g, kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)) as sess,
+        pytest.raises(
+            kl.KernelError, match=r"node 'sum3' \(op Sum3\).*dtype float64.*declares float32"
+        ),
+    ):
+        sess.run(y, {x: [1, 2, 3]}, kl.RunOptions(trace=trace))
+    assert len(straight_runs) == (0 if trace else 1)
+    assert len(compiled_runs) == (1 if compiled else 0)
+
+
 def test_direct_is_for_kernel_functions_only() -> None:
     class K(klp.OpKernel):
         def compute(self, ctx: klp.OpKernelContext) -> None: ...

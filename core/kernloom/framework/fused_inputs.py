@@ -72,7 +72,10 @@ class _Seen(Generic[T]):
             return False
         if self.stable and not all(map(operator.is_, self.pick(inputs), self.stable)):
             return False
-        return all(inputs[i].shape == shape for i, shape in self.volatile)
+        for i, shape in self.volatile:  # noqa: SIM110 (a generator's frame costs more)
+            if inputs[i].shape != shape:
+                return False
+        return True
 
     def changed(self, inputs: Sequence[Any]) -> set[int]:
         """The stable positions that hold another object in ``inputs`` (of the same count)."""
@@ -151,13 +154,13 @@ class FusedDirect:
 
     def __init__(
         self,
-        evaluate: Callable[[list[Any], Any, list[Any]], None],
+        evaluate: Callable[[Sequence[Any], Any, list[Any]], None],
         num_temps: int,
         allocate: Callable[[tuple[int, ...], Any], Any],
         dtype: Any,
         max_size: int,
     ) -> None:
-        self._inputs: FusedInputs[None] = FusedInputs()
+        self._inputs: FusedInputs[int] = FusedInputs()
         self._evaluate = evaluate
         self._temps = num_temps
         self._allocate = allocate
@@ -166,27 +169,30 @@ class FusedDirect:
 
     def __call__(self, reuse: int, *inputs: Any) -> Any:
         try:
-            shape, _, candidates = self._inputs.plan(inputs, _broadcast)
+            shape, size, candidates = self._inputs.plan(inputs, _broadcast)
         except _NoBroadcast:
             return NotImplemented
-        if math.prod(shape) >= self._max_size:
+        if size >= self._max_size:
             return NotImplemented
-        for index in candidates:
-            if not inputs[index].flags.c_contiguous:
-                return NotImplemented
-        count = self._temps
         out = None
         for index in candidates:
             x = inputs[index]
-            if reuse >> index & 1 and x.base is None and x.flags.writeable:
+            flags = x.flags
+            if not flags.c_contiguous:
+                return NotImplemented
+            if out is None and reuse >> index & 1 and x.base is None and flags.writeable:
                 out = x
-                temps = [np.empty_like(x) for _ in range(count)]
-                break
-        if out is None:
+        count = self._temps
+        if out is not None:  # an input: every temporary is a buffer of its own
+            temps = [np.empty_like(out) for _ in range(count)]
+        else:
             out = self._allocate(shape, self._dtype)
-            temps = [out, *[np.empty_like(out) for _ in range(count - 1)]] if count else []
-        if out.size:
-            self._evaluate(list(inputs), out, temps)
+            if count == 1:  # (the common plan: one slot, the output itself)
+                temps = [out]
+            else:
+                temps = [out, *[np.empty_like(out) for _ in range(count - 1)]] if count else []
+        if size:
+            self._evaluate(inputs, out, temps)
         return out
 
 
@@ -194,10 +200,12 @@ class _NoBroadcast(Exception):
     """Shapes that do not broadcast, in ``FusedDirect``'s plan."""
 
 
-def _broadcast(shapes: Shapes) -> tuple[tuple[int, ...], None]:
+def _broadcast(shapes: Shapes) -> tuple[tuple[int, ...], int]:
+    """The output's shape and size."""
     if all(s == shapes[0] for s in shapes):
-        return shapes[0], None
+        return shapes[0], math.prod(shapes[0])
     try:
-        return tuple(np.broadcast_shapes(*shapes)), None
+        shape = tuple(np.broadcast_shapes(*shapes))
     except ValueError:
         raise _NoBroadcast from None
+    return shape, math.prod(shape)

@@ -49,15 +49,13 @@ import numpy as np
 
 from kernloom.errors import KernelError
 from kernloom.framework.numpy_elementwise import OUT_BY_KEYWORD
-from kernloom.framework.op_kernel import OpKernelContext
 from kernloom.runtime.graph_view import GraphView, NodeItem
 from kernloom.runtime.node_run import (
     Done,
     RunArgs,
+    StepContexts,
     node_error,
     run_compute,
-    run_sync,
-    step_context,
     step_error,
 )
 from kernloom.runtime.straight_line import (
@@ -79,37 +77,30 @@ frame is matched to its function by that name."""
 
 
 @final
-class _NodeCalls:
+class _NodeCalls(StepContexts):
     """What the generated code calls for a node it does not write out: the node loop's
-    step on the step's one context (made for the first node that needs it)."""
+    step, on the step's one context where a node needs it (``StepContexts``)."""
 
-    __slots__ = ("args", "ctx", "items", "view")
+    __slots__ = ("items", "view")
 
     def __init__(self, view: GraphView, args: RunArgs) -> None:
+        super().__init__(view, args)
         self.view = view
         self.items = view.items
-        self.args = args
-        self.ctx: OpKernelContext | None = None
 
-    def run(self, node: int, given: list[Any]) -> list[Any]:
+    def node(self, node: int, given: list[Any]) -> list[Any]:
         """Run ``node`` on ``given`` (its inputs; one that only the list holds was taken
         and may be overwritten) and return its outputs."""
-        ctx = self.ctx
-        if ctx is None:
-            ctx = self.ctx = step_context(self.view, self.args)
-        return run_sync(ctx, self.items[node], given, True)
+        return self.run(self.items[node], given)
 
     def compute(self, node: int, given: list[Any]) -> Any:
         """``node``'s output through ``compute``, for a node whose direct entry declined."""
-        ctx = self.ctx
-        if ctx is None:
-            ctx = self.ctx = step_context(self.view, self.args)
-        return run_compute(ctx, self.items[node], given)[0]
+        return run_compute(self.get(), self.items[node], given)[0]
 
     def check(self, node: int, value: Any) -> None:
         """The output check for a direct entry's result whose dtype is not the one
         expected (an error naming the node, unless the dtype is only an equal object)."""
-        check_direct_output(self.view, self.args, node, value)
+        check_direct_output(self.view, self._args, node, value)
 
 
 @final
@@ -275,7 +266,7 @@ class CompiledLine:
                     step,
                     None if frame is None else frame.args,
                     None if frame is None else frame.retvals,
-                    calls.run,
+                    calls.node,
                     step.check_deadline,
                     calls.compute,
                     calls.check,

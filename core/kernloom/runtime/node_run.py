@@ -37,6 +37,8 @@ __all__ = [
     "Done",
     "NodeOutputsCallback",
     "RunArgs",
+    "StepContexts",
+    "check_direct",
     "end_step",
     "forwarded",
     "node_error",
@@ -103,14 +105,56 @@ def run_sync(ctx: OpKernelContext, item: NodeItem, inputs: list[Any], forward: b
                     return [value]
             except AttributeError:  # not an array at all
                 pass
-            outputs = [value]
-            del value
-            ctx.prepare(item.kernel, [], outputs)
-            try:
-                return ctx.outputs()  # the general check: explains the error
-            finally:
-                ctx.release()
+            return check_direct(ctx, item, value)
     return run_compute(ctx, item, inputs, forward)
+
+
+class StepContexts:
+    """A step's one ``OpKernelContext`` for a straight-line schedule, made when the first
+    node needs it: a node whose direct entry accepts never does, and making the context
+    (``step_context``) cost a step of one fused node a microsecond."""
+
+    __slots__ = ("_args", "_ctx", "_view")
+
+    def __init__(self, view: GraphView, args: RunArgs) -> None:
+        self._view = view
+        self._args = args
+        self._ctx: OpKernelContext | None = None
+
+    def get(self) -> OpKernelContext:
+        ctx = self._ctx
+        if ctx is None:
+            ctx = self._ctx = step_context(self._view, self._args)
+        return ctx
+
+    def run(self, item: NodeItem, inputs: list[Any]) -> list[Any]:
+        """``run_sync(ctx, item, inputs, True)``, the context made only where the direct
+        entry declines (``compute`` runs) or its output fails the dtype check (the
+        general check explains it)."""
+        direct = item.direct
+        if direct is not None:
+            value = direct(reuse_mask(inputs), *inputs)
+            if value is not NotImplemented:
+                try:
+                    if value.dtype is item.direct_dtype:
+                        return [value]
+                except AttributeError:  # not an array at all
+                    pass
+                return check_direct(self.get(), item, value)
+        return run_compute(self.get(), item, inputs, True)
+
+
+def check_direct(ctx: OpKernelContext, item: NodeItem, value: Any) -> list[Any]:
+    """A direct entry's result that is not an array of the expected dtype, through the
+    general output check on ``ctx`` (which explains it, or accepts a dtype that is only
+    an equal object)."""
+    outputs = [value]
+    del value
+    ctx.prepare(item.kernel, [], outputs)
+    try:
+        return ctx.outputs()
+    finally:
+        ctx.release()
 
 
 def run_compute(

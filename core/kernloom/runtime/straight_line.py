@@ -45,9 +45,9 @@ from kernloom.runtime.graph_view import GraphView, NodeItem
 from kernloom.runtime.node_run import (
     Done,
     RunArgs,
+    StepContexts,
     node_error,
     run_compute,
-    run_sync,
     step_context,
     step_error,
 )
@@ -191,7 +191,7 @@ class StraightLine:
         device = view.device
         step = args.step
         values = self._seeded.copy()
-        ctx: OpKernelContext | None = None  # made for the first node that runs compute
+        contexts: StepContexts | None = None  # made for the first node that needs one
         frame = args.call_frame
         check_deadline = step.deadline is not None
         getrefcount = _getrefcount
@@ -237,8 +237,9 @@ class StraightLine:
                             given = [x] if value is NotImplemented else None
                             del x
                         if given is not None:  # the entry declined: compute runs
-                            ctx = ctx or step_context(view, args)
-                            value = _through_context(ctx, items[node], given)[0]
+                            if contexts is None:
+                                contexts = StepContexts(view, args)
+                            value = _through_context(contexts.get(), items[node], given)[0]
                             given = None
                         else:
                             try:
@@ -254,16 +255,18 @@ class StraightLine:
                         given = [values[slot] for slot in a] if direct is None else direct(values)
                         for slot in b:
                             values[slot] = None
-                        ctx = ctx or step_context(view, args)
-                        produced = run_sync(ctx, items[node], given, True)  # (direct or compute)
+                        if contexts is None:
+                            contexts = StepContexts(view, args)
+                        produced = contexts.run(items[node], given)  # (direct or compute)
                         del given
                         for output, slot in out:
                             values[slot] = produced[output]
                         del produced
                     elif kind == _ARG:
                         if frame is None:  # outside a session step: the kernel says why
-                            ctx = ctx or step_context(view, args)
-                            value = _through_context(ctx, items[node], [])[0]
+                            if contexts is None:
+                                contexts = StepContexts(view, args)
+                            value = _through_context(contexts.get(), items[node], [])[0]
                         else:
                             value = frame.args[a]
                         if out >= 0:
@@ -271,8 +274,9 @@ class StraightLine:
                         del value
                     else:  # _RETVAL
                         if frame is None:
-                            ctx = ctx or step_context(view, args)
-                            _through_context(ctx, items[node], [values[a]])
+                            if contexts is None:
+                                contexts = StepContexts(view, args)
+                            _through_context(contexts.get(), items[node], [values[a]])
                         else:
                             frame.retvals[b] = values[a]
                         if take:
