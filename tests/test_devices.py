@@ -136,6 +136,25 @@ def test_allocator_is_thread_safe() -> None:
     assert allocator.stats().bytes_in_use == 0
 
 
+def test_a_buffer_collected_while_its_allocator_counts_does_not_deadlock() -> None:
+    # A garbage collection can run anywhere -- within the allocator's own locked section
+    # too -- and free a counted buffer there: its finalizer must not wait for that lock.
+    allocator = TrackingAllocator("test", 64)
+    finished = threading.Event()
+
+    def collect_under_the_lock() -> None:
+        buf = allocator.allocate(48, lambda: np.empty(12, np.float32))
+        with allocator._lock:  # as if collected in the middle of another allocation
+            del buf
+        finished.set()
+
+    worker = threading.Thread(target=collect_under_the_lock, daemon=True)
+    worker.start()
+    assert finished.wait(10), "the finalizer waited for the allocator's lock"
+    assert allocator.stats().bytes_in_use == 0
+    allocator.allocate(64, lambda: np.empty(16, np.float32))  # the freed bytes count as free
+
+
 def test_options_limit_device_count() -> None:
     factory = FakeDeviceFactory("GPU", count=3)
     assert len(factory.create_devices(klp.DeviceOptions(device_count={"GPU": 1}))) == 1

@@ -6,6 +6,11 @@ finalizer to each buffer it allocates: the bytes count as in use until the buffe
 object is collected. That makes ``bytes_in_use`` and ``peak_bytes_in_use`` follow the
 real live set, which is what the executor's early release of dead values is measured by.
 
+A finalizer never takes the allocator's lock: a garbage collection can run anywhere,
+the allocator's own locked section included, and a finalizer waiting there for the lock
+its thread holds would hang the step. It queues the freed size (an atomic append), and
+whoever next holds the lock subtracts it.
+
 The limit is checked before a buffer is created, so an over-large request fails with a
 message naming the device instead of exhausting the machine.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, final
@@ -59,6 +65,7 @@ class TrackingAllocator:
 
     __slots__ = (
         "_bytes_in_use",
+        "_freed",
         "_largest",
         "_limit",
         "_live",
@@ -82,6 +89,10 @@ class TrackingAllocator:
         # with a callback costs a fraction of weakref.finalize, and numpy arrays are
         # unhashable, hence the id key.
         self._live: dict[int, _Tracked] = {}
+        # The sizes of buffers collected since the lock was last held: a buffer's
+        # finalizer appends (atomic, no lock: it runs once per buffer, often on the hot
+        # path), and whoever next takes the lock subtracts them (``_settle``).
+        self._freed: deque[int] = deque()
 
     def allocate(self, nbytes: int, make: Callable[..., T], *args: Any) -> T:
         """Reserve ``nbytes``, call ``make(*args)`` for the buffer, and track it until it dies.
@@ -89,7 +100,7 @@ class TrackingAllocator:
         The buffer must support weak references (numpy, CuPy and torch arrays do).
         """
         with self._lock:  # one lock round trip per buffer: this runs for every one
-            in_use = self._bytes_in_use + nbytes
+            in_use = self._settle() + nbytes
             if self._limit is not None and in_use > self._limit:
                 self._out_of_memory(nbytes)
             self._bytes_in_use = in_use
@@ -111,8 +122,16 @@ class TrackingAllocator:
 
     def _collected(self, ref: _Tracked) -> None:
         if self._live.pop(id(ref), None) is not None:
-            with self._lock:
-                self._bytes_in_use -= ref.nbytes
+            self._freed.append(ref.nbytes)
+
+    def _settle(self) -> int:
+        """Subtract the collected buffers' bytes; the bytes in use. Holding the lock."""
+        freed = self._freed
+        in_use = self._bytes_in_use
+        while freed:
+            in_use -= freed.popleft()
+        self._bytes_in_use = in_use
+        return in_use
 
     def _out_of_memory(self, nbytes: int) -> NoReturn:
         raise ResourceExhaustedError(
@@ -125,19 +144,18 @@ class TrackingAllocator:
         )
 
     def _release(self, nbytes: int) -> None:
-        with self._lock:
-            self._bytes_in_use -= nbytes
+        self._freed.append(nbytes)
 
     def reset_peak(self) -> None:
         """Start a new peak measurement from what is in use now (e.g. per step)."""
         with self._lock:
-            self._peak = self._bytes_in_use
+            self._peak = self._settle()
 
     def stats(self) -> AllocatorStats:
         with self._lock:
             return AllocatorStats(
                 num_allocs=self._num_allocs,
-                bytes_in_use=self._bytes_in_use,
+                bytes_in_use=self._settle(),
                 peak_bytes_in_use=self._peak,
                 largest_alloc_size=self._largest,
                 bytes_limit=self._limit,
