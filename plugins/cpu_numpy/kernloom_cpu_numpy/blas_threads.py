@@ -48,23 +48,34 @@ def blas_libraries() -> list[Any]:
 
 @final
 class BlasThreads:
-    """The thread count a device's steps give numpy's BLAS, and the switch around a step."""
+    """The thread count a device's steps give numpy's BLAS, and the switch around a step.
 
-    __slots__ = ("_threads",)
+    The libraries' ``get_num_threads`` are bound once, on the first step: the check runs
+    every step, and a list and a generator around one foreign call doubled its cost."""
+
+    __slots__ = ("_gets", "_threads")
 
     def __init__(self, threads: int) -> None:
         self._threads = threads
+        self._gets: tuple[Any, ...] | None = None
 
     def enter(self) -> list[int] | None:
         """Set the count for a step; what to put back (None: nothing was changed)."""
-        libraries = blas_libraries()
-        if not libraries:
-            return None
-        saved = [library.get_num_threads() for library in libraries]
-        if all(count == self._threads for count in saved):
-            return None
-        for library in libraries:
-            library.set_num_threads(self._threads)
+        gets = self._gets
+        if gets is None:
+            gets = self._gets = tuple(library.get_num_threads for library in blas_libraries())
+        threads = self._threads
+        if len(gets) == 1:  # (numpy's OpenBLAS: the common case)
+            count = gets[0]()
+            if count == threads:
+                return None
+            saved = [count]
+        else:
+            saved = [get() for get in gets]
+            if all(count == threads for count in saved):
+                return None
+        for library in blas_libraries():
+            library.set_num_threads(threads)
         return saved
 
     def leave(self, saved: list[int] | None) -> None:
