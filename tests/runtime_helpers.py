@@ -155,12 +155,12 @@ def chain_reference(x: np.ndarray, n: int, *, add_feed: bool = False) -> np.ndar
 
 def spy_on_compute(monkeypatch: Any, *, op_names: bool = False) -> list[str]:
     """The nodes (their names, or ops with ``op_names``) that run through ``compute`` from
-    now on: the straight line's fallback for a declined direct entry and the node step's
-    (``node_run.run_compute``, which the compiled line and the general rows call)."""
-    from kernloom.runtime import node_run, straight_line
+    now on: the interpreted and compiled lines' fallbacks for a declined direct entry and
+    the node step's (``node_run.run_compute``, which the general rows call)."""
+    from kernloom.runtime import compiled_line, node_run, straight_line
 
     seen: list[str] = []
-    for module in (straight_line, node_run):
+    for module in (straight_line, compiled_line, node_run):
         original = module.run_compute
 
         def spy(

@@ -446,6 +446,64 @@ def test_fan_out_nodes_run_their_direct_entries_into_counted_buffers(
     assert allocated == 4
 
 
+DIVISION_REFERENCES: dict[str, Callable[[Any, Any], Any]] = {
+    # TensorFlow's semantics, computed in float64 (exact for these small integers).
+    "floor_div": lambda x, y: np.floor(x / y),
+    "floor_mod": lambda x, y: x - np.floor(x / y) * y,
+    "truncate_div": lambda x, y: np.trunc(x / y),
+    "truncate_mod": lambda x, y: x - np.trunc(x / y) * y,
+}
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
+@pytest.mark.parametrize("op", sorted(DIVISION_REFERENCES))
+@pytest.mark.parametrize(
+    ("dtype", "fed", "other"),
+    [(np.int32, (4, 6), (6,)), (np.int64, (6,), (3, 1)), (np.float32, (2, 6), ())],
+    ids=["int32-vector", "int64-outer", "float32-scalar"],
+)
+def test_fan_out_divisions_run_their_direct_entries_and_still_refuse_zero(
+    registry: klp.Registry,
+    monkeypatch: pytest.MonkeyPatch,
+    compiled: bool,
+    op: str,
+    dtype: Any,
+    fed: tuple[int, ...],
+    other: tuple[int, ...],
+) -> None:
+    """A division whose dividend is still needed elsewhere writes into a counted buffer of
+    its own from its direct entry (no ``compute``), broadcasting to a higher rank too; an
+    integer zero divisor is still TensorFlow's error, naming the node."""
+    if not compiled:
+        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
+    through_compute = spy_on_compute(monkeypatch)
+    rng = np.random.default_rng(5)
+    xv = rng.integers(-50, 50, fed).astype(dtype)
+    divisor = rng.integers(1, 7, other) * rng.choice([-1, 1], other)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.as_dtype(dtype), list(fed), name="x")
+        d = kl.placeholder(kl.as_dtype(dtype), list(other), name="d")
+        # x is read by the division and the Neg after it: the division may not overwrite it.
+        q = getattr(kl.ops, op)(x, d, name="division")
+        y = kl.ops.add(kl.ops.neg(x), q)
+    want = -xv.astype(np.float64) + DIVISION_REFERENCES[op](
+        xv.astype(np.float64), divisor.astype(np.float64)
+    )
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
+    with kl.Session(g, config) as sess:
+        call = sess.make_callable(y, [x, d])
+        got = call(xv, np.asarray(divisor, dtype))
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert got.dtype == dtype and got.shape == np.broadcast_shapes(fed, other)
+        assert through_compute == []
+        if np.dtype(dtype).kind == "i":
+            zero = np.asarray(divisor, dtype).copy()
+            zero.flat[0] = 0
+            with pytest.raises(kl.KernelError, match=r"node 'division'.*Integer division by zero"):
+                call(xv, zero)
+
+
 def test_a_direct_entrys_new_buffer_is_held_to_the_memory_limit(registry: klp.Registry) -> None:
     g = kl.Graph(registry)
     with g.as_default():

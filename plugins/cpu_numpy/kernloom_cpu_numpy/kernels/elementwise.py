@@ -51,32 +51,6 @@ def _binary(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
     return compute
 
 
-def _binary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The in-place half of a direct entry (``OpKernel.direct``): ``fn`` written into an
-    input nothing else holds, whenever the broadcast result has that input's shape --
-    equal shapes, or the other operand a scalar, a vector or of lower rank. numpy checks
-    that itself: an ``out`` the result does not fit is a ValueError before anything is
-    written (no shape comparison here, which would cost more than the check it saves).
-    Otherwise -- no input may be reused, or the result is larger than both -- it declines
-    and ``compute`` runs (``binary_kernel``'s entry writes the same rule out, then
-    allocates)."""
-
-    def direct(reuse: int, x: Array, y: Array) -> Any:
-        if reuse & 1 and x.base is None and x.flags.writeable:
-            try:
-                return fn(x, y, out=x)
-            except ValueError:  # the result is larger than x: try y, else compute
-                pass
-        if reuse & 2 and y.base is None and y.flags.writeable:
-            try:
-                return fn(x, y, out=y)
-            except ValueError:
-                pass
-        return NotImplemented
-
-    return direct
-
-
 def _unary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The direct entry of a unary kernel: ``fn`` in place when the input may be reused."""
 
@@ -132,7 +106,10 @@ class _Binary(_Elementwise):
 
     def direct(self, reuse: int, x: Array, y: Array) -> Any:
         fn = self._fn
-        if reuse:  # ``_binary_in_place``'s rule, written out: one call less a node
+        # In place into an input nothing else holds, whenever the broadcast result has
+        # that input's shape: numpy checks that itself (an ``out`` the result does not
+        # fit is a ValueError before anything is written).
+        if reuse:
             if reuse & 1 and x.base is None and x.flags.writeable:
                 try:
                     return fn(x, y, out=x)

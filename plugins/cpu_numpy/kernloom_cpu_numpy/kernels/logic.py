@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from kernloom.plugin import (
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 from kernloom_cpu_numpy.kernels.elementwise import (
-    _binary_in_place,
+    _Binary,
     _compare,
     binary_kernel,
     unary_kernel,
@@ -127,21 +127,6 @@ def _div_no_nan(x: Array, y: Array, out: Array) -> Array:
     return out
 
 
-def _checked(fn: Fn) -> Callable[[OpKernelContext], None]:
-    """``fn`` as a kernel; an integer division by zero is an error, as in TF's CPU -- unless
-    the result is empty: TF's kernel returns before it looks at the values (``[] // [0]``
-    is ``[]``)."""
-
-    def compute(ctx: OpKernelContext) -> None:
-        x, y = ctx.input(0), ctx.input(1)
-        shape = x.shape if x.shape == y.shape else broadcast_shape(ctx, x.shape, y.shape)
-        if _is_integer(y) and not y.all() and 0 not in shape:
-            raise ctx.fail("Integer division by zero")
-        fn(x, y, out=ctx.forward_input_or_allocate_output(_BOTH, 0, shape))
-
-    return compute
-
-
 class _Divisors:
     """Whether a divisor holds no integer zero, remembered for read-only divisors found so
     (a constant, the same array with its content fixed, comes back every run): a chain of
@@ -173,25 +158,8 @@ class _Divisors:
         return True
 
 
-def _checked_in_place(fn: Fn, divisors: _Divisors) -> Fn:
-    """The direct entry of ``_checked(fn)``: declines a zero integer divisor, which
-    ``compute`` then reports. Of two ranks only the higher one's input is written: these
-    functions end with a ``copyto``, which would drop a leading 1 of a higher-rank result
-    where a ufunc's ``out`` raises."""
-    in_place = _binary_in_place(fn)
-
-    def direct(reuse: int, x: Array, y: Array) -> Any:
-        if not divisors.nonzero(y):
-            return NotImplemented
-        if x.ndim != y.ndim:
-            reuse &= 1 if x.ndim > y.ndim else 2
-        return in_place(reuse, x, y)
-
-    return direct
-
-
 def _checked_form(fn: Fn, divisors: _Divisors) -> Fn:
-    """The in-place form of ``_checked(fn)`` (``OpKernel.inplace_form``, for the compiled
+    """The in-place form of a division kernel (``OpKernel.inplace_form``, for the compiled
     straight line, which proved ``out`` has the result's shape): a zero integer divisor is
     the same error as in ``compute``, raised before anything is written."""
 
@@ -201,6 +169,47 @@ def _checked_form(fn: Fn, divisors: _Divisors) -> Fn:
         fn(x, y, out=out)
 
     return form
+
+
+class _Division(_Binary):
+    """A division or modulo kernel (``division_kernel``): an integer division by zero is
+    an error, as in TF's CPU -- unless the result is empty: TF's kernel returns before it
+    looks at the values (``[] // [0]`` is ``[]``). Its direct entry declines a zero
+    integer divisor, which ``compute`` then reports, and of two ranks only the higher
+    one's input is written in place: these functions end with a ``copyto``, which would
+    drop a leading 1 of a higher-rank result where a ufunc's ``out`` raises."""
+
+    divisors: ClassVar[_Divisors]
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        x, y = ctx.input(0), ctx.input(1)
+        shape = x.shape if x.shape == y.shape else broadcast_shape(ctx, x.shape, y.shape)
+        if _is_integer(y) and not y.all() and 0 not in shape:
+            raise ctx.fail("Integer division by zero")
+        type(self).fn(x, y, out=ctx.forward_input_or_allocate_output(_BOTH, 0, shape))
+
+    def direct(self, reuse: int, x: Array, y: Array) -> Any:
+        if not type(self).divisors.nonzero(y):
+            return NotImplemented
+        if reuse and x.ndim != y.ndim:
+            reuse &= 1 if x.ndim > y.ndim else 2
+        return super().direct(reuse, x, y)
+
+
+def division_kernel(fn: Fn) -> type[_Division]:
+    """The kernel class of a division ``fn(x, y, out)``, with its own ``_Divisors`` (one
+    per kernel registration: shared by its nodes' kernels) and its in-place form."""
+    divisors = _Divisors()
+    return type(
+        f"Division_{fn.__name__}",
+        (_Division,),
+        {
+            "fn": staticmethod(fn),
+            "divisors": divisors,
+            "inplace_form": staticmethod(_checked_form(fn, divisors)),
+            "__module__": __name__,
+        },
+    )
 
 
 def _equality(fn: Fn, unequal: bool) -> Callable[[OpKernelContext], None]:
@@ -279,13 +288,7 @@ def register(lib: KernelLibrary) -> None:
     for op, fn, types in ARITHMETIC:  # (x, y, out): each is its own in-place form
         cpu(op, types)(binary_kernel(fn))
     for op, fn, types in DIVISIONS:
-        divisors = _Divisors()  # one per kernel registration: shared by its nodes' kernels
-        cpu(
-            op,
-            types,
-            direct=_checked_in_place(fn, divisors),
-            inplace_form=_checked_form(fn, divisors),
-        )(_checked(fn))
+        cpu(op, types)(division_kernel(fn))
     for op, fn in COMPARISONS:
         cpu(op, t.REALS)(_compare(fn))
     cpu("NotEqual", t.OP_TYPES)(_equality(np.not_equal, True))
