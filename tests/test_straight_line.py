@@ -504,6 +504,55 @@ def test_fan_out_divisions_run_their_direct_entries_and_still_refuse_zero(
                 call(xv, zero)
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
+@pytest.mark.parametrize(
+    ("dtype", "fed", "other"),
+    [(np.float32, (3, 5), (5,)), (np.float64, (5,), ()), (np.int32, (5,), (2, 1))],
+    ids=["float32-vector", "float64-scalar", "int32-outer"],
+)
+def test_comparisons_write_new_bool_buffers_from_their_direct_entries(
+    registry: klp.Registry,
+    monkeypatch: pytest.MonkeyPatch,
+    compiled: bool,
+    dtype: Any,
+    fed: tuple[int, ...],
+    other: tuple[int, ...],
+) -> None:
+    """Less, Greater, LessEqual and GreaterEqual never write into an operand (their bool
+    output is another dtype) -- not even one nothing else holds -- and need no
+    ``compute``: NaN compares false, broadcasting as numpy's."""
+    if not compiled:
+        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
+    through_compute = spy_on_compute(monkeypatch)
+    rng = np.random.default_rng(11)
+    xv = rng.integers(-3, 4, fed).astype(dtype)
+    cv = rng.integers(-3, 4, other).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        xv.flat[0] = np.nan
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.as_dtype(dtype), list(fed), name="x")
+        c = kl.constant(cv, name="c")
+        h = kl.ops.neg(x)  # a value nothing else holds: still not an output buffer for a bool
+        results = [
+            kl.ops.less(h, c),
+            kl.ops.greater(x, c),
+            kl.ops.less_equal(c, x),
+            kl.ops.greater_equal(x, c),
+        ]
+        y = kl.ops.logical_or(kl.ops.logical_and(results[0], results[1]), results[2])
+        z = kl.ops.logical_and(y, results[3])
+    want = (((-xv < cv) & (xv > cv)) | (cv <= xv)) & (xv >= cv)
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
+    with kl.Session(g, config) as sess:
+        call = sess.make_callable(z, [x])
+        call(xv)
+        got = call(xv)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.bool_
+    assert through_compute == []
+
+
 def test_a_direct_entrys_new_buffer_is_held_to_the_memory_limit(registry: klp.Registry) -> None:
     g = kl.Graph(registry)
     with g.as_default():

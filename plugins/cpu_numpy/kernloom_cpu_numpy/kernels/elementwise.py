@@ -138,6 +138,19 @@ class _Binary(_Elementwise):
         return out
 
 
+class _Compare(_Binary):
+    """A comparison: its bool output never takes an input's buffer (another dtype: numpy
+    would cast the bools into it), so its direct entry always writes a new one."""
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        x, y = ctx.input(0), ctx.input(1)
+        shape = x.shape if x.shape == y.shape else broadcast_shape(ctx, x.shape, y.shape)
+        type(self).fn(x, y, out=ctx.allocate_output(0, shape))
+
+    def direct(self, reuse: int, x: Array, y: Array) -> Any:
+        return _Binary.direct(self, 0, x, y)
+
+
 def _kernel_class(base: type[_Elementwise], fn: Callable[..., Any], form: bool) -> type[OpKernel]:
     name = getattr(fn, "__name__", "elementwise")
     return type(
@@ -163,14 +176,10 @@ def binary_kernel(fn: Callable[..., Any], *, form: bool = True) -> type[OpKernel
     return _kernel_class(_Binary, fn, form)
 
 
-def _compare(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
-    def compute(ctx: OpKernelContext) -> None:
-        x, y = ctx.input(0), ctx.input(1)
-        shape = x.shape if x.shape == y.shape else broadcast_shape(ctx, x.shape, y.shape)
-        out = ctx.allocate_output(0, shape)
-        fn(x, y, out=out)
-
-    return compute
+def compare_kernel(fn: Callable[..., Any]) -> type[OpKernel]:
+    """The kernel class of a comparison ``fn(x, y, out)`` into a new bool buffer (numpy
+    broadcasting; no in-place form)."""
+    return _kernel_class(_Compare, fn, False)
 
 
 def select(ctx: OpKernelContext) -> None:
@@ -258,7 +267,7 @@ def register(lib: KernelLibrary) -> None:
     for op, fn, types in UNARY:
         kernel(op, unary_kernel(fn), types)
     for op, fn, types in COMPARISONS:
-        kernel(op, _compare(fn), types)
+        kernel(op, compare_kernel(fn), types)
     kernel("Select", select, t.OP_TYPES)
     kernel("AddN", add_n, t.OP_TYPES)
     lib.kernel("Cast", device=CPU, backend="numpy")(cast)

@@ -29,8 +29,8 @@ from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 from kernloom_cpu_numpy.kernels.elementwise import (
     _Binary,
-    _compare,
     binary_kernel,
+    compare_kernel,
     unary_kernel,
 )
 
@@ -290,7 +290,7 @@ def register(lib: KernelLibrary) -> None:
     for op, fn, types in DIVISIONS:
         cpu(op, types)(division_kernel(fn))
     for op, fn in COMPARISONS:
-        cpu(op, t.REALS)(_compare(fn))
+        cpu(op, t.REALS)(compare_kernel(fn))
     cpu("NotEqual", t.OP_TYPES)(_equality(np.not_equal, True))
     cpu("Equal", t.OP_TYPES)(_equality(np.equal, False))
     cpu("Rint", _FLOAT32_64)(unary_kernel(np.rint))
