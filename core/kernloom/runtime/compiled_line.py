@@ -88,10 +88,10 @@ class _NodeCalls(StepContexts):
         self.view = view
         self.items = view.items
 
-    def node(self, node: int, given: list[Any]) -> list[Any]:
-        """Run ``node`` on ``given`` (its inputs; one that only the list holds was taken
-        and may be overwritten) and return its outputs."""
-        return self.run(self.items[node], given)
+    def node(self, node: int, given: list[Any], offered: int) -> list[Any]:
+        """Run ``node`` on ``given`` (its inputs; one of ``offered``, a bit mask, that
+        only the list holds was taken and may be overwritten) and return its outputs."""
+        return self.run(self.items[node], given, offered)
 
     def compute(self, node: int, given: list[Any]) -> Any:
         """``node``'s output through ``compute``, for a node whose direct entry declined."""
@@ -232,10 +232,13 @@ class CompiledLine:
                 continue
             lines = [f"_g = [{', '.join(args)}]"]
             lines += [f"{names[slot]} = None" for slot in taken]
+            offered_bits = sum(1 << i for i, slot in enumerate(inputs) if slot in taken)
             if len(outputs) == 1:
-                lines.append(f"{names[outputs[0][1]]} = call({node}, _g)[{outputs[0][0]}]")
+                lines.append(
+                    f"{names[outputs[0][1]]} = call({node}, _g, {offered_bits})[{outputs[0][0]}]"
+                )
             else:
-                lines.append(f"_o = call({node}, _g)")
+                lines.append(f"_o = call({node}, _g, {offered_bits})")
                 lines += [f"{names[slot]} = _o[{output}]" for output, slot in outputs]
                 lines.append("_o = None")
             lines.append("_g = None")

@@ -85,7 +85,8 @@ class Entry(NamedTuple):
     """One node of the schedule. Unary and binary kinds: ``a`` and ``b`` are the input
     slots, ``take`` has bit i set when this node reads input i last, ``out`` is the
     output's slot (-1: nothing consumes it), ``dtype`` the output's numpy dtype. General
-    kind: ``a`` holds every input slot, ``b`` the slots this node reads last, ``out``
+    kind: ``a`` holds every input slot, ``b`` the slots this node reads last, ``take`` the
+    bit mask of the input positions whose slots it reads last, ``out``
     (output, slot) pairs, ``direct`` None or, for many inputs, a function of the values
     that gathers them (``_gather``). Const: ``a`` is the constant's device value. _Arg: ``a`` is the
     call-frame index. _Retval: ``a`` is the input slot, ``b`` the call-frame index
@@ -257,7 +258,7 @@ class StraightLine:
                             values[slot] = None
                         if contexts is None:
                             contexts = StepContexts(view, args)
-                        produced = contexts.run(items[node], given)  # (direct or compute)
+                        produced = contexts.run(items[node], given, take)  # (direct or compute)
                         del given
                         for output, slot in out:
                             values[slot] = produced[output]
@@ -320,7 +321,8 @@ def _entry(
         return Entry(_BINARY, item.direct, inputs[0], inputs[1], take, out, dtype, node)
     taken_slots = tuple(sorted({v for v, t in zip(inputs, taken, strict=True) if t}))
     gather = _gather(inputs) if len(inputs) > _GATHER_FROM else None
-    return Entry(_GENERAL, gather, tuple(inputs), taken_slots, 0, outputs, None, node)
+    offered = sum(1 << i for i, t in enumerate(taken) if t)  # (the positions it takes)
+    return Entry(_GENERAL, gather, tuple(inputs), taken_slots, offered, outputs, None, node)
 
 
 _GATHER_FROM: Final = 8
