@@ -553,6 +553,54 @@ def test_comparisons_write_new_bool_buffers_from_their_direct_entries(
     assert through_compute == []
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
+def test_equality_predicates_and_casts_run_their_direct_entries(
+    registry: klp.Registry, monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
+    """Equal, NotEqual, IsNan, IsInf, IsFinite and Cast on values another node still
+    reads need no ``compute``; Equal of shapes that cannot broadcast (its
+    ``incompatible_shape_error=False``) is declined there and is one scalar False from
+    ``compute``; a Cast to the same type hands its input on."""
+    if not compiled:
+        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
+    through_compute = spy_on_compute(monkeypatch, op_names=True)
+    xv = np.array([[1.5, np.nan, -np.inf], [np.inf, -2.5, 3e9]], np.float32)
+    cv = np.array([1.5, 0.0, -np.inf], np.float32)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [2, 3], name="x")
+        c = kl.constant(cv, name="c")
+        h = kl.ops.neg(kl.ops.neg(x))  # a value of the step's own, read by several nodes
+        fetches = [
+            kl.ops.equal(h, c),
+            kl.ops.not_equal(x, c),
+            kl.ops.is_nan(h),
+            kl.ops.is_inf(x),
+            kl.ops.is_finite(h),
+            kl.ops.cast(h, DstT=kl.int32),  # TF's CPU: INT_MIN for NaN, +-inf, out of range
+            kl.ops.cast(h, DstT=kl.float32),  # the same type: the input itself
+            kl.ops.equal(x, kl.constant(np.ones(2, np.float32)), incompatible_shape_error=False),
+        ]
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
+    with kl.Session(g, config) as sess:
+        call = sess.make_callable(fetches, [x])
+        call(xv)
+        through_compute.clear()
+        got = call(xv)
+    np.testing.assert_array_equal(got[0], [[True, False, True], [False, False, False]])
+    np.testing.assert_array_equal(got[1], [[False, True, False], [True, True, True]])
+    np.testing.assert_array_equal(got[2], np.isnan(xv))
+    np.testing.assert_array_equal(got[3], np.isinf(xv))
+    np.testing.assert_array_equal(got[4], np.isfinite(xv))
+    imin = np.iinfo(np.int32).min
+    np.testing.assert_array_equal(got[5], [[1, imin, imin], [imin, -2, imin]])
+    assert got[5].dtype == np.int32
+    np.testing.assert_array_equal(got[6], xv)
+    assert got[7].shape == () and not got[7]
+    assert [g.dtype for g in got[:5]] == [np.bool_] * 5
+    assert through_compute == ["Equal"]  # the shapes that do not broadcast, only
+
+
 def test_a_direct_entrys_new_buffer_is_held_to_the_memory_limit(registry: klp.Registry) -> None:
     g = kl.Graph(registry)
     with g.as_default():

@@ -21,7 +21,7 @@ import numpy as np
 from kernloom.plugin import KernelLibrary, OpKernel, OpKernelConstruction, OpKernelContext
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
-from kernloom_cpu_numpy.kernels.elementwise import _unary_in_place, unary_kernel
+from kernloom_cpu_numpy.kernels.elementwise import _unary_in_place, predicate_kernel, unary_kernel
 
 __all__ = ["erf", "erfc", "register"]
 
@@ -155,14 +155,6 @@ def _identity(x: Array, out: Array) -> Array:
     return out
 
 
-def _predicate(fn: Callable[..., Any]) -> Callable[[OpKernelContext], None]:
-    def compute(ctx: OpKernelContext) -> None:
-        x = ctx.input(0)
-        fn(x, out=ctx.allocate_output(0, x.shape))
-
-    return compute
-
-
 class LeakyRelu(OpKernel):
     """x where x > 0 else alpha * x; alpha is read once, for the direct entry as well."""
 
@@ -239,5 +231,5 @@ def register(lib: KernelLibrary) -> None:
     integers = tuple(d for d in SIGNED_REALS if d.name in ("int32", "int64"))
     cpu("Round", integers)(unary_kernel(_identity))
     for op, fn in PREDICATES:
-        cpu(op, t.FLOATS)(_predicate(fn))
+        cpu(op, t.FLOATS)(predicate_kernel(fn))
     cpu("LeakyRelu", t.OP_TYPES)(LeakyRelu)

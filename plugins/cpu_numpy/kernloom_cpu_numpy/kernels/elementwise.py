@@ -27,7 +27,15 @@ from kernloom.plugin import (
 from kernloom.plugin import types as t
 from kernloom_cpu_numpy.kernels._util import Array
 
-__all__ = ["binary_kernel", "register", "relu", "sigmoid", "unary_kernel"]
+__all__ = [
+    "binary_kernel",
+    "compare_kernel",
+    "predicate_kernel",
+    "register",
+    "relu",
+    "sigmoid",
+    "unary_kernel",
+]
 
 relu: Final = NUMPY_ELEMENTWISE["Relu"]
 sigmoid: Final = NUMPY_ELEMENTWISE["Sigmoid"]
@@ -151,6 +159,20 @@ class _Compare(_Binary):
         return _Binary.direct(self, 0, x, y)
 
 
+class _Predicate(_Unary):
+    """A test of each element (IsNan, IsInf, IsFinite): its bool output never takes the
+    input's buffer, so its direct entry always writes a new one."""
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        x = ctx.input(0)
+        type(self).fn(x, out=ctx.allocate_output(0, x.shape))
+
+    def direct(self, reuse: int, x: Array) -> Any:
+        out = self._allocate(x.shape, self._dtype)
+        self._fn(x, out=out)
+        return out
+
+
 def _kernel_class(base: type[_Elementwise], fn: Callable[..., Any], form: bool) -> type[OpKernel]:
     name = getattr(fn, "__name__", "elementwise")
     return type(
@@ -174,6 +196,12 @@ def binary_kernel(fn: Callable[..., Any], *, form: bool = True) -> type[OpKernel
     """The kernel class of a binary ``fn(x, y, out)`` (numpy broadcasting); ``form`` as
     for ``unary_kernel``."""
     return _kernel_class(_Binary, fn, form)
+
+
+def predicate_kernel(fn: Callable[..., Any]) -> type[OpKernel]:
+    """The kernel class of an elementwise test ``fn(x, out)`` into a new bool buffer (no
+    in-place form)."""
+    return _kernel_class(_Predicate, fn, False)
 
 
 def compare_kernel(fn: Callable[..., Any]) -> type[OpKernel]:
@@ -204,15 +232,33 @@ def add_n(ctx: OpKernelContext) -> None:
             np.add(out, x, out=out)
 
 
-def cast(ctx: OpKernelContext) -> None:
-    x = ctx.input(0)
-    if ctx.attr("SrcT") is ctx.attr("DstT"):
-        ctx.forward_input_to_output(0, 0)
-        return
-    out = ctx.allocate_output(0, x.shape)
-    # TensorFlow's conversions where C++ leaves them undefined (NaN, inf, out of range
-    # to integers) and its Truncate attr: see kernloom.framework.cast_rules.
-    np.copyto(out, tf_cast(np, x, out.dtype, truncate=bool(ctx.attr("Truncate"))))
+class Cast(OpKernel):
+    """TensorFlow's conversions where C++ leaves them undefined (NaN, inf, out of range to
+    integers) and its Truncate attr (``kernloom.framework.cast_rules``). Its direct entry
+    needs no context: the input itself where the types are the same, else a new counted
+    buffer."""
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._same = ctx.attr("SrcT") is ctx.attr("DstT")
+        self._truncate = bool(ctx.attr("Truncate"))
+        self._allocate = ctx.device.allocate
+        self._dtype = self.signature.output_dtypes[0]
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        x = ctx.input(0)
+        if self._same:
+            ctx.forward_input_to_output(0, 0)
+            return
+        out = ctx.allocate_output(0, x.shape)
+        np.copyto(out, tf_cast(np, x, out.dtype, truncate=self._truncate))
+
+    def direct(self, reuse: int, x: Array) -> Any:
+        if self._same:
+            return x
+        out = self._allocate(x.shape, self._dtype)
+        np.copyto(out, tf_cast(np, x, out.dtype, truncate=self._truncate))
+        return out
 
 
 Table = tuple[tuple[str, Callable[..., Any], tuple[Any, ...] | None], ...]
@@ -270,4 +316,4 @@ def register(lib: KernelLibrary) -> None:
         kernel(op, compare_kernel(fn), types)
     kernel("Select", select, t.OP_TYPES)
     kernel("AddN", add_n, t.OP_TYPES)
-    lib.kernel("Cast", device=CPU, backend="numpy")(cast)
+    lib.kernel("Cast", device=CPU, backend="numpy")(Cast)

@@ -21,6 +21,8 @@ import numpy as np
 from kernloom.plugin import (
     InvalidArgumentError,
     KernelLibrary,
+    OpKernel,
+    OpKernelConstruction,
     OpKernelContext,
     as_dtype,
     broadcast_shape,
@@ -212,23 +214,54 @@ def division_kernel(fn: Fn) -> type[_Division]:
     )
 
 
-def _equality(fn: Fn, unequal: bool) -> Callable[[OpKernelContext], None]:
-    """Equal or NotEqual: with ``incompatible_shape_error=false``, shapes that cannot
-    broadcast give one scalar (TF: such tensors are simply not equal)."""
+class _Equality(OpKernel):
+    """Equal or NotEqual (``equality_kernel``): with ``incompatible_shape_error=false``,
+    shapes that cannot broadcast give one scalar (TF: such tensors are simply not equal).
+    Its direct entry writes a new bool buffer (counted) for shapes that broadcast."""
 
-    def compute(ctx: OpKernelContext) -> None:
+    fn: ClassVar[Fn]
+    unequal: ClassVar[bool]
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._strict = bool(ctx.attr("incompatible_shape_error"))
+        self._allocate = ctx.device.allocate
+        self._dtype = self.signature.output_dtypes[0]
+
+    def compute(self, ctx: OpKernelContext) -> None:
         x, y = ctx.input(0), ctx.input(1)
-        if not ctx.attr("incompatible_shape_error"):
+        if not self._strict:
             try:
                 shape = np.broadcast_shapes(x.shape, y.shape)
             except ValueError:
-                ctx.allocate_output(0, ())[...] = unequal
+                ctx.allocate_output(0, ())[...] = type(self).unequal
                 return
         else:
             shape = broadcast_shape(ctx, x.shape, y.shape)
-        fn(x, y, out=ctx.allocate_output(0, shape))
+        type(self).fn(x, y, out=ctx.allocate_output(0, shape))
 
-    return compute
+    def direct(self, reuse: int, x: Array, y: Array) -> Any:
+        a, b = x.shape, y.shape
+        if a == b or not b:
+            shape = a
+        elif not a:
+            shape = b
+        else:
+            try:
+                shape = np.broadcast_shapes(a, b)
+            except ValueError:
+                return NotImplemented  # compute: the scalar, or the error
+        out = self._allocate(shape, self._dtype)
+        type(self).fn(x, y, out=out)
+        return out
+
+
+def equality_kernel(fn: Fn, unequal: bool) -> type[_Equality]:
+    return type(
+        f"Equality_{fn.__name__}",
+        (_Equality,),
+        {"fn": staticmethod(fn), "unequal": unequal, "__module__": __name__},
+    )
 
 
 def clip_bounds(ctx: OpKernelContext, t_shape: tuple[int, ...], *bounds: Array) -> None:
@@ -291,8 +324,8 @@ def register(lib: KernelLibrary) -> None:
         cpu(op, types)(division_kernel(fn))
     for op, fn in COMPARISONS:
         cpu(op, t.REALS)(compare_kernel(fn))
-    cpu("NotEqual", t.OP_TYPES)(_equality(np.not_equal, True))
-    cpu("Equal", t.OP_TYPES)(_equality(np.equal, False))
+    cpu("NotEqual", t.OP_TYPES)(equality_kernel(np.not_equal, True))
+    cpu("Equal", t.OP_TYPES)(equality_kernel(np.equal, False))
     cpu("Rint", _FLOAT32_64)(unary_kernel(np.rint))
     cpu("LogicalNot", ())(unary_kernel(np.logical_not))
     # TensorFlow's CPU has no ClipByValue for uint32 and uint64; so neither does kernloom's.
