@@ -601,6 +601,44 @@ def test_equality_predicates_and_casts_run_their_direct_entries(
     assert through_compute == ["Equal"]  # the shapes that do not broadcast, only
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
+def test_select_v2_runs_its_direct_entry_in_place_or_into_a_new_buffer(
+    registry: klp.Registry, monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
+    """SelectV2 writes into ``otherwise`` where nothing else holds it and it has the
+    result's shape, else into a new buffer (a broadcast condition and operands, the
+    caller's feed); shapes that do not broadcast are ``compute``'s error, naming the node."""
+    if not compiled:
+        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
+    through_compute = spy_on_compute(monkeypatch)
+    xv = np.array([[1.0, -2.0, 3.0], [-4.0, 5.0, np.nan]], np.float32)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None, None], name="x")
+        row = kl.placeholder(kl.float32, [None], name="row")
+        positive = kl.ops.greater(x, 0.0)
+        mine = kl.ops.neg(x)  # read by the select alone: may become its output
+        picked = kl.ops.select_v2(positive, x, mine, name="picked")  # |x|, NaN -> -NaN
+        mixed = kl.ops.select_v2(kl.ops.less(row, 0.0), row, x, name="mixed")  # broadcast
+    want_mixed = np.where(np.array([-1.0, 2.0, -3.0]) < 0, [-1.0, 2.0, -3.0], xv)
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
+    with kl.Session(g, config) as sess:
+        call = sess.make_callable([picked, mixed], [x, row])
+        rv = np.array([-1.0, 2.0, -3.0], np.float32)
+        call(xv, rv)
+        (device,) = [d for d in sess.devices if d.device_type == "CPU"]
+        before = device.memory_stats().num_allocs
+        got = call(xv, rv)
+        # Neg, the two comparisons and ``mixed`` allocate; ``picked`` writes into Neg's.
+        assert device.memory_stats().num_allocs - before == 4
+        np.testing.assert_array_equal(got[0], np.where(xv > 0, xv, -xv))
+        np.testing.assert_array_equal(got[1], want_mixed)
+        np.testing.assert_array_equal(xv[0], [1.0, -2.0, 3.0])  # the feed is untouched
+        assert through_compute == []
+        with pytest.raises(kl.KernelError, match=r"node 'mixed' \(op SelectV2\)"):
+            call(xv, np.ones(2, np.float32))
+
+
 def test_a_direct_entrys_new_buffer_is_held_to_the_memory_limit(registry: klp.Registry) -> None:
     g = kl.Graph(registry)
     with g.as_default():

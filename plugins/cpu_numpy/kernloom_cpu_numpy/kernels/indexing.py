@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from kernloom.plugin import KernelLibrary, OpKernelContext, broadcast_shape, same_layout_output
+from kernloom.plugin import (
+    KernelLibrary,
+    OpKernel,
+    OpKernelConstruction,
+    OpKernelContext,
+    broadcast_shape,
+    same_layout_output,
+)
 from kernloom.plugin import indexing_checks as ic
 from kernloom.plugin import types as t
 
@@ -388,11 +395,43 @@ def where(ctx: OpKernelContext) -> None:
     ctx.allocate_output(0, found.shape)[...] = found
 
 
-def select_v2(ctx: OpKernelContext) -> None:
-    condition, then, otherwise = ctx.input(0), ctx.input(1), ctx.input(2)
-    out = ctx.allocate_output(0, broadcast_shape(ctx, condition.shape, then.shape, otherwise.shape))
-    np.copyto(out, otherwise)
-    np.copyto(out, then, where=condition)
+class SelectV2(OpKernel):
+    """``then`` where ``condition``, else ``otherwise``, all three broadcast. Its direct
+    entry needs no context: it writes into ``otherwise`` where nothing else holds it and
+    it has the result's shape (read whole before anything of it is overwritten), else
+    into a new counted buffer; shapes that do not broadcast go to ``compute``."""
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._allocate = ctx.device.allocate
+        self._dtype = self.signature.output_dtypes[0]
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        condition, then, otherwise = ctx.input(0), ctx.input(1), ctx.input(2)
+        shape = broadcast_shape(ctx, condition.shape, then.shape, otherwise.shape)
+        out = ctx.allocate_output(0, shape)
+        np.copyto(out, otherwise)
+        np.copyto(out, then, where=condition)
+
+    def direct(self, reuse: int, condition: Any, then: Any, otherwise: Any) -> Any:
+        shape = then.shape
+        if condition.shape != shape or otherwise.shape != shape:
+            try:
+                shape = np.broadcast_shapes(condition.shape, shape, otherwise.shape)
+            except ValueError:
+                return NotImplemented
+        if (
+            reuse & 4
+            and otherwise.shape == shape
+            and otherwise.base is None
+            and otherwise.flags.writeable
+        ):
+            np.copyto(otherwise, then, where=condition)
+            return otherwise
+        out = self._allocate(shape, self._dtype)
+        np.copyto(out, otherwise)
+        np.copyto(out, then, where=condition)
+        return out
 
 
 def stop_gradient(ctx: OpKernelContext) -> None:
@@ -446,7 +485,7 @@ def register(lib: KernelLibrary) -> None:
     cpu("OneHot", "depth")(one_hot)
     # No float16: TensorFlow's CPU has no such Where kernel.
     cpu("Where", type_constraints={"T": tuple(x for x in t.ALL if x.name != "float16")})(where)
-    cpu("SelectV2", type_constraints={"T": t.OP_TYPES})(select_v2)
+    cpu("SelectV2", type_constraints={"T": t.OP_TYPES})(SelectV2)
     cpu("StopGradient", expensive=False)(stop_gradient)
     cpu("PlaceholderWithDefault", expensive=False)(placeholder_with_default)
     # No complex: TensorFlow has no CPU Unique for it.
