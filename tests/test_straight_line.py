@@ -639,6 +639,44 @@ def test_select_v2_runs_its_direct_entry_in_place_or_into_a_new_buffer(
             call(xv, np.ones(2, np.float32))
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
+def test_expand_dims_and_squeeze_are_views_from_their_direct_entries(
+    registry: klp.Registry, monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
+    """ExpandDims (negative and positive ``dim``) and Squeeze (given axes, or every 1) make
+    their views without ``compute``; a ``dim`` or axis out of range is ``compute``'s error,
+    naming the node."""
+    if not compiled:
+        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
+    through_compute = spy_on_compute(monkeypatch)
+    xv = np.arange(6, dtype=np.float32).reshape(2, 1, 3)
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None, None, None], name="x")
+        dim = kl.placeholder(kl.int32, [], name="dim")
+        h = kl.ops.neg(x)
+        fetches = [
+            kl.ops.expand_dims(h, dim, name="expanded"),
+            kl.ops.expand_dims(x, kl.constant(np.int32(-1))),
+            kl.ops.squeeze(kl.ops.neg(x), squeeze_dims=[1], name="squeezed"),
+            kl.ops.squeeze(kl.ops.exp(x)),
+        ]
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
+    with kl.Session(g, config) as sess:
+        call = sess.make_callable(fetches, [x, dim])
+        got = call(xv, np.int32(0))
+        assert through_compute == []
+        np.testing.assert_array_equal(got[0], -xv[np.newaxis])
+        np.testing.assert_array_equal(got[1], xv[..., np.newaxis])
+        np.testing.assert_array_equal(got[2], -xv.reshape(2, 3))
+        np.testing.assert_allclose(got[3], np.exp(xv).reshape(2, 3), rtol=1e-6)
+        np.testing.assert_array_equal(call(xv, np.int32(-4))[0], -xv[np.newaxis])
+        with pytest.raises(kl.KernelError, match=r"node 'expanded' \(op ExpandDims\).*dim 4"):
+            call(xv, np.int32(4))
+        with pytest.raises(kl.KernelError, match=r"node 'squeezed' \(op Squeeze\)"):
+            call(np.zeros((2, 2, 3), np.float32), np.int32(0))
+
+
 def test_a_direct_entrys_new_buffer_is_held_to_the_memory_limit(registry: klp.Registry) -> None:
     g = kl.Graph(registry)
     with g.as_default():

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from kernloom.plugin import (
+    InvalidArgumentError,
     KernelLibrary,
     OpKernel,
     OpKernelConstruction,
@@ -291,17 +292,44 @@ def unpack(ctx: OpKernelContext) -> None:
 # -- reshaping ---------------------------------------------------------------------------------
 
 
-def squeeze(ctx: OpKernelContext) -> None:
-    x = ctx.input(0)
-    shape = ic.checked(ctx, ic.squeeze_shape, x.shape, list(ctx.attr("squeeze_dims")))
-    assert shape is not None
-    ctx.set_output(0, x.reshape(shape))
+class Squeeze(OpKernel):
+    """A view of the input without the size-1 axes asked for; the direct entry (no
+    context) makes it where the axes are valid, ``compute`` explains the rest."""
+
+    is_expensive = False
+
+    def __init__(self, ctx: OpKernelConstruction) -> None:
+        super().__init__(ctx)
+        self._dims = [int(d) for d in ctx.attr("squeeze_dims")]
+
+    def compute(self, ctx: OpKernelContext) -> None:
+        x = ctx.input(0)
+        shape = ic.checked(ctx, ic.squeeze_shape, x.shape, self._dims)
+        assert shape is not None
+        ctx.set_output(0, x.reshape(shape))
+
+    def direct(self, reuse: int, x: Any) -> Any:
+        try:
+            shape = ic.squeeze_shape(x.shape, self._dims)
+        except InvalidArgumentError:
+            return NotImplemented
+        return NotImplemented if shape is None else x.reshape(shape)
 
 
 def expand_dims(ctx: OpKernelContext) -> None:
     x = ctx.input(0)
     axis = ic.checked(ctx, ic.expand_dims_axis, x.ndim, ctx.input(1))
     ctx.set_output(0, x.reshape((*x.shape[:axis], 1, *x.shape[axis:])))
+
+
+def _expand_dims_direct(reuse: int, x: Any, dim: Any) -> Any:
+    """ExpandDims's direct entry: the view, where ``dim`` is valid (``compute`` explains
+    the rest)."""
+    try:
+        axis = ic.expand_dims_axis(x.ndim, dim)
+    except InvalidArgumentError:
+        return NotImplemented
+    return x.reshape((*x.shape[:axis], 1, *x.shape[axis:]))
 
 
 def pack(ctx: OpKernelContext) -> None:
@@ -473,8 +501,8 @@ def register(lib: KernelLibrary) -> None:
     cpu("Split", "split_dim", expensive=False)(split)
     cpu("SplitV", "size_splits", "split_dim", expensive=False)(split_v)
     cpu("Unpack", expensive=False)(unpack)
-    cpu("Squeeze", expensive=False)(squeeze)
-    cpu("ExpandDims", "dim", expensive=False)(expand_dims)
+    cpu("Squeeze")(Squeeze)
+    cpu("ExpandDims", "dim", expensive=False, direct=_expand_dims_direct)(expand_dims)
     cpu("Pack")(pack)
     cpu("Tile", "multiples")(tile)
     cpu("BroadcastTo", "shape")(broadcast_to)
