@@ -8,6 +8,8 @@ step's executor ends.
 - ``run_sync``: one synchronous node -- its direct entry, or ``compute`` on the reused
   context (``run_compute``) -- with its outputs checked: the "compute" and "process
   outputs" steps of every executor's node loop.
+- ``StepContexts``: ``run_sync`` for the straight-line schedules, whose context is made
+  only when a node's direct entry declines (or its result needs the general check).
 - ``start_async``: one asynchronous node, its outputs checked when it calls back.
 - ``node_error``/``step_error``/``end_step``: how failures are named and a step ends.
 """
