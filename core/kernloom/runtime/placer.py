@@ -160,9 +160,12 @@ class Placer:
         cannot run ``node`` on ``device_type``: a dtype of its inputs or outputs that the
         type's devices cannot hold (``Device.holds``). None where they can, and for
         plugins' kernels, which say their dtypes themselves."""
+        kernels = self._registry.kernels
+        if all(r.origin != CORE_ORIGIN for r in kernels.kernels(node.op)):
+            return None  # (most ops: no second lookup)
         device = self._first[device_type]
         try:
-            registration = self._registry.kernels.find(
+            registration = kernels.find(
                 node_def, node.attrs, device_type, device.backend
             )
         except KernloomError:  # (a tie between kernels: the run reports it, as before)
