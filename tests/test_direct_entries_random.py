@@ -1,4 +1,5 @@
-"""Random DAGs of elementwise nodes whose values have several consumers, with operands
+"""Random DAGs of elementwise nodes (arithmetic, divisions, comparisons picking with
+SelectV2, casts, ExpandDims/Squeeze) whose values have several consumers, with operands
 that broadcast, in float and integer dtypes: every node runs its kernel's direct entry,
 in place where nothing else holds an input and into a new counted buffer where something
 does (a feed, a value read again later, a fetched value). Against numpy computed node by
@@ -30,6 +31,49 @@ UNARY: dict[str, tuple[Callable[..., kl.Tensor], Callable[..., Any]]] = {
     "abs": (kl.ops.abs, np.absolute),
     "square": (kl.ops.square, np.square),
 }
+
+
+def _positive(b: kl.Tensor) -> kl.Tensor:
+    """|b| + 1: a divisor that is never 0."""
+    return kl.ops.add(kl.ops.abs(b), kl.ops.cast(kl.constant(np.int32(1)), DstT=b.dtype))
+
+
+def _floor_div(a: Any, b: Any) -> Any:
+    q = np.floor_divide(a, b) if a.dtype.kind == "i" else np.floor(a / b)
+    return q.astype(a.dtype)
+
+
+COMPOSITE: dict[str, tuple[Callable[..., kl.Tensor], Callable[..., Any]]] = {
+    # A division by |b| + 1 (TF's floor semantics), the pick of the smaller by a
+    # comparison, the pick by equality, a cast there and back (exact for these values),
+    # and an axis added and taken away: the kernels with direct entries besides arithmetic.
+    "floor_div": (
+        lambda a, b: kl.ops.floor_div(a, _positive(b)),
+        lambda a, b: _floor_div(a, np.abs(b) + 1),
+    ),
+    "floor_mod": (
+        lambda a, b: kl.ops.floor_mod(a, _positive(b)),
+        lambda a, b: (a - _floor_div(a, np.abs(b) + 1) * (np.abs(b) + 1)).astype(a.dtype),
+    ),
+    "select_less": (
+        lambda a, b: kl.ops.select_v2(kl.ops.less(a, b), a, b),
+        lambda a, b: np.where(a < b, a, b),
+    ),
+    "select_equal": (
+        lambda a, b: kl.ops.select_v2(kl.ops.equal(a, b), kl.ops.neg(a), b),
+        lambda a, b: np.where(a == b, -a, b),
+    ),
+    "cast_back": (
+        lambda a, b: kl.ops.cast(kl.ops.cast(a, DstT=kl.float64), DstT=a.dtype),
+        lambda a, b: a,
+    ),
+    "expand_squeeze": (
+        lambda a, b: kl.ops.squeeze(
+            kl.ops.expand_dims(a, kl.constant(np.int32(0))), squeeze_dims=[0]
+        ),
+        lambda a, b: a,
+    ),
+}
 SHAPES = [(3, 4), (4,), (1, 4), (3, 1), ()]
 """The feed is [3, 4]; constants take any of these (all broadcast to [3, 4])."""
 
@@ -41,8 +85,8 @@ def dags(draw: st.DrawFn) -> list[tuple[str, list[int]]]:
     nodes: list[tuple[str, list[int]]] = []
     for k in range(draw(st.integers(3, 14))):
         available = 4 + k
-        op = draw(st.sampled_from(sorted(BINARY) + sorted(UNARY)))
-        arity = 2 if op in BINARY else 1
+        op = draw(st.sampled_from(sorted(BINARY) + sorted(UNARY) + sorted(COMPOSITE)))
+        arity = 1 if op in UNARY else 2
         nodes.append((op, [draw(st.integers(0, available - 1)) for _ in range(arity)]))
     return nodes
 
@@ -84,7 +128,7 @@ def test_random_fan_out_dags_match_numpy(
         x = kl.placeholder(kl.as_dtype(dtype), [3, 4], name="x")
         built: list[kl.Tensor] = [x, *(kl.constant(c) for c in constants)]
         for op, operands in dag:
-            build, numpy_fn = BINARY[op] if op in BINARY else UNARY[op]
+            build, numpy_fn = {**BINARY, **UNARY, **COMPOSITE}[op]
             out = build(*(built[i] for i in operands))
             want = numpy_fn(*(reference[i] for i in operands))
             if dtype in (np.float32, np.float64):
