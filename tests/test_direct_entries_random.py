@@ -35,7 +35,9 @@ UNARY: dict[str, tuple[Callable[..., kl.Tensor], Callable[..., Any]]] = {
 
 def _positive(b: kl.Tensor) -> kl.Tensor:
     """|b| + 1: a divisor that is never 0."""
-    return kl.ops.add(kl.ops.abs(b), kl.ops.cast(kl.constant(np.int32(1)), DstT=b.dtype))
+    one: kl.Tensor = kl.ops.cast(kl.constant(np.int32(1)), DstT=b.dtype)
+    positive: kl.Tensor = kl.ops.add(kl.ops.abs(b), one)
+    return positive
 
 
 def _floor_div(a: Any, b: Any) -> Any:
