@@ -59,15 +59,6 @@ KNOWN_FAILURES: dict[str, list[str]] = {
         "test_strnormalizer_export_monday_insensintive_upper_twodim",
         "test_strnormalizer_nostopwords_nochangecase",
     ],
-    "training ops of ai.onnx.preview.training: out of scope for inference": [
-        "test_adagrad",
-        "test_adagrad_multiple",
-        "test_adam",
-        "test_adam_multiple",
-        "test_momentum",
-        "test_momentum_multiple",
-        "test_nesterov_momentum",
-    ],
     "random ops: results cannot match onnx's expected values": [
         "test_bernoulli",
         "test_bernoulli_double",

@@ -24,6 +24,7 @@ from kernloom.onnx.ops import (
     spectral,
     tensor_scatter,
     tfidf,
+    training,
     transformer,
     unique,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "spectral",
     "tensor_scatter",
     "tfidf",
+    "training",
     "transformer",
     "unique",
 ]
