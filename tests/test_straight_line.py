@@ -796,15 +796,22 @@ def test_a_direct_entry_gets_the_reuse_mask_and_its_result_is_used(
 
 
 @EXECUTORS
+@pytest.mark.parametrize("arity", [1, 3], ids=["one-input", "three-inputs"])
 def test_a_direct_entry_with_the_wrong_dtype_is_blamed(
-    straight_runs: list[str], compiled_runs: list[str], trace: bool, compiled: bool
+    straight_runs: list[str], compiled_runs: list[str], trace: bool, compiled: bool, arity: int
 ) -> None:
-    g, x, y = twice_graph(direct_registry(lambda reuse, x: x.astype(np.float64) * 2), compiled)
+    """One input: a unary row of the straight line; three: a row of the general kind."""
+    if arity == 1:
+        reg = direct_registry(lambda reuse, x: x.astype(np.float64) * 2)
+        g, x, y = twice_graph(reg, compiled)
+        where = r"node 'twice' \(op Twice\)"
+    else:
+        reg = sum3_registry(lambda reuse, a, b, c: (a + b + c).astype(np.float64))
+        g, x, y = sum3_graph(reg, compiled)
+        where = r"node 'sum3' \(op Sum3\)"
     with (
         kl.Session(g, kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)) as sess,
-        pytest.raises(
-            kl.KernelError, match=r"node 'twice' \(op Twice\).*dtype float64.*declares float32"
-        ),
+        pytest.raises(kl.KernelError, match=where + r".*dtype float64.*declares float32"),
     ):
         sess.run(y, {x: [1, 2, 3]}, kl.RunOptions(trace=trace))
     assert len(straight_runs) == (0 if trace else 1)
@@ -901,25 +908,6 @@ def test_a_direct_entry_of_three_inputs_gets_the_reuse_mask_and_may_decline(
     assert calls == [1, 1, 0]
     assert len(straight_runs) == (0 if trace else 3)
     assert len(compiled_runs) == (3 if compiled else 0)
-
-
-@EXECUTORS
-def test_a_direct_entry_of_three_inputs_with_the_wrong_dtype_is_blamed(
-    straight_runs: list[str], compiled_runs: list[str], trace: bool, compiled: bool
-) -> None:
-    def direct(reuse: int, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Any:
-        return (a + b + c).astype(np.float64)
-
-    g, x, y = sum3_graph(sum3_registry(direct), compiled)
-    with (
-        kl.Session(g, kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)) as sess,
-        pytest.raises(
-            kl.KernelError, match=r"node 'sum3' \(op Sum3\).*dtype float64.*declares float32"
-        ),
-    ):
-        sess.run(y, {x: [1, 2, 3]}, kl.RunOptions(trace=trace))
-    assert len(straight_runs) == (0 if trace else 1)
-    assert len(compiled_runs) == (1 if compiled else 0)
 
 
 def test_direct_is_for_kernel_functions_only() -> None:

@@ -29,6 +29,7 @@ from kernloom_cpu_numpy.kernels._util import Array
 
 __all__ = [
     "binary_kernel",
+    "binary_shape",
     "compare_kernel",
     "predicate_kernel",
     "register",
@@ -68,6 +69,21 @@ def _unary_in_place(fn: Callable[..., Any]) -> Callable[..., Any]:
         return NotImplemented
 
     return direct
+
+
+def binary_shape(x: Array, y: Array) -> tuple[int, ...] | None:
+    """The shape two operands broadcast to, None where they do not (equal shapes and a
+    scalar operand without numpy's call)."""
+    a: tuple[int, ...] = x.shape
+    b: tuple[int, ...] = y.shape
+    if a == b or not b:
+        return a
+    if not a:
+        return b
+    try:
+        return np.broadcast_shapes(a, b)
+    except ValueError:
+        return None
 
 
 class _Elementwise(OpKernel):
@@ -128,16 +144,9 @@ class _Binary(_Elementwise):
                     return fn(x, y, out=y)
                 except ValueError:
                     pass
-        a, b = x.shape, y.shape
-        if a == b or not b:
-            shape = a
-        elif not a:
-            shape = b
-        else:
-            try:
-                shape = np.broadcast_shapes(a, b)
-            except ValueError:
-                return NotImplemented  # compute explains the shapes
+        shape = binary_shape(x, y)
+        if shape is None:
+            return NotImplemented  # compute explains the shapes
         out = self._allocate(shape, self._dtype)
         try:
             fn(x, y, out=out)

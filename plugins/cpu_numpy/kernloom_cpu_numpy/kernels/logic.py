@@ -32,6 +32,7 @@ from kernloom_cpu_numpy.kernels._util import Array
 from kernloom_cpu_numpy.kernels.elementwise import (
     _Binary,
     binary_kernel,
+    binary_shape,
     compare_kernel,
     unary_kernel,
 )
@@ -241,16 +242,9 @@ class _Equality(OpKernel):
         type(self).fn(x, y, out=ctx.allocate_output(0, shape))
 
     def direct(self, reuse: int, x: Array, y: Array) -> Any:
-        a, b = x.shape, y.shape
-        if a == b or not b:
-            shape = a
-        elif not a:
-            shape = b
-        else:
-            try:
-                shape = np.broadcast_shapes(a, b)
-            except ValueError:
-                return NotImplemented  # compute: the scalar, or the error
+        shape = binary_shape(x, y)
+        if shape is None:
+            return NotImplemented  # compute: the scalar, or the error
         out = self._allocate(shape, self._dtype)
         type(self).fn(x, y, out=out)
         return out
