@@ -26,17 +26,20 @@ class Tensor:
     meaning (identity), so tensors can be dict keys; use ``kl.ops.equal``.
     """
 
-    __slots__ = ("dtype", "index", "node", "shape")
+    __slots__ = ("_name", "dtype", "index", "node", "shape")
 
     def __init__(self, node: Node, index: int, dtype: DType, shape: TensorShape) -> None:
         self.node = node
         self.index = index
         self.dtype = dtype
         self.shape = shape
+        # Made once (a node's name never changes): the optimizer's passes look tensors up
+        # by name tens of thousands of times per graph.
+        self._name = f"{node.name}:{index}"
 
     @property
     def name(self) -> str:
-        return f"{self.node.name}:{self.index}"
+        return self._name
 
     @property
     def graph(self) -> Graph:

@@ -82,15 +82,22 @@ class GraphRewriter:
                     self._later.append((node.name, index, t.name))
                 found.append(mapped)
             inputs = with_stand_ins(node, found)
-        new = self.graph.add_node(
-            node.op,
-            node.group_inputs(inputs),
-            dict(node.attrs if attrs is None else attrs),
-            name=node.name,
-            device=node.requested_device if device is None else device,
-            control_inputs=self.controls(node) if control_inputs is None else control_inputs,
-            exact_name=True,
-        )
+        requested = node.requested_device if device is None else device
+        controls = self.controls(node) if control_inputs is None else control_inputs
+        if attrs is None:  # as it is: checked attrs and output types taken over where they hold
+            new = self.graph.copy_node(
+                node, node.group_inputs(inputs), device=requested, control_inputs=controls
+            )
+        else:
+            new = self.graph.add_node(
+                node.op,
+                node.group_inputs(inputs),
+                dict(attrs),
+                name=node.name,
+                device=requested,
+                control_inputs=controls,
+                exact_name=True,
+            )
         self.alias(node, new.outputs, new)
         return new
 

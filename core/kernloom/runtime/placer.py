@@ -165,9 +165,7 @@ class Placer:
             return None  # (most ops: no second lookup)
         device = self._first[device_type]
         try:
-            registration = kernels.find(
-                node_def, node.attrs, device_type, device.backend
-            )
+            registration = kernels.find(node_def, node.attrs, device_type, device.backend)
         except KernloomError:  # (a tie between kernels: the run reports it, as before)
             return None
         if registration.origin != CORE_ORIGIN:
