@@ -60,8 +60,10 @@ class Consumers:
 def frame_nodes(graph: Graph) -> set[str]:
     """Nodes inside a ``while_loop`` frame: reachable from an ``Enter`` (by data or control
     edges) without passing an ``Exit``. Passes leave them alone unless frame-safe."""
-    consumers = Consumers(graph)
     stack = [n for n in graph.nodes if n.op == "Enter"]
+    if not stack:  # no loop (most graphs): no consumer table to build
+        return set()
+    consumers = Consumers(graph)
     inside: set[str] = set()
     while stack:
         node = stack.pop()
