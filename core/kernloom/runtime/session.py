@@ -41,6 +41,7 @@ from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import Device, DeviceOptions
 from kernloom.framework.device_mgr import DeviceMgr
 from kernloom.framework.device_name import parse_device_name
+from kernloom.framework.gc_pause import gc_paused
 from kernloom.framework.op_kernel import CallFrame, OpKernel
 from kernloom.framework.op_segment import OpSegment
 from kernloom.framework.resource_mgr import ResourceMgr
@@ -359,7 +360,7 @@ class Session:
         self, feeds: tuple[str, ...], fetches: tuple[str, ...], targets: tuple[str, ...]
     ) -> _Compiled:
         key = (len(self.graph), feeds, fetches, targets)
-        with self._lock:
+        with self._lock, gc_paused():
             found = self._compiled.get(key)
             if found is not None:
                 return found
