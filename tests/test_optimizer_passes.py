@@ -346,6 +346,34 @@ def test_cse_merges_equal_nodes_commutative_ones_in_either_order() -> None:
     np.testing.assert_allclose(out, 2 * xv * wv + 6 * xv)
 
 
+@pytest.mark.parametrize("size", [4, 5000], ids=["small", "large"])
+def test_cse_merges_equal_constants_and_keeps_unequal_ones(size: int) -> None:
+    """Constants compare by content: small ones by their bytes, large ones (over 4 KiB) by a
+    digest of them -- equal content merges, one element's difference does not, nor a
+    different shape or dtype of the same bytes."""
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal(size).astype(np.float32)
+    changed = base.copy()
+    changed[-1] += 1
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [size], name="x")
+        same_a = kl.constant(base, name="same_a")
+        same_b = kl.constant(base.copy(), name="same_b")  # another array, equal content
+        other = kl.constant(changed, name="other")
+        ints = kl.constant(base.view(np.int32), name="ints")  # the same bytes, int32
+        y = kl.ops.add_n([x * same_a, x * same_b, x * other], name="y")
+        kl.ops.cast(ints, DstT=kl.float32, name="z")
+    sg = step_graph(g, ["y:0", "z:0"], ["x:0"])
+    new, _ = run_pass(CommonSubexpressionElimination(), sg)
+    names = {n.name for n in new.nodes}
+    assert "same_b" not in names
+    assert {"same_a", "other", "ints"} <= names
+    xv = rng.standard_normal(size).astype(np.float32)
+    out, _ = run_graph(g, y, {x: xv})
+    np.testing.assert_allclose(out, xv * base * 2 + xv * changed, rtol=1e-5)
+
+
 def test_cse_never_merges_stateful_nodes() -> None:
     g = kl.Graph()
     with g.as_default():
