@@ -360,58 +360,64 @@ class Session:
         self, feeds: tuple[str, ...], fetches: tuple[str, ...], targets: tuple[str, ...]
     ) -> _Compiled:
         key = (len(self.graph), feeds, fetches, targets)
-        with self._lock, gc_paused():
+        with self._lock:
             found = self._compiled.get(key)
             if found is not None:
                 return found
-            step_graph = build_step_graph(
-                self.graph, feeds, fetches, targets, self.config.kernel_labels
-            )
-            report = None
-            if self.config.graph_optimizer:
-                graph, report = optimize_step_graph(
-                    step_graph.graph,
-                    registry=self.registry,
-                    devices=self.devices,
-                    preserved=targets,
-                    disabled=self.config.disabled_passes,
-                    plugin_passes=self.registry.graph_passes,
-                )
-                kept = _unchanged_nodes(graph, step_graph.graph, step_graph.original_nodes)
-                step_graph = replace(step_graph, graph=graph, original_nodes=kept)
-            placement = Placer(
-                step_graph.graph,
-                self.devices,
-                self.registry,
-                allow_soft_placement=self.config.allow_soft_placement,
-                log_device_placement=self.config.log_device_placement,
-            ).run()
-            parts = partition(
-                step_graph.graph, placement, devices=self.devices, registry=self.registry
-            )
-            control_flow = has_control_flow(step_graph.graph)
-            executors = tuple(
-                Executor.build(
-                    part,
-                    self.devices.lookup(name),
-                    self._kernel_factory(self.devices.lookup(name), step_graph.original_nodes),
-                    control_flow=control_flow,
-                )
-                for name, part in parts.graphs.items()
-            )
-            compiled = _Compiled(
-                step_graph,
-                placement,
-                parts,
-                executors,
-                tuple(self.devices.lookup(placement[n]) for n in step_graph.arg_nodes),
-                tuple(self.devices.lookup(placement[n]) for n in step_graph.retval_nodes),
-                parts.num_pairs(),
-                self._inline_program(executors),
-                report,
-            )
+            with gc_paused():  # (a compile's objects live on: framework.gc_pause)
+                compiled = self._build(feeds, fetches, targets)
             self._compiled[key] = compiled
             return compiled
+
+    def _build(
+        self, feeds: tuple[str, ...], fetches: tuple[str, ...], targets: tuple[str, ...]
+    ) -> _Compiled:
+        """The step for a signature: its graph, optimized, placed, partitioned, and an
+        executor per partition."""
+        step_graph = build_step_graph(
+            self.graph, feeds, fetches, targets, self.config.kernel_labels
+        )
+        report = None
+        if self.config.graph_optimizer:
+            graph, report = optimize_step_graph(
+                step_graph.graph,
+                registry=self.registry,
+                devices=self.devices,
+                preserved=targets,
+                disabled=self.config.disabled_passes,
+                plugin_passes=self.registry.graph_passes,
+            )
+            kept = _unchanged_nodes(graph, step_graph.graph, step_graph.original_nodes)
+            step_graph = replace(step_graph, graph=graph, original_nodes=kept)
+        placement = Placer(
+            step_graph.graph,
+            self.devices,
+            self.registry,
+            allow_soft_placement=self.config.allow_soft_placement,
+            log_device_placement=self.config.log_device_placement,
+        ).run()
+        parts = partition(step_graph.graph, placement, devices=self.devices, registry=self.registry)
+        control_flow = has_control_flow(step_graph.graph)
+        executors = tuple(
+            Executor.build(
+                part,
+                self.devices.lookup(name),
+                self._kernel_factory(self.devices.lookup(name), step_graph.original_nodes),
+                control_flow=control_flow,
+            )
+            for name, part in parts.graphs.items()
+        )
+        return _Compiled(
+            step_graph,
+            placement,
+            parts,
+            executors,
+            tuple(self.devices.lookup(placement[n]) for n in step_graph.arg_nodes),
+            tuple(self.devices.lookup(placement[n]) for n in step_graph.retval_nodes),
+            parts.num_pairs(),
+            self._inline_program(executors),
+            report,
+        )
 
     def _inline_program(self, executors: tuple[Executor, ...]) -> LineProgram | None:
         if len(executors) != 1:
