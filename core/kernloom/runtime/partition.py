@@ -189,15 +189,7 @@ class _Partitioner:
                     )
                     self.note_recv_frame(self.recvs[key].node, dst, node)
                 controls.append(self.recvs[key].node)
-            part.add_node(
-                node.op,
-                node.group_inputs(inputs),
-                node.attrs,
-                name=node.name,
-                device=dst,
-                control_inputs=controls,
-                exact_name=True,
-            )
+            part.copy_node(node, node.group_inputs(inputs), device=dst, control_inputs=controls)
         for node, index, tensor in later:
             dst = self.placement[node.name]
             part = self.part(dst)

@@ -127,15 +127,24 @@ def build_step_graph(
             attrs[COLOCATION_ATTR] = _in_step(colocation, graph, needed)
         if node.op in labels and not attrs.get(KERNEL_LABEL_ATTR):
             attrs[KERNEL_LABEL_ATTR] = labels[node.op]
-        step.add_node(
-            node.op,
-            node.group_inputs(mapped),
-            attrs,
-            name=node.name,
-            device=node.requested_device,
-            control_inputs=[step.node(c.name) for c in node.control_inputs],
-            exact_name=True,
-        )
+        controls = [step.node(c.name) for c in node.control_inputs]
+        if attrs == node.attrs:  # as it is: its checked attrs and output types (copy_node)
+            step.copy_node(
+                node,
+                node.group_inputs(mapped),
+                device=node.requested_device,
+                control_inputs=controls,
+            )
+        else:
+            step.add_node(
+                node.op,
+                node.group_inputs(mapped),
+                attrs,
+                name=node.name,
+                device=node.requested_device,
+                control_inputs=controls,
+                exact_name=True,
+            )
     for consumer, index, name in later:
         step.update_input(step.node(consumer), index, step.tensor(name))
     retval_nodes: list[str] = []
