@@ -13,6 +13,10 @@ import kernloom as kl
 import kernloom.plugin as klp
 import kernloom.testing
 
+NEVER_FINISHES_STARTED = threading.Event()
+"""Set when a ``NeverFinishes`` kernel starts: a test cancels after that, not after a fixed
+time (compiling the session can outlast any fixed time on a loaded machine)."""
+
 
 class NeverFinishes(klp.AsyncOpKernel):
     """Starts and never calls ``done``: only a deadline or a cancellation ends the step."""
@@ -20,7 +24,7 @@ class NeverFinishes(klp.AsyncOpKernel):
     is_expensive = False
 
     def compute_async(self, ctx: klp.OpKernelContext, done: Callable[[], None]) -> None:
-        return
+        NEVER_FINISHES_STARTED.set()
 
 
 class FinishesLater(klp.AsyncOpKernel):

@@ -8,7 +8,13 @@ import time
 
 import numpy as np
 import pytest
-from runtime_helpers import chain_reference, elementwise_chain, make_registry, two_chains
+from runtime_helpers import (
+    NEVER_FINISHES_STARTED,
+    chain_reference,
+    elementwise_chain,
+    make_registry,
+    two_chains,
+)
 
 import kernloom as kl
 import kernloom.plugin as klp
@@ -197,9 +203,10 @@ def test_an_async_kernel_that_never_calls_back_ends_at_the_deadline(registry: kl
         y = kl.ops.neg(stuck, name="y")
         z = kl.ops.neg(x, name="z")
     sess = kl.Session(g)
+    stuck_run = sess.make_callable(y, [x])  # compiled here: the deadline times the step only
     started = time.monotonic()
     with pytest.raises(kl.DeadlineExceededError, match=r"within its timeout of 0\.2 s"):
-        sess.run(y, {x: [1, 2, 3]}, kl.RunOptions(timeout_s=0.2))
+        stuck_run([1, 2, 3], options=kl.RunOptions(timeout_s=0.2))
     # Well before any stuck-kernel grace would matter; generous, as this machine is shared.
     assert time.monotonic() - started < 10.0
     # The session stays usable.
@@ -215,10 +222,18 @@ def test_cancelling_a_run_from_another_thread(registry: klp.Registry) -> None:
         x = kl.placeholder(kl.float32, [3], name="x")
         y = g.add_node("NeverFinishes", [x], name="stuck").outputs[0]
     cancellation = CancellationManager()
-    threading.Timer(0.1, cancellation.cancel).start()
+    NEVER_FINISHES_STARTED.clear()
+
+    def cancel_once_started() -> None:
+        NEVER_FINISHES_STARTED.wait(10)  # the kernel runs: the step is in flight
+        cancellation.cancel()
+
+    canceller = threading.Thread(target=cancel_once_started)
+    canceller.start()
     sess = kl.Session(g)
     with pytest.raises(kl.CancelledError, match="cancelled"):
         sess.run(y, {x: [1, 2, 3]}, cancellation=cancellation)
+    canceller.join()
     with pytest.raises(kl.DeadlineExceededError, match="asynchronous kernel has not called done"):
         sess.close(timeout_s=0.05)
 
