@@ -186,28 +186,37 @@ OP_CHAINS: tuple[tuple[str, Callable[..., Any], Any, Any], ...] = (
 )
 
 
+def _repeated(
+    build: Any, reference: Any, xv: Any, repeats: int, *, optimizer: bool = False, runs: int = 40
+) -> tuple[float, float]:
+    """(kernloom, numpy) seconds a step of ``repeats`` applications, one after another, of
+    ``build`` (to a fed ``xv``) and of ``reference`` (the numpy loop)."""
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.as_dtype(xv.dtype), list(xv.shape), name="x")
+        h = x
+        for _ in range(repeats):
+            h = build(h)
+    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=optimizer)
+    with kl.Session(g, config) as sess:
+        run = sess.make_callable(h, [x])
+        ours = cpu_best_of(lambda: run(xv), runs)
+
+    def loop() -> None:
+        v = xv
+        for _ in range(repeats):
+            v = reference(v)
+
+    return ours, cpu_best_of(loop, runs)
+
+
 def op_chain(name: str, fn: Callable[..., Any], xv: Any, c: Any) -> tuple[float, float]:
     """(kernloom, numpy) seconds per node for 1000 ``name`` nodes in a chain."""
     op = getattr(kl.ops, name)
     if c is not None:
         return _chain(op, fn, xv, [c] * N)
-    g = kl.Graph()
-    with g.as_default():
-        x = kl.placeholder(kl.as_dtype(xv.dtype), list(xv.shape), name="x")
-        y = x
-        for _ in range(N):
-            y = op(y)
-    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=False)
-    with kl.Session(g, config) as sess:
-        run = sess.make_callable(y, [x])
-        ours = cpu_best_of(lambda: run(xv), 40) / N
-
-    def loop() -> None:
-        v = xv
-        for _ in range(N):
-            v = fn(v)
-
-    return ours, cpu_best_of(loop, 40) / N
+    ours, plain = _repeated(op, fn, xv, N)
+    return ours / N, plain / N
 
 
 def ops() -> int:
@@ -240,25 +249,9 @@ FAN_OUT_GRAPHS: tuple[tuple[str, Any, Any, int], ...] = (
 
 
 def fan_out(build: Any, reference: Any, size: int, optimizer: bool) -> tuple[float, float]:
-    """(kernloom, numpy) seconds per original node of ``FAN_OUT`` repeats of ``build``."""
+    """(kernloom, numpy) seconds per step of ``FAN_OUT`` repeats of ``build``."""
     xv = np.linspace(-1, 1, size, dtype=np.float32)
-    g = kl.Graph()
-    with g.as_default():
-        x = kl.placeholder(kl.float32, [size], name="x")
-        h = x
-        for _ in range(FAN_OUT):
-            h = build(h)
-    config = kl.SessionConfig(inter_op_threads=1, graph_optimizer=optimizer)
-    with kl.Session(g, config) as sess:
-        run = sess.make_callable(h, [x])
-        ours = cpu_best_of(lambda: run(xv), 30)
-
-    def loop() -> None:
-        v = xv
-        for _ in range(FAN_OUT):
-            v = reference(v)
-
-    return ours, cpu_best_of(loop, 30)
+    return _repeated(build, reference, xv, FAN_OUT, optimizer=optimizer, runs=30)
 
 
 def one_node_step() -> dict[str, float]:

@@ -52,11 +52,24 @@ def straight_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return runs
 
 
+def interpret_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps run the interpreted straight line, never its compiled form."""
+    monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
+
+
 @pytest.fixture
 def interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Steps run the interpreted straight line, never its compiled form (tests of the
-    interpreter's own paths)."""
-    monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
+    """Tests of the interpreter's own paths (``interpret_only``)."""
+    interpret_only(monkeypatch)
+
+
+@pytest.fixture(params=["compiled", "interpreted"])
+def line(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test runs twice: on the compiled straight line where a step has one, and on the
+    interpreted one only."""
+    if request.param == "interpreted":
+        interpret_only(monkeypatch)
+    return str(request.param)
 
 
 def view_of(registry: klp.Registry, g: kl.Graph) -> GraphView:
@@ -380,7 +393,6 @@ def test_a_chain_with_broadcasting_operands_stays_on_the_direct_entries(
     assert [e[4] for e in adds[1:]] == [1 if running_first else 2] * (CHAIN - 1)
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
 @pytest.mark.parametrize(
     ("dtype", "fed", "other"),
     [
@@ -395,7 +407,7 @@ def test_a_chain_with_broadcasting_operands_stays_on_the_direct_entries(
 def test_fan_out_nodes_run_their_direct_entries_into_counted_buffers(
     registry: klp.Registry,
     monkeypatch: pytest.MonkeyPatch,
-    compiled: bool,
+    line: str,
     dtype: Any,
     fed: tuple[int, ...],
     other: tuple[int, ...],
@@ -404,8 +416,6 @@ def test_fan_out_nodes_run_their_direct_entries_into_counted_buffers(
     with two consumers) cannot write in place; its direct entry writes into a buffer of
     its own from the device's ``allocate`` (counted: the step's allocations and bytes),
     so no node of these graphs runs through ``compute``."""
-    if not compiled:
-        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
     through_compute = spy_on_compute(monkeypatch)
     rng = np.random.default_rng(3)
 
@@ -455,7 +465,6 @@ DIVISION_REFERENCES: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
 @pytest.mark.parametrize("op", sorted(DIVISION_REFERENCES))
 @pytest.mark.parametrize(
     ("dtype", "fed", "other"),
@@ -465,7 +474,7 @@ DIVISION_REFERENCES: dict[str, Callable[[Any, Any], Any]] = {
 def test_fan_out_divisions_run_their_direct_entries_and_still_refuse_zero(
     registry: klp.Registry,
     monkeypatch: pytest.MonkeyPatch,
-    compiled: bool,
+    line: str,
     op: str,
     dtype: Any,
     fed: tuple[int, ...],
@@ -474,8 +483,6 @@ def test_fan_out_divisions_run_their_direct_entries_and_still_refuse_zero(
     """A division whose dividend is still needed elsewhere writes into a counted buffer of
     its own from its direct entry (no ``compute``), broadcasting to a higher rank too; an
     integer zero divisor is still TensorFlow's error, naming the node."""
-    if not compiled:
-        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
     through_compute = spy_on_compute(monkeypatch)
     rng = np.random.default_rng(5)
     xv = rng.integers(-50, 50, fed).astype(dtype)
@@ -504,7 +511,6 @@ def test_fan_out_divisions_run_their_direct_entries_and_still_refuse_zero(
                 call(xv, zero)
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
 @pytest.mark.parametrize(
     ("dtype", "fed", "other"),
     [(np.float32, (3, 5), (5,)), (np.float64, (5,), ()), (np.int32, (5,), (2, 1))],
@@ -513,7 +519,7 @@ def test_fan_out_divisions_run_their_direct_entries_and_still_refuse_zero(
 def test_comparisons_write_new_bool_buffers_from_their_direct_entries(
     registry: klp.Registry,
     monkeypatch: pytest.MonkeyPatch,
-    compiled: bool,
+    line: str,
     dtype: Any,
     fed: tuple[int, ...],
     other: tuple[int, ...],
@@ -521,8 +527,6 @@ def test_comparisons_write_new_bool_buffers_from_their_direct_entries(
     """Less, Greater, LessEqual and GreaterEqual never write into an operand (their bool
     output is another dtype) -- not even one nothing else holds -- and need no
     ``compute``: NaN compares false, broadcasting as numpy's."""
-    if not compiled:
-        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
     through_compute = spy_on_compute(monkeypatch)
     rng = np.random.default_rng(11)
     xv = rng.integers(-3, 4, fed).astype(dtype)
@@ -553,16 +557,13 @@ def test_comparisons_write_new_bool_buffers_from_their_direct_entries(
     assert through_compute == []
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
 def test_equality_predicates_and_casts_run_their_direct_entries(
-    registry: klp.Registry, monkeypatch: pytest.MonkeyPatch, compiled: bool
+    registry: klp.Registry, monkeypatch: pytest.MonkeyPatch, line: str
 ) -> None:
     """Equal, NotEqual, IsNan, IsInf, IsFinite and Cast on values another node still
     reads need no ``compute``; Equal of shapes that cannot broadcast (its
     ``incompatible_shape_error=False``) is declined there and is one scalar False from
     ``compute``; a Cast to the same type hands its input on."""
-    if not compiled:
-        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
     through_compute = spy_on_compute(monkeypatch, op_names=True)
     xv = np.array([[1.5, np.nan, -np.inf], [np.inf, -2.5, 3e9]], np.float32)
     cv = np.array([1.5, 0.0, -np.inf], np.float32)
@@ -601,15 +602,12 @@ def test_equality_predicates_and_casts_run_their_direct_entries(
     assert through_compute == ["Equal"]  # the shapes that do not broadcast, only
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
 def test_select_v2_runs_its_direct_entry_in_place_or_into_a_new_buffer(
-    registry: klp.Registry, monkeypatch: pytest.MonkeyPatch, compiled: bool
+    registry: klp.Registry, monkeypatch: pytest.MonkeyPatch, line: str
 ) -> None:
     """SelectV2 writes into ``otherwise`` where nothing else holds it and it has the
     result's shape, else into a new buffer (a broadcast condition and operands, the
     caller's feed); shapes that do not broadcast are ``compute``'s error, naming the node."""
-    if not compiled:
-        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
     through_compute = spy_on_compute(monkeypatch)
     xv = np.array([[1.0, -2.0, 3.0], [-4.0, 5.0, np.nan]], np.float32)
     g = kl.Graph(registry)
@@ -639,15 +637,12 @@ def test_select_v2_runs_its_direct_entry_in_place_or_into_a_new_buffer(
             call(xv, np.ones(2, np.float32))
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
 def test_expand_dims_and_squeeze_are_views_from_their_direct_entries(
-    registry: klp.Registry, monkeypatch: pytest.MonkeyPatch, compiled: bool
+    registry: klp.Registry, monkeypatch: pytest.MonkeyPatch, line: str
 ) -> None:
     """ExpandDims (negative and positive ``dim``) and Squeeze (given axes, or every 1) make
     their views without ``compute``; a ``dim`` or axis out of range is ``compute``'s error,
     naming the node."""
-    if not compiled:
-        monkeypatch.setattr(CompiledLine, "compile", classmethod(lambda cls, schedule: None))
     through_compute = spy_on_compute(monkeypatch)
     xv = np.arange(6, dtype=np.float32).reshape(2, 1, 3)
     g = kl.Graph(registry)
