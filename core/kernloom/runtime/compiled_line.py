@@ -54,6 +54,7 @@ from kernloom.runtime.node_run import (
     Done,
     RunArgs,
     StepContexts,
+    check_direct,
     node_error,
     run_compute,
     step_error,
@@ -65,7 +66,6 @@ from kernloom.runtime.straight_line import (
     RETVAL,
     UNARY,
     StraightLine,
-    check_direct_output,
     entry_slots,
 )
 
@@ -81,11 +81,10 @@ class _NodeCalls(StepContexts):
     """What the generated code calls for a node it does not write out: the node loop's
     step, on the step's one context where a node needs it (``StepContexts``)."""
 
-    __slots__ = ("items", "view")
+    __slots__ = ("items",)
 
     def __init__(self, view: GraphView, args: RunArgs) -> None:
         super().__init__(view, args)
-        self.view = view
         self.items = view.items
 
     def node(self, node: int, given: list[Any], offered: int) -> list[Any]:
@@ -100,7 +99,7 @@ class _NodeCalls(StepContexts):
     def check(self, node: int, value: Any) -> None:
         """The output check for a direct entry's result whose dtype is not the one
         expected (an error naming the node, unless the dtype is only an equal object)."""
-        check_direct_output(self.view, self._args, node, value)
+        check_direct(self.get(), self.items[node], value)
 
 
 @final

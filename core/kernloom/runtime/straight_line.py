@@ -46,9 +46,9 @@ from kernloom.runtime.node_run import (
     Done,
     RunArgs,
     StepContexts,
+    check_direct,
     node_error,
     run_compute,
-    step_context,
     step_error,
 )
 
@@ -60,7 +60,6 @@ __all__ = [
     "UNARY",
     "Entry",
     "StraightLine",
-    "check_direct_output",
     "entry_slots",
 ]
 
@@ -247,8 +246,10 @@ class StraightLine:
                                 checked = value.dtype is dtype
                             except AttributeError:  # not an array at all
                                 checked = False
-                            if not checked:
-                                check_direct_output(view, args, node, value)
+                            if not checked:  # the general check explains it (or accepts)
+                                if contexts is None:
+                                    contexts = StepContexts(view, args)
+                                check_direct(contexts.get(), items[node], value)
                         if out >= 0:
                             values[out] = value
                         del value
@@ -361,13 +362,6 @@ def _through_context(ctx: OpKernelContext, item: NodeItem, given: list[Any]) -> 
     step's context, outputs checked, context released) and return its outputs. ``given``
     holds the inputs: one that nothing but the list holds was taken and may be forwarded."""
     return run_compute(ctx, item, given)
-
-
-def check_direct_output(view: GraphView, args: RunArgs, node: int, value: Any) -> None:
-    """The output check ``OpKernelContext.outputs`` makes, for a direct entry's result."""
-    ctx = step_context(view, args)
-    ctx.prepare(view.items[node].kernel, [], [value])
-    ctx.outputs()
 
 
 def _lifo_order(view: GraphView) -> list[int] | None:
