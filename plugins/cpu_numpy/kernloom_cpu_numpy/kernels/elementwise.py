@@ -9,7 +9,7 @@ once per run of many kernels): like TensorFlow, 1/0 is inf and log(-1) is nan.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,7 @@ __all__ = [
     "binary_kernel",
     "binary_shape",
     "compare_kernel",
+    "kernel_class",
     "predicate_kernel",
     "register",
     "relu",
@@ -43,6 +44,7 @@ sigmoid: Final = NUMPY_ELEMENTWISE["Sigmoid"]
 """The fusable ops' numpy functions, shared with the fused kernels (``kernloom.plugin``)."""
 
 CPU = "CPU"
+_K = TypeVar("_K", bound=OpKernel)
 _FIRST = (0,)
 _BOTH = (0, 1)
 
@@ -182,7 +184,10 @@ class _Predicate(_Unary):
         return out
 
 
-def _kernel_class(base: type[_Elementwise], fn: Callable[..., Any], form: bool) -> type[OpKernel]:
+def kernel_class(base: type[_K], fn: Callable[..., Any], form: bool, **attrs: Any) -> type[_K]:
+    """A subclass of ``base`` for ``fn`` (``<Base>_<fn name>``), ``fn`` its in-place form
+    where ``form``; ``attrs`` add class attributes or replace these (a division's own
+    form, the ``__module__`` the kernel is reported from)."""
     name = getattr(fn, "__name__", "elementwise")
     return type(
         f"{base.__name__.lstrip('_')}_{name}",
@@ -191,6 +196,7 @@ def _kernel_class(base: type[_Elementwise], fn: Callable[..., Any], form: bool) 
             "fn": staticmethod(fn),
             "inplace_form": staticmethod(fn) if form else None,
             "__module__": __name__,
+            **attrs,
         },
     )
 
@@ -198,25 +204,25 @@ def _kernel_class(base: type[_Elementwise], fn: Callable[..., Any], form: bool) 
 def unary_kernel(fn: Callable[..., Any], *, form: bool = True) -> type[OpKernel]:
     """The kernel class of a unary ``fn(x, out)``; ``form``: ``fn`` is also its in-place
     form (``OpKernel.inplace_form``)."""
-    return _kernel_class(_Unary, fn, form)
+    return kernel_class(_Unary, fn, form)
 
 
 def binary_kernel(fn: Callable[..., Any], *, form: bool = True) -> type[OpKernel]:
     """The kernel class of a binary ``fn(x, y, out)`` (numpy broadcasting); ``form`` as
     for ``unary_kernel``."""
-    return _kernel_class(_Binary, fn, form)
+    return kernel_class(_Binary, fn, form)
 
 
 def predicate_kernel(fn: Callable[..., Any]) -> type[OpKernel]:
     """The kernel class of an elementwise test ``fn(x, out)`` into a new bool buffer (no
     in-place form)."""
-    return _kernel_class(_Predicate, fn, False)
+    return kernel_class(_Predicate, fn, False)
 
 
 def compare_kernel(fn: Callable[..., Any]) -> type[OpKernel]:
     """The kernel class of a comparison ``fn(x, y, out)`` into a new bool buffer (numpy
     broadcasting; no in-place form)."""
-    return _kernel_class(_Compare, fn, False)
+    return kernel_class(_Compare, fn, False)
 
 
 def select(ctx: OpKernelContext) -> None:

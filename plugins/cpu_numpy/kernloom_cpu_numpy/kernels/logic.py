@@ -34,6 +34,7 @@ from kernloom_cpu_numpy.kernels.elementwise import (
     binary_kernel,
     binary_shape,
     compare_kernel,
+    kernel_class,
     unary_kernel,
 )
 
@@ -203,15 +204,13 @@ def division_kernel(fn: Fn) -> type[_Division]:
     """The kernel class of a division ``fn(x, y, out)``, with its own ``_Divisors`` (one
     per kernel registration: shared by its nodes' kernels) and its in-place form."""
     divisors = _Divisors()
-    return type(
-        f"Division_{fn.__name__}",
-        (_Division,),
-        {
-            "fn": staticmethod(fn),
-            "divisors": divisors,
-            "inplace_form": staticmethod(_checked_form(fn, divisors)),
-            "__module__": __name__,
-        },
+    return kernel_class(
+        _Division,
+        fn,
+        False,
+        divisors=divisors,
+        inplace_form=staticmethod(_checked_form(fn, divisors)),
+        __module__=__name__,
     )
 
 
@@ -251,11 +250,7 @@ class _Equality(OpKernel):
 
 
 def equality_kernel(fn: Fn, unequal: bool) -> type[_Equality]:
-    return type(
-        f"Equality_{fn.__name__}",
-        (_Equality,),
-        {"fn": staticmethod(fn), "unequal": unequal, "__module__": __name__},
-    )
+    return kernel_class(_Equality, fn, False, unequal=unequal, __module__=__name__)
 
 
 def clip_bounds(ctx: OpKernelContext, t_shape: tuple[int, ...], *bounds: Array) -> None:
