@@ -303,3 +303,62 @@ def test_a_control_dependency_on_an_outside_node_inside_a_loop_body(
         assert list(run(sess, config, out, {n: 3})) == [3, 36.0]
         assert list(run(sess, config, out, {n: 0})) == [0, 0.0]
         assert list(run(sess, config, nested, {n: 3})) == [2, 72.0]
+
+
+# -- a loop and an independent branch ----------------------------------------------------------
+
+FAIRNESS_CONFIGS = {
+    "1-thread": kl.SessionConfig(inter_op_threads=1),
+    "2-threads": kl.SessionConfig(inter_op_threads=2),
+    "2-threads-no-optimizer": kl.SessionConfig(inter_op_threads=2, graph_optimizer=False),
+}
+
+
+@pytest.mark.parametrize("config", FAIRNESS_CONFIGS)
+@pytest.mark.parametrize("two_variables", [False, True], ids=["i", "i-and-s"])
+def test_a_loop_waiting_on_an_independent_branch_ends(
+    registry: klp.Registry, config: str, two_variables: bool
+) -> None:
+    """The loop spins until a variable is set by a branch that does not depend on it
+    (TensorFlow 1, two inter-op threads: ends after a few iterations). The node loop took
+    ready nodes last in, first out, so the loop's own nodes, always the newest, kept the
+    branch's Gather waiting for ever; a loop on its schedule, alone on the step's one
+    thread, ran to its end before the nodes ready beside it."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        index = kl.placeholder(kl.int32, [1], name="index")
+        flag = kl.Variable(np.float32(0.0), name="flag")
+
+        def spinning(i: kl.Tensor, *rest: kl.Tensor) -> kl.Tensor:
+            return ops.logical_and(ops.less(flag.value(), 1.0), i < 10**9)
+
+        start = [0, 0.0] if two_variables else [0]
+        body = (lambda i, s: (i + 1, s + 1.0)) if two_variables else (lambda i: i + 1)
+        count = kl.while_loop(spinning, body, start)[0]
+        work = ops.exp(ops.gather_v2(kl.constant([1.0, 2.0]), ops.neg(index), 0))
+        with kl.control_dependencies([work]):
+            set_flag = flag.assign(1.0)
+    with kl.Session(g, FAIRNESS_CONFIGS[config]) as sess:
+        sess.run(flag.initializer)
+        options = kl.RunOptions(timeout_s=DEADLINE_S)
+        iterations, value = sess.run([count, set_flag], {index: [-1]}, options)
+        assert value == np.float32(1.0)
+        assert 0 <= iterations < 10**9
+
+
+@pytest.mark.parametrize("config", FAIRNESS_CONFIGS)
+def test_an_error_beside_a_long_loop_ends_the_step_before_the_loop(
+    registry: klp.Registry, config: str
+) -> None:
+    """A Gather out of range on a branch independent of a loop of 10**9 iterations: the
+    first error stops the step, so the run raises it (TensorFlow's InvalidArgument) rather
+    than first running the loop to its end (the deadline would fail the test)."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        index = kl.placeholder(kl.int32, [1], name="index")
+        _, spun = kl.while_loop(lambda i, s: i < 10**9, lambda i, s: (i + 1, s + 1.0), [0, 0.0])
+        bad = ops.exp(ops.gather_v2(kl.constant([1.0, 2.0]), ops.neg(index), 0, name="bad"))
+    with kl.Session(g, FAIRNESS_CONFIGS[config]) as sess:
+        options = kl.RunOptions(timeout_s=DEADLINE_S)
+        with pytest.raises(kl.InvalidArgumentError, match="bad"):
+            sess.run([spun, bad], {index: [-5]}, options)

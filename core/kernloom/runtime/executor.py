@@ -26,17 +26,21 @@ else holds may be overwritten), compute and process the outputs (``node_run.run_
 the kernel's direct entry or its ``compute`` on the step's one reused context, outputs
 checked; or ``start_async`` for an asynchronous kernel, which continues through its
 callback), propagate them (the propagator says what became ready), and schedule what
-became ready: inexpensive nodes
-run inline on this thread; of the expensive nodes that become ready together one stays
-inline and the rest are handed to the step (the caller's thread and the inter-op pool
-take them). The first failure stops the step (``Step.stop``); the loop then skips what is
-left and the step reports once, through ``done``.
+became ready: inexpensive nodes run inline on this thread, first in first out; of the
+expensive nodes that become ready together one stays inline and the rest are handed to
+the step (the caller's thread and the inter-op pool take them). A loop on its schedule
+runs to its end in one go, so it goes to the pool when other work is ready on this
+thread, or, with no pool, after that work: a loop may wait on a branch beside it (a
+variable it reads), or that branch fail. The first failure stops the step
+(``Step.stop``); the loop then skips what is left and the step reports once, through
+``done``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, MutableSequence
 from typing import Any, final
 
 from kernloom.framework.device import Device
@@ -202,7 +206,11 @@ class ExecutorState:
 
     # -- the node loop ----------------------------------------------------------------------
 
-    def _process(self, ready: list[Any]) -> None:
+    def _process(self, started: list[Any]) -> None:
+        # First in, first out, as TensorFlow's inline queue: a node that became ready
+        # earlier runs before the ones it unblocks later, so a long chain of work (a loop's
+        # iterations) cannot keep an independent ready node waiting behind it.
+        ready = deque(started)
         view = self.view
         items = view.items
         propagator = self.propagator
@@ -219,7 +227,7 @@ class ExecutorState:
         expensive_here = sum(1 for t in ready if items[t if plain else t[0]].is_expensive)
         on_worker = step.pool is not None and on_inter_op_worker()
         while ready:
-            tagged = ready.pop()
+            tagged = ready.popleft()
             node = tagged if plain else tagged[0]
             item = items[node]
             if item.is_expensive:
@@ -276,16 +284,21 @@ class ExecutorState:
                 self._end()
 
     def _run_loop(
-        self, tagged: Any, ctx: OpKernelContext, ready: list[Any], newly: list[Any]
+        self, tagged: Any, ctx: OpKernelContext, ready: deque[Any], newly: list[Any]
     ) -> bool | None:
         """Run a loop frame instance on its schedule (a ``LOOP`` entry); its Exits' consumers
         go to ``newly``. Returns whether the step's end is due, or None when the loop was
         handed to the step's pool, failed or the step stopped (then handled here, as
         ``_fail`` does)."""
         if ready and self.step.pool is not None:
-            # Other work waits on this thread's stack: let the pool take the loop (or this
+            # Other work waits on this thread's queue: let the pool take the loop (or this
             # thread, once that work is done), as an expensive node would be handed over.
             self.step.schedule(self._task(tagged))
+            return None
+        if any(other[3] is not LOOP for other in ready):
+            # No other thread: the loop runs to its end in one go, so the nodes ready
+            # beside it run first (their work could end the loop, or fail the step).
+            ready.append(tagged)
             return None
         propagator = self.propagator
         assert isinstance(propagator, FramePropagator)
@@ -339,7 +352,7 @@ class ExecutorState:
 
     # -- endings --------------------------------------------------------------------------------
 
-    def _fail(self, tagged: Any, exc: BaseException, ready: list[Any]) -> None:
+    def _fail(self, tagged: Any, exc: BaseException, ready: MutableSequence[Any]) -> None:
         propagator = self.propagator
         node = tagged if propagator.tags_are_ids else tagged[0]
         error = node_error(self.view.items[node], self.device, exc, where=propagator.where(tagged))

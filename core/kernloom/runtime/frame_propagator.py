@@ -45,7 +45,7 @@ frames after all (``_enter``), exactly as if it had never been held.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableSequence, Sequence
 from typing import Any, Final, final
 
 from kernloom.framework.op_kernel import DEAD, OpKernelContext
@@ -227,7 +227,7 @@ class FramePropagator:
         return inputs
 
     def propagate(
-        self, tagged: Tagged, item: NodeItem, outputs: list[Any], ready: list[Tagged]
+        self, tagged: Tagged, item: NodeItem, outputs: list[Any], ready: MutableSequence[Tagged]
     ) -> bool:
         node, frame, iteration, dead = tagged
         with self.lock:
@@ -247,7 +247,7 @@ class FramePropagator:
                 return True
             return False
 
-    def finish(self, tagged: Tagged, ready: list[Tagged]) -> bool:
+    def finish(self, tagged: Tagged, ready: MutableSequence[Tagged]) -> bool:
         _, frame, iteration, _ = tagged
         with self.lock:
             self._node_done(frame, iteration, ready)
@@ -274,7 +274,7 @@ class FramePropagator:
         values, held.values = held.values, []
         return held.schedule, values, f"{frame.id}/{iteration.k}/{name}"
 
-    def finish_loop(self, tagged: Tagged, exits: list[Any], ready: list[Tagged]) -> bool:
+    def finish_loop(self, tagged: Tagged, exits: list[Any], ready: MutableSequence[Tagged]) -> bool:
         """A ``LOOP`` entry ran: deliver its Exit values (in the schedule's order) to the
         parent frame, and account for it as for a node that ran. Returns whether the
         step's end is due (as ``propagate``)."""
@@ -298,7 +298,7 @@ class FramePropagator:
         dead: bool,
         frame: _Frame,
         iteration: _Iteration,
-        ready: list[Tagged],
+        ready: MutableSequence[Tagged],
     ) -> None:
         """An Enter of a scheduled loop frame delivered ``value``: keep it until every Enter
         of this frame instance has, then make the loop ready (or settle it at once)."""
@@ -334,7 +334,7 @@ class FramePropagator:
 
     # -- frames and iterations (under the lock) ---------------------------------------------
 
-    def _new_iteration(self, frame: _Frame, k: int, ready: list[Tagged]) -> _Iteration:
+    def _new_iteration(self, frame: _Frame, k: int, ready: MutableSequence[Tagged]) -> _Iteration:
         iteration = _Iteration(k, self.layout, frame.info, frame.id)
         frame.iterations[k] = iteration
         frame.newest = k
@@ -343,7 +343,12 @@ class FramePropagator:
         return iteration
 
     def _make_ready(
-        self, node: int, frame: _Frame, iteration: _Iteration, dead: bool, ready: list[Tagged]
+        self,
+        node: int,
+        frame: _Frame,
+        iteration: _Iteration,
+        dead: bool,
+        ready: MutableSequence[Tagged],
     ) -> None:
         iteration.outstanding += 1
         self.inflight += 1
@@ -358,7 +363,7 @@ class FramePropagator:
         iteration: _Iteration,
         outputs: list[Any],
         dead: bool,
-        ready: list[Tagged],
+        ready: MutableSequence[Tagged],
     ) -> None:
         flow = self.layout.nodes[node]
         kind = flow.kind
@@ -397,7 +402,7 @@ class FramePropagator:
         dead: bool,
         frame: _Frame,
         iteration: _Iteration,
-        ready: list[Tagged],
+        ready: MutableSequence[Tagged],
     ) -> None:
         """Enter ``node`` ran in ``frame``/``iteration``: deliver into its child frame
         instance (made on first use)."""
@@ -427,7 +432,7 @@ class FramePropagator:
         dead: bool,
         frame: _Frame,
         iteration: _Iteration,
-        ready: list[Tagged],
+        ready: MutableSequence[Tagged],
     ) -> None:
         """Hand ``node``'s outputs to its consumers in ``frame``/``iteration``.
 
@@ -507,7 +512,9 @@ class FramePropagator:
 
     # -- endings (under the lock) -----------------------------------------------------------------
 
-    def _node_done(self, frame: _Frame, iteration: _Iteration, ready: list[Tagged]) -> None:
+    def _node_done(
+        self, frame: _Frame, iteration: _Iteration, ready: MutableSequence[Tagged]
+    ) -> None:
         self.inflight -= 1
         iteration.outstanding -= 1
         if iteration.outstanding == 0:
@@ -516,7 +523,7 @@ class FramePropagator:
             self._end_locked()
 
     def _maybe_end_iteration(
-        self, frame: _Frame, iteration: _Iteration, ready: list[Tagged]
+        self, frame: _Frame, iteration: _Iteration, ready: MutableSequence[Tagged]
     ) -> None:
         while True:
             if iteration.outstanding or iteration.k != frame.oldest:
@@ -538,7 +545,7 @@ class FramePropagator:
                 return
             iteration = following
 
-    def _end_frame(self, frame: _Frame, ready: list[Tagged]) -> None:
+    def _end_frame(self, frame: _Frame, ready: MutableSequence[Tagged]) -> None:
         parent, parent_iter = frame.parent, frame.parent_iter
         if parent is None or parent_iter is None:
             self._end_locked()

@@ -25,6 +25,7 @@ The contract every propagator keeps with the node loop (``executor.ExecutorState
 from __future__ import annotations
 
 import threading
+from collections.abc import MutableSequence
 from typing import Any, Final, final
 
 from kernloom.framework.op_kernel import OpKernelContext
@@ -77,7 +78,7 @@ class SimplePropagator:
             self.outstanding += len(ready) - 1
             return self.outstanding == 0
 
-    def finish(self, node: int, ready: list[int]) -> bool:
+    def finish(self, node: int, ready: MutableSequence[int]) -> bool:
         with self.lock:
             self.outstanding -= 1
             return self.outstanding == 0
