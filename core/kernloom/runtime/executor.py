@@ -41,6 +41,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, MutableSequence
+from time import perf_counter
 from typing import Any, final
 
 from kernloom.framework.device import Device
@@ -50,6 +51,7 @@ from kernloom.graph.graph import Graph
 from kernloom.runtime.compiled_line import CompiledLine, LineProgram
 from kernloom.runtime.frame_propagator import LOOP, FramePropagator
 from kernloom.runtime.graph_view import GraphView, KernelFactory, NodeItem
+from kernloom.runtime.kernel_costs import KernelCosts
 from kernloom.runtime.loop_schedule import LoopSchedule, compile_loops
 from kernloom.runtime.node_run import (
     Done,
@@ -94,6 +96,11 @@ class Executor:
         self._sequential_loops = {
             name: loop for name, loop in self.loops.items() if loop.sequential
         }
+        self.costs = KernelCosts(len(view.items))
+        """The nodes' measured costs, which may turn their ``is_expensive`` marks."""
+        self._generation = 0
+        """The ``costs.generation`` that ``schedule.sequential`` and the sequential loops
+        were last worked out for."""
 
     @classmethod
     def build(
@@ -124,6 +131,13 @@ class Executor:
             return None
         return self.compiled or schedule
 
+    def parallel_inline(self) -> LineProgram | None:
+        """``straight_line_for`` a step with a pool that nobody observes, after measured
+        costs have been taken into account (the session's inline path asks each step)."""
+        if self.costs.generation != self._generation:
+            self._recheck()
+        return self.straight_line_for(parallel=True, observed=False)
+
     def loops_for(self, *, parallel: bool, observed: bool) -> dict[str, LoopSchedule] | None:
         """The loop frames a step runs on their schedules: none when somebody observes
         single nodes (a trace reports every node of every iteration); with other threads
@@ -141,6 +155,8 @@ class Executor:
         the caller must drive); nothing runs on this call's own stack.
         """
         parallel = args.step.pool is not None
+        if parallel and self.costs.generation != self._generation:
+            self._recheck()
         observed = args.stats is not None or args.node_outputs is not None
         straight = self.straight_line_for(parallel=parallel, observed=observed)
         if straight is not None:
@@ -149,7 +165,20 @@ class Executor:
             args.step.schedule(lambda: straight.run(args, done), ticket=args.executors > 1)
             return
         loops = self.loops_for(parallel=parallel, observed=observed)
-        ExecutorState(self.view, args, done, loops).start()
+        ExecutorState(self.view, args, done, loops, self.costs if parallel else None).start()
+
+    def _recheck(self) -> None:
+        """Measured costs turned some node's mark: work out again which schedules a
+        parallel step may use (steps racing here compute the same answer)."""
+        generation = self.costs.generation
+        if self.schedule is not None:
+            self.schedule.recheck()
+        for loop in self.loops.values():
+            loop.recheck()
+        self._sequential_loops = {
+            name: loop for name, loop in self.loops.items() if loop.sequential
+        }
+        self._generation = generation
 
     def run(self, args: RunArgs) -> None:
         """Run synchronously on this thread (and the step's pool); raise the first error."""
@@ -169,7 +198,7 @@ class Executor:
 class ExecutorState:
     """One step of one executor: the node loop over this step's propagator."""
 
-    __slots__ = ("args", "device", "done", "error", "propagator", "step", "view")
+    __slots__ = ("args", "costs", "device", "done", "error", "propagator", "step", "view")
 
     def __init__(
         self,
@@ -177,8 +206,12 @@ class ExecutorState:
         args: RunArgs,
         done: Done,
         loops: dict[str, LoopSchedule] | None = None,
+        costs: KernelCosts | None = None,
     ) -> None:
+        """``costs``: where the kernels of nodes marked expensive are timed (a step with
+        an inter-op pool, where the marks decide where nodes run); None times nothing."""
         self.view = view
+        self.costs = costs
         self.device = view.device
         self.args = args
         self.step = args.step
@@ -222,6 +255,7 @@ class ExecutorState:
         stats = self.args.stats
         node_outputs = self.args.node_outputs
         check_deadline = step.deadline is not None
+        costs = self.costs
         ctx = step_context(view, self.args)
         newly: list[Any] = []
         expensive_here = sum(1 for t in ready if items[t if plain else t[0]].is_expensive)
@@ -255,7 +289,12 @@ class ExecutorState:
             else:
                 record = stats.start(item, self.device) if stats is not None else None
                 try:  # compute and process the outputs (checked)
-                    outputs = run_sync(ctx, item, inputs, forward)
+                    if costs is not None and item.timed:
+                        began = perf_counter()
+                        outputs = run_sync(ctx, item, inputs, forward)
+                        costs.record(item, perf_counter() - began)
+                    else:
+                        outputs = run_sync(ctx, item, inputs, forward)
                 except BaseException as exc:
                     del inputs
                     self._fail(tagged, exc, ready)

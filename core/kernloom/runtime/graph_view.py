@@ -63,7 +63,11 @@ class NodeItem:
     pending: int
     is_expensive: bool
     """Worth another inter-op thread: the kernel's ``is_expensive``, unless it uses the
-    device's intra-op threads (``OpKernel.intra_op_parallel``) and there are several."""
+    device's intra-op threads (``OpKernel.intra_op_parallel``) and there are several, or
+    its measured cost says it is not (``kernel_costs``, which turns this)."""
+    timed: bool
+    """Whether steps with an inter-op pool time this node's kernel (``kernel_costs``):
+    the kernel is marked expensive, synchronous, and not kept on the caller's thread."""
     on_caller_thread: bool
     """Run on the step's own thread (the caller's), not a pool worker: the kernel spreads
     over the device's intra-op threads, which are the caller's thread team
@@ -162,6 +166,7 @@ class GraphView:
                     control_out=tuple(controls[i]),
                     pending=len(node.inputs) + len(node.control_inputs),
                     is_expensive=bool(kernel.is_expensive) and not on_caller_thread,
+                    timed=bool(kernel.is_expensive) and not on_caller_thread and not is_async,
                     on_caller_thread=on_caller_thread,
                     is_async=is_async,
                     direct=_direct_entry(

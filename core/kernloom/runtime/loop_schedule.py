@@ -114,6 +114,7 @@ class LoopSchedule:
     """One loop frame compiled into a per-iteration program; immutable, shared by steps."""
 
     __slots__ = (
+        "_members",
         "body",
         "cond",
         "constants",
@@ -156,6 +157,9 @@ class LoopSchedule:
         self.body: tuple[Row, ...] = ()
         self.num_slots = 0
         self.device: Device
+        self._members: tuple[GraphView, Sequence[int], set[int]] | None = None
+        """What ``recheck`` reads: the partition, the frame's nodes and the set of them;
+        None for a loop with a nested loop, which is never sequential (``compile``)."""
         self.sequential = True
         """Whether no two expensive nodes of the loop can ever run at once on the general
         executor -- within an iteration, or across iterations where
@@ -419,11 +423,18 @@ class LoopSchedule:
         schedule.body = tuple(rows[len(order) :])
         # (With a nested loop, the general executor could overlap it with the outer
         # loop's nodes: such a loop runs on its schedule only in one-thread steps.)
-        schedule.sequential = not nested and _sequential(
-            view, members, in_frame, frame.parallel_iterations
-        )
+        schedule._members = None if nested else (view, members, in_frame)
+        schedule.recheck()
         schedule.device = view.device
         return schedule
+
+    def recheck(self) -> None:
+        """Work out ``sequential`` again, from the nodes' marks now (``kernel_costs``:
+        measured costs turn them)."""
+        members = self._members
+        self.sequential = members is not None and _sequential(
+            *members, self.frame.parallel_iterations
+        )
 
     # -- running -------------------------------------------------------------------------------
 

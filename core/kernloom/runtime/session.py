@@ -95,6 +95,10 @@ class _Compiled:
     executor, with a straight-line program and nothing two threads could run at once."""
     optimizer: OptimizerReport | None = None
     """What the graph optimizer did to the step graph (None when it is off)."""
+    may_turn_inline: Executor | None = None
+    """The one executor of a step that is not ``inline`` only because two of its nodes
+    marked expensive could run at once: measured costs may turn them cheap, and the
+    step inline (``Executor.parallel_inline``)."""
 
 
 def _abort_rendezvous(rendezvous: Rendezvous, step: Step) -> None:
@@ -407,6 +411,8 @@ class Session:
             )
             for name, part in parts.graphs.items()
         )
+        parallel = self._pool.num_workers > 0
+        inline = self._inline_program(executors, parallel)
         return _Compiled(
             step_graph,
             placement,
@@ -415,14 +421,17 @@ class Session:
             tuple(self.devices.lookup(placement[n]) for n in step_graph.arg_nodes),
             tuple(self.devices.lookup(placement[n]) for n in step_graph.retval_nodes),
             parts.num_pairs(),
-            self._inline_program(executors),
+            inline,
             report,
+            executors[0] if inline is None and parallel and len(executors) == 1 else None,
         )
 
-    def _inline_program(self, executors: tuple[Executor, ...]) -> LineProgram | None:
+    def _inline_program(
+        self, executors: tuple[Executor, ...], parallel: bool
+    ) -> LineProgram | None:
         if len(executors) != 1:
             return None
-        return executors[0].straight_line_for(parallel=self._pool.num_workers > 0, observed=False)
+        return executors[0].straight_line_for(parallel=parallel, observed=False)
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -576,6 +585,8 @@ class Session:
         args = plan.args(values)
         options = options or _DEFAULT_OPTIONS
         inline = compiled.inline
+        if inline is None and compiled.may_turn_inline is not None:
+            inline = compiled.may_turn_inline.parallel_inline()
         if inline is not None and run_metadata is None and not options.trace:
             results = self._execute_inline(inline, compiled, args, options.timeout_s, cancellation)
         elif run_metadata is None:

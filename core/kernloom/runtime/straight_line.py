@@ -104,7 +104,8 @@ class Entry(NamedTuple):
 
 @final
 class StraightLine:
-    """A partition compiled into one sequence of nodes; immutable, shared by all steps."""
+    """A partition compiled into one sequence of nodes, shared by all steps; immutable
+    but for ``sequential``, which measured costs may turn (``recheck``)."""
 
     __slots__ = ("_rows", "_seeded", "num_values", "program", "sequential", "view")
 
@@ -178,6 +179,11 @@ class StraightLine:
             )
             program.append(_entry(item, inputs[node], taken, outputs, plain))
         return cls(view, program, len(slot_of), _sequential(view, order))
+
+    def recheck(self) -> None:
+        """Work out ``sequential`` again, from the nodes' marks now (``kernel_costs``:
+        measured costs turn them)."""
+        self.sequential = _sequential(self.view, [entry.node for entry in self.program])
 
     def run(self, args: RunArgs, done: Done) -> None:
         """Run one step of the partition on this thread, then ``done(error)``."""
