@@ -116,6 +116,53 @@ def test_bad_arguments_are_usage_errors_naming_them(
     assert message.format(graph=path, tmp=tmp_path) in err
 
 
+NOT_A_GRAPH = (
+    "not a kernloom graph: the JSON object has no 'nodes' list ({keys}). A graph file is "
+    'what Graph.save() writes: {{"format": "kernloom.GraphDef", "version": 1, "nodes": '
+    "[...]}}. Save the graph with Graph.save(), or convert an ONNX model with `kernloom "
+    "convert MODEL.onnx GRAPH.json`."
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "keys"),
+    [
+        ("{}", "no keys at all"),
+        ('{"format": "kernloom.GraphDef", "version": 1}', "keys ['format', 'version']"),
+        ('{"graph": {"node": []}}', "keys ['graph']"),
+    ],
+)
+@pytest.mark.parametrize("command", ["optimize", "run", "compare"])
+def test_a_json_object_that_is_not_a_graph_is_refused_saying_what_a_graph_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, text: str, keys: str
+) -> None:
+    """``{}`` was an empty graph (the schema's defaults), written out as one: every command
+    that reads GRAPH.json refuses it, naming the file, with what a graph file holds."""
+    path = tmp_path / "not_a_graph.json"
+    path.write_text(text)
+    out = tmp_path / "out.json"
+    argv = {
+        "optimize": ["-o", str(out)],
+        "run": ["--fetch", "y"],
+        "compare": [],
+    }[command]
+    code, _, err = invoke(capsys, command, str(path), *argv)
+    assert code == 2
+    assert err == f"error: {path}: {NOT_A_GRAPH.format(keys=keys)}\n"
+    assert not out.exists()
+
+
+def test_a_saved_empty_graph_is_still_a_graph(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, out = tmp_path / "empty.json", tmp_path / "out.json"
+    kl.Graph().save(path)
+    code, text, err = invoke(capsys, "optimize", str(path), "-o", str(out))
+    assert (code, err) == (0, "")
+    assert f"0 -> 0 nodes; written to {out}" in text
+    assert len(kl.Graph.load(out)) == 0
+
+
 # -- -o is written as kernloom run writes --out --------------------------------------------
 
 

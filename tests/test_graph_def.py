@@ -309,6 +309,26 @@ def test_unreadable_files(tmp_path: Path) -> None:
         kl.Graph.load(binary)
 
 
+def test_an_object_without_nodes_is_not_an_empty_graph(tmp_path: Path) -> None:
+    """``{}`` loaded as an empty graph (every GraphDef field has a default): refused, naming
+    the file and saying what a graph file is. An empty graph as saved, or a hand-written
+    ``{"nodes": []}``, is still an empty graph."""
+    path = tmp_path / "empty_object.json"
+    path.write_text("{}")
+    with pytest.raises(kl.InvalidArgumentError) as info:
+        kl.Graph.load(path)
+    assert isinstance(info.value, ValueError)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not a kernloom graph: ")
+    assert "no 'nodes' list (no keys at all)" in message
+    assert "Save the graph with Graph.save()" in message
+    with pytest.raises(kl.InvalidArgumentError, match=r"^in\.json: not a kernloom graph: "):
+        kl.Graph.from_json('{"version": 1}', source="in.json")
+    kl.Graph().save(path)
+    assert len(kl.Graph.load(path)) == 0
+    assert len(kl.Graph.from_json('{"nodes": []}')) == 0
+
+
 def _math_family_nodes(b: kl.Tensor) -> list[kl.Tensor]:
     """One node of each op of the math family (issue 18's activations, unary math, division,
     logic, reductions and orderings; issue 21's AddV2, Div, DivNoNan)."""

@@ -240,3 +240,129 @@ def test_the_numpy_fused_conv_kernel_alone(data_format: str) -> None:
     want = np.clip(z + b, 0, 6)
     want = want.transpose(0, 3, 1, 2) if nchw else want
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+
+
+def _dead_channel_graph(
+    registry: kl.Registry, after: str, stats: list[list[float]], epsilon: float, fmt: str
+) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+    """x [1, 1, 3, 2] (or NCHW) -> ``after`` -> an inference norm of ``stats`` -> out; the
+    convolution is a 1x1 identity, so the norm sees x (or relu(x)) itself."""
+    nchw = fmt == "NCHW"
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [1, 2, 1, 3] if nchw else [1, 1, 3, 2], name="x")
+        if after == "Conv2D":
+            eye = kl.constant(np.eye(2, dtype=np.float32).reshape(1, 1, 2, 2))
+            h = kl.ops.conv2d(
+                x, eye, strides=[1, 1, 1, 1], padding="VALID", data_format=fmt, name="conv"
+            )
+        else:
+            h = kl.ops.relu(x, name="pre")
+        params = [kl.constant(np.float32(v)) for v in stats]
+        y = kl.ops.fused_batch_norm_v3(
+            h, *params, epsilon=epsilon, is_training=False, data_format=fmt, name="bn"
+        )[0]
+        out = kl.ops.identity(kl.ops.mul(y, 1.0), name="out")
+    return g, x, out
+
+
+# (scale, offset, mean, variance) per channel, epsilon; channel 1 an ordinary one.
+_STATS = {
+    "dead channel": ([[1, 0.5], [0, 0.25], [1, 0], [0, 4]], 0.0),
+    "dead channel, zero scale": ([[0, 0.5], [2, 0.25], [1, 0], [0, 4]], 0.0),
+    "negative variance + epsilon": ([[1, 0.5], [0, 0.25], [1, 0], [-1, 4]], 0.5),
+    "nan mean": ([[1, 0.5], [0, 0.25], [np.nan, 0], [1, 4]], 1e-3),
+    "nan scale": ([[np.nan, 0.5], [0, 0.25], [1, 0], [1, 4]], 1e-3),
+    "infinite offset": ([[1, 0.5], [np.inf, 0.25], [1, 0], [1, 4]], 1e-3),
+    "finite": ([[1.5, 0.5], [0, 0.25], [1, 0], [0.25, 4]], 1e-3),
+}
+
+
+@pytest.mark.skipif("FusedBatchNormV3" not in kl.Graph().ops, reason="no conv ops")
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("after", ["Conv2D", "Relu"])
+@pytest.mark.parametrize("stats", list(_STATS))
+def test_a_norm_whose_folded_constants_are_not_finite_stays_as_it_was(
+    stats: str, after: str, fmt: str
+) -> None:
+    """``variance + epsilon == 0`` (a dead channel, epsilon 0) makes ``s`` infinite: the
+    folded ``x * s + (offset - mean * s)`` is ``inf - inf``, NaN, where the norm gives
+    +inf, NaN or -inf by the sign of ``x - mean``. A norm whose ``s`` or shift is not
+    finite is not folded, into its convolution or into an affine; a finite one still is.
+    The numpy kernels alone: the optimizer off runs the numpy FusedBatchNormV3."""
+    from runtime_helpers import make_registry
+
+    params, epsilon = _STATS[stats]
+    nchw = fmt == "NCHW"
+    g, x, out = _dead_channel_graph(make_registry(), after, params, epsilon, fmt)
+    # x - mean positive, zero, negative on channel 0 (after the Relu too: 2, 1, 0 - 1).
+    xv = np.float32([[[[2, 1], [1, -2], [0.5 if after == "Conv2D" else -3, 3]]]])
+    fed = xv.transpose(0, 3, 1, 2) if nchw else xv
+    got, nodes = run_graph(g, out, {x: fed})
+    off, _ = run_graph(g, out, {x: fed}, graph_optimizer=False)
+    z = (np.maximum(xv, 0) if after == "Relu" else xv).astype(np.float64)
+    scale, offset, mean, variance = (np.float64(v) for v in params)
+    with np.errstate(all="ignore"):
+        want = (z - mean) / np.sqrt(variance + epsilon) * scale + offset
+    want = want.transpose(0, 3, 1, 2) if nchw else want
+    np.testing.assert_allclose(off, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, off, rtol=1e-6, atol=1e-6)
+    if stats == "dead channel":
+        channel0 = got[0, 0, 0] if nchw else got[0, 0, :, 0]
+        assert np.isposinf(channel0[0]) and np.isnan(channel0[1]) and np.isneginf(channel0[2])
+    assert ("FusedBatchNormV3" in ops_of(nodes)) == (stats != "finite")
+
+
+@pytest.mark.parametrize("after", ["Conv2D", "Relu"])
+def test_a_dead_channel_norm_stays_in_the_pass_output(after: str) -> None:
+    """The pass alone: the norm of infinite ``s`` is left as it was (its convolution too);
+    the same norm with a finite variance is folded."""
+    for variance, folded in ((0.0, False), (1.0, True)):
+        stats = [[1.0], [0.0], [1.0], [variance]]
+        g = kl.Graph()
+        with g.as_default():
+            x = kl.placeholder(kl.float32, [1, 1, 3, 1], name="x")
+            if after == "Conv2D":
+                w = kl.constant(np.ones((1, 1, 1, 1), np.float32))
+                h = kl.ops.conv2d(x, w, strides=[1, 1, 1, 1], padding="VALID", name="conv")
+            else:
+                h = kl.ops.relu(x, name="pre")
+            params = [kl.constant(np.float32(v)) for v in stats]
+            kl.ops.fused_batch_norm_v3(h, *params, epsilon=0.0, is_training=False, name="bn")
+        new, ctx = run_pass(BatchNormFolding(), step_graph(g, ["bn:0"], ["x:0"]))
+        assert (new.node("bn").op == "FusedBatchNormV3") is not folded, variance
+        assert bool(ctx.notes) is folded
+
+
+@pytest.mark.skipif("FusedBatchNormV3" not in kl.Graph().ops, reason="no conv ops")
+def test_a_scale_layer_whose_product_with_s_overflows_is_not_absorbed() -> None:
+    """``s`` and ``c`` finite but ``s * c`` beyond float32: absorbed, ``x * inf + ...``
+    would be inf or NaN where ``((x - mean) * s + b) * c + d`` is finite. The norm still
+    becomes its affine; the scale layer stays after it. (The arithmetic pass then joins
+    the two products of constants, overflowing the same way: checked with it off.)"""
+    from runtime_helpers import make_registry
+
+    g = kl.Graph(make_registry())
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [1, 1, 1, 2], name="x")
+
+        def f(v: list[float]) -> kl.Tensor:
+            return kl.constant(np.float32(v))
+
+        norm = kl.ops.fused_batch_norm_v3(
+            kl.ops.concat_v2([x, x], axis=0),
+            *(f(v) for v in ([1e20, 1], [0, 0], [0, 0], [1, 1])),
+            epsilon=0.0,
+            is_training=False,
+            name="bn",
+        )[0]
+        scaled = kl.ops.mul(norm, f([1e20, 1]), name="mul")
+        y = kl.ops.identity(kl.ops.add_v2(scaled, f([0, 0]), name="add"), name="y")
+    xv = np.float32([[[[1e-30, 3]]]])  # x * s * c: 1e10, where x * (s * c) is inf
+    got, nodes = run_graph(g, y, {x: xv}, disabled_passes=("arithmetic",))
+    want, _ = run_graph(g, y, {x: xv}, graph_optimizer=False)
+    np.testing.assert_allclose(want[:, 0, 0, 0], [1e10, 1e10], rtol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert "FusedBatchNormV3" not in ops_of(nodes)
+    new, _ = run_pass(BatchNormFolding(), step_graph(g, ["y:0"], ["x:0"]))
+    assert [new.node(name).op for name in ("bn", "mul", "add")] == ["AddV2", "Mul", "AddV2"]

@@ -203,3 +203,52 @@ def test_a_scale_read_elsewhere_folds_and_keeps_its_name_and_value(read: str) ->
     z = z + d if read == "read twice" else z
     np.testing.assert_allclose(out, np.maximum(z, 0), rtol=1e-5, atol=1e-5)
     assert "Mul" not in {n.op for n in nodes}
+
+
+def test_a_scale_whose_folded_bias_overflows_stays() -> None:
+    """``(conv + b) * c`` with ``b * c`` beyond float32: folded, ``conv * c + b * c`` is
+    ``-inf + inf`` where the graph as built gives 0. Not folded."""
+    w = np.eye(C, dtype=np.float32).reshape(1, 1, C, C)
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [1, 1, 1, C], name="x")
+        h = kl.ops.conv2d(x, kl.constant(w), strides=[1, 1, 1, 1], padding="VALID", name="conv")
+        h = kl.ops.bias_add(h, kl.constant(np.full(C, 1e30, np.float32)), name="ba")
+        y = kl.ops.identity(kl.ops.mul(h, kl.constant(np.float32(1e10)), name="scale"), name="y")
+    xv = np.full((1, 1, 1, C), -1e30, np.float32)
+    got, nodes = run_graph(g, y, {x: xv})
+    want, _ = run_graph(g, y, {x: xv}, graph_optimizer=False)
+    np.testing.assert_array_equal(want, np.zeros_like(xv))
+    np.testing.assert_array_equal(got, want)
+    assert all("scale" not in n.attrs.get("_fused_from", ()) for n in nodes if n.op != "Mul")
+
+
+@pytest.mark.parametrize("variance", [0.0, 1.0])
+def test_a_dead_channel_norm_and_its_scale_layer_stay_as_they_were(variance: float) -> None:
+    """Inception's Conv, BatchNorm, Mul, Add with ``variance + epsilon == 0`` on a channel:
+    the norm is not folded (its ``s`` is infinite), nor its scale layer, and the values
+    are the graph's as built (numpy kernels: +inf, NaN, -inf by the sign of ``x - mean``)
+    and numpy's; with a finite variance all of it is one fused convolution."""
+    from runtime_helpers import make_registry
+
+    w = np.eye(C, dtype=np.float32).reshape(1, 1, C, C)
+    scale, offset, mean = np.ones(C, np.float32), np.zeros(C, np.float32), np.ones(C, np.float32)
+    var = np.full(C, variance, np.float32)
+    c, d = np.full(C, 2, np.float32), np.full(C, 0.5, np.float32)
+    g = kl.Graph(make_registry())
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [1, 1, 3, C], name="x")
+        conv = kl.ops.conv2d(x, kl.constant(w), strides=[1, 1, 1, 1], padding="VALID", name="conv")
+        bn = kl.ops.fused_batch_norm_v3(
+            conv, *map(kl.constant, (scale, offset, mean, var)), epsilon=0.0, is_training=False
+        )[0]
+        y = kl.ops.add_v2(kl.ops.mul(bn, kl.constant(c)), kl.constant(d), name="y")
+    xv = np.broadcast_to(np.float32([2, 1, 0.5]).reshape(1, 1, 3, 1), (1, 1, 3, C)).copy()
+    got, nodes = run_graph(g, y, {x: xv})
+    want, _ = run_graph(g, y, {x: xv}, graph_optimizer=False)
+    with np.errstate(all="ignore"):
+        z = (xv.astype(np.float64) - mean) / np.sqrt(var + 0.0) * scale + offset
+    np.testing.assert_allclose(want, z * c + d, rtol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    ops = {n.op for n in nodes}
+    assert ("FusedBatchNormV3" in ops) is (variance == 0), ops

@@ -10,7 +10,8 @@ that says its type, as in TensorFlow's AttrValue::
     {"tensor": {"dtype": "float32", "shape": [2], "data": "<base64, little-endian, C order>"}}
     {"list": {"i": [1, 2]}}
 
-Loading checks, and reports with the file and node named: JSON syntax, the schema,
+Loading checks, and reports with the file and node named: JSON syntax, the schema (a
+``nodes`` list is required: ``{}`` is not an empty graph, which is saved with one),
 duplicate names, unknown ops, attr types and values, tensor byte lengths, dangling
 inputs and output slots, cycles, dtype agreement between inputs and attrs, and shapes
 (shape inference runs as each node is rebuilt).
@@ -278,6 +279,16 @@ class _Loader(GraphLoader):
         if not isinstance(raw, dict):
             raise self.fail(
                 f"a GraphDef is a JSON object with a 'nodes' list, got a {type(raw).__name__}"
+            )
+        if "nodes" not in raw:
+            # The schema's defaults would make any object without one (``{}``, another
+            # tool's JSON) an empty graph; an empty graph saved says "nodes": [].
+            got = f"keys {_short(list(raw))}" if raw else "no keys at all"
+            raise self.fail(
+                f"not a kernloom graph: the JSON object has no 'nodes' list ({got}). A graph "
+                f'file is what Graph.save() writes: {{"format": "{FORMAT}", "version": 1, '
+                '"nodes": [...]}. Save the graph with Graph.save(), or convert an ONNX model '
+                "with `kernloom convert MODEL.onnx GRAPH.json`."
             )
         try:
             return GraphDef.model_validate(raw)

@@ -22,8 +22,15 @@ The same linearity folds a per-channel scale after a convolution (ONNX Runtime's
 [-> ``Add(d)``], with constants of one value per output channel, becomes
 ``BiasAdd(conv(x, W * c), b * c + d)`` under the last node's name. Inception v2's Caffe2
 export has such a ``Mul`` and ``Add`` after each of its 69 norms: once a norm is folded
-into its convolution, they follow a ``BiasAdd``. A ``c`` holding an infinity or a NaN is
-left alone (the filter's zeros would make NaN where the unfolded product gave 0 or inf).
+into its convolution, they follow a ``BiasAdd``.
+
+Every fold declines where a scale or shift it would make is not finite (``_finite``):
+the folded forms equal the nodes they replace only up to float reassociation, and an
+infinity breaks that. A dead channel's ``variance + epsilon == 0`` makes ``s`` infinite,
+and ``x * s + (offset - mean * s)`` NaN everywhere, where ``(x - mean) * s + offset`` is
++inf, NaN or -inf by the sign of ``x - mean``; an infinite ``c`` times a filter's zeros
+makes NaN where the unfolded product gave 0 or inf. Such a norm stays the
+``FusedBatchNormV3`` it was.
 """
 
 from __future__ import annotations
@@ -43,6 +50,13 @@ from kernloom.optimizer.rewriter import GraphRewriter
 __all__ = ["BatchNormFolding"]
 
 _NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
+
+
+def _finite(*values: np.ndarray) -> bool:
+    """Whether every constant a fold would make is finite: the one condition under which
+    the folded form computes what it replaces (up to float reassociation), shared by every
+    fold of this pass."""
+    return all(np.isfinite(v).all() for v in values)
 
 
 class BatchNormFolding(GraphPass):
@@ -124,7 +138,22 @@ def _constant_inference_norm(
         return False
     if any(consumers.of_tensor(t.name) for t in node.outputs[1:]):
         return False
-    return all(t.node.op == "Const" for t in node.inputs[1:5])
+    return all(t.node.op == "Const" for t in node.inputs[1:5]) and _folded(node) is not None
+
+
+def _folded(norm: Node) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ``s`` and ``offset - mean * s`` that ``_factor_and_shift`` makes for ``norm`` (of
+    constant statistics), computed as its nodes compute them; None where one is not finite
+    (``variance + epsilon`` zero or negative, a NaN or an infinity among the statistics) or
+    the statistics are not one value per channel each (the norm's kernel reports that)."""
+    scale, offset, mean, variance = (np.asarray(t.node.attrs["value"]) for t in norm.inputs[1:5])
+    if scale.ndim != 1 or any(v.shape != scale.shape for v in (offset, mean, variance)):
+        return None
+    epsilon = np.asarray(norm.attrs["epsilon"], norm.inputs[0].dtype.numpy_dtype)
+    with np.errstate(all="ignore"):
+        factor = scale * np.reciprocal(np.sqrt(variance + epsilon))
+        shift = offset - mean * factor
+    return (factor, shift) if _finite(factor, shift) else None
 
 
 def _foldable(node: Node, consumers: Consumers, frames: set[str], ctx: PassContext) -> bool:
@@ -156,13 +185,31 @@ def _scale_layer(
     if add is None or add.op not in ("Add", "AddV2") or not _affine_member(add, norm, frames, ctx):
         return None
     scale = _constant_operand(mul, norm.outputs[0])
-    if scale is None or not np.all(np.isfinite(scale.node.attrs["value"])):
-        # ``(x * s + b) * c`` is not ``x * (s * c) + b * c`` where c is infinite: inf
-        # where the norm's value is positive is NaN once split (inf - inf).
+    shift = _constant_operand(add, mul.outputs[0])
+    if scale is None or shift is None:
         return None
-    if _constant_operand(add, mul.outputs[0]) is None:
-        return None
-    return mul, add
+    # ``(x * s + b) * c + d`` is not ``x * (s * c) + (b * c + d)`` where c is infinite: inf
+    # where the norm's value is positive is NaN once split (inf - inf); nor where s * c
+    # overflows. The norm alone still becomes its affine.
+    return (mul, add) if _absorbable(norm, scale, shift) else None
+
+
+def _absorbable(norm: Node, scale: Tensor, shift: Tensor) -> bool:
+    """Whether ``norm``'s ``s`` and ``b`` times the scale layer's ``c`` (plus its ``d``)
+    are finite, broadcast as ``_affine`` broadcasts them."""
+    folded = _folded(norm)
+    if folded is None:
+        return False
+    factor, bias = folded
+    if norm.attrs.get("data_format", "NHWC") in ("NCHW", "NCDHW"):
+        rank = 4 if norm.attrs.get("data_format") == "NCHW" else 5
+        factor, bias = (v.reshape([-1] + [1] * (rank - 2)) for v in (factor, bias))
+    c, d = (np.asarray(t.node.attrs["value"]) for t in (scale, shift))
+    try:
+        with np.errstate(all="ignore"):
+            return _finite(factor * c, bias * c + d)
+    except (TypeError, ValueError):  # shapes that do not broadcast: the graph's own error
+        return False
 
 
 def _only_reader(node: Node, consumers: Consumers) -> Node | None:
@@ -280,6 +327,12 @@ class _ScaleFold(NamedTuple):
     scale: np.ndarray
     shift: np.ndarray | None
 
+    def folded_bias(self) -> np.ndarray:
+        """``b * c + d``, the ``BiasAdd``'s constant (0 for a missing ``b`` or ``d``)."""
+        with np.errstate(all="ignore"):
+            bias = np.zeros_like(self.scale) if self.bias is None else self.bias * self.scale
+            return bias if self.shift is None else bias + self.shift
+
 
 def _scales_into_convolutions(graph: Graph, ctx: PassContext) -> Graph:
     """Each ``Conv2D`` [-> ``BiasAdd``] -> ``Mul`` [-> ``Add``] of per-channel constants as
@@ -335,7 +388,7 @@ def _scale_fold(
         if bias.shape != (channels,):
             return None
     scale = _per_channel(_constant_operand(mul, running), channels, data_format)
-    if scale is None or not np.isfinite(scale).all():
+    if scale is None or not _finite(scale):
         return None
     chain.append(mul)
     add = _only_reader(mul, consumers)
@@ -355,7 +408,8 @@ def _scale_fold(
             return None
     if not _affine_member(chain[-1], conv, frames, ctx):  # (it may be fetched: kept name)
         return None
-    return _ScaleFold(conv, tuple(chain[1:]), bias, scale, shift)
+    fold = _ScaleFold(conv, tuple(chain[1:]), bias, scale, shift)
+    return fold if _finite(fold.folded_bias()) else None
 
 
 def _out_channels(conv: Node) -> int | None:
@@ -397,9 +451,7 @@ def _fold_scale(rewriter: GraphRewriter, fold: _ScaleFold) -> None:
         "Mul", [rewriter.mapped(conv.inputs[1]), const(fold.scale, "scale")], name=f"{hint}/filter"
     )
     new_conv = rewriter.copy(conv, [rewriter.mapped(conv.inputs[0]), scaled.outputs[0]])
-    bias = np.zeros_like(fold.scale) if fold.bias is None else fold.bias * fold.scale
-    if fold.shift is not None:
-        bias = bias + fold.shift
+    bias = fold.folded_bias()
     biased = rewriter.add(
         "BiasAdd",
         [new_conv.outputs[0], const(bias, "bias")],
