@@ -255,3 +255,22 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly() -> None:
     done = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
     assert done.stdout.startswith("[")
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (["devices", "--bogus"], "usage: kernloom devices [-h] [--json]"),
+        (["kernels", "--json", "--bogus", "x"], "usage: kernloom kernels [-h]"),
+        (["plugin", "new", "acme", "--bogus"], "usage: kernloom plugin new [-h]"),
+    ],
+)
+def test_an_unknown_flag_is_refused_in_its_commands_usage(
+    run: Run, argv: list[str], usage: str
+) -> None:
+    code, out, err = run(*argv)
+    assert (code, out) == (2, "")
+    assert err.startswith(usage)
+    command = usage.removeprefix("usage: ").partition(" [")[0]
+    unknown = " ".join(argv[argv.index("--bogus") :])
+    assert err.rstrip().endswith(f"{command}: error: unrecognized arguments: {unknown}")

@@ -333,3 +333,94 @@ def test_run_refuses_an_unknown_pass_before_reading_anything(
     code, out, err = invoke(capsys, "run", str(missing), "--fetch", "y", *flags)
     assert (code, out) == (2, "")
     assert err.replace("\n", " ").strip() == f"error: {message}"
+
+
+@pytest.fixture
+def saved_variable(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A saved graph y = x + v, where variable v starts as the fed n; 'init' initialises v."""
+    g = kl.Graph()
+    with g.as_default():
+        n = kl.placeholder(kl.float32, [3], name="n")
+        x = kl.placeholder(kl.float32, [3], name="x")
+        v = kl.Variable(kl.ops.identity(n), name="v")
+        kl.ops.identity(x + v.value(), name="y")
+        kl.variables_initializer()  # node 'init'
+    graph = tmp_path / "m.json"
+    g.save(graph)
+    np.save(tmp_path / "n.npy", np.array([1, 2, 3], np.float32))
+    np.save(tmp_path / "x.npy", np.array([10, 20, 30], np.float32))
+    return graph, tmp_path / "n.npy", tmp_path / "x.npy"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--fetch", "init"],
+            "--fetch init: node 'init' (op NoOp) has no outputs, so there is no value to "
+            "fetch; to run it, pass --init init instead (it runs before the fetches, in the "
+            "same session)",
+        ),
+        (
+            ["--fetch", "init", "--init", "init"],
+            "--fetch init: node 'init' (op NoOp) has no outputs, so there is no value to "
+            "fetch; --init init already runs it: drop this --fetch",
+        ),
+        (
+            ["--fetch", "y", "--fetch", "init", "--out", "OUT/all.npz"],
+            "--fetch init: node 'init' (op NoOp) has no outputs",
+        ),
+        (
+            ["--fetch", "v", "--out", "OUT/v.npy", "--init", "init"],
+            "--fetch v: 'v:0' (op VarHandleOp) is a resource handle, not a value, so --out "
+            "cannot write it; fetch a value read from it instead, such as 'v/Read:0'",
+        ),
+        (
+            ["--fetch", "y", "--fetch", "v:0", "--out", "OUT/all.npz", "--init", "init"],
+            "--fetch v:0: 'v:0' (op VarHandleOp) is a resource handle",
+        ),
+    ],
+    ids=["node", "node-and-init", "node-npz", "handle-npy", "handle-npz"],
+)
+def test_run_refuses_a_fetch_without_a_value_to_write_before_running(
+    saved_variable: tuple[Path, Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
+    graph, n, x = saved_variable
+    argv = [a.replace("OUT/", f"{tmp_path}/") for a in extra]
+    code, out, err = invoke(
+        capsys, "run", str(graph), "--feed", f"n={n}", "--feed", f"x={x}", *argv
+    )
+    assert (code, out) == (2, "")
+    assert err.replace("\n", " ").startswith(f"error: {message}")
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "n.npy", "x.npy"]
+
+
+def test_run_gives_the_init_nodes_the_feeds(
+    saved_variable: tuple[Path, Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    graph, n, x = saved_variable
+    out = tmp_path / "y.npy"
+    code, _, err = invoke(
+        capsys,
+        "run",
+        str(graph),
+        "--feed",
+        f"n={n}",
+        "--feed",
+        f"x={x}",
+        "--init",
+        "init",
+        "--fetch",
+        "y",
+        "--out",
+        str(out),
+    )
+    assert (code, err) == (0, "")
+    np.testing.assert_array_equal(np.load(out), [11.0, 22.0, 33.0])  # x + n, by hand

@@ -228,6 +228,26 @@ def test_an_unknown_device_type_is_a_usage_error_naming_what_exists(
     )
 
 
+@pytest.mark.parametrize("where", ["missing/kit.json", ".", "file.txt/kit.json"])
+def test_a_report_path_the_kit_cannot_write_is_a_usage_error_before_any_check(
+    pytester: pytest.Pytester, where: str
+) -> None:
+    _project(pytester)
+    (pytester.path / "file.txt").write_text("")
+    path = pytester.path / where
+    result = _run(pytester, "--kernloom-report", str(path))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    problem = {
+        "missing/kit.json": f"directory {path.parent} does not exist; create it, or give a "
+        "file in an existing directory",
+        ".": f"is a directory; give a file name, e.g. {path / 'kit.json'}",
+        "file.txt/kit.json": f"{path.parent} is a file, not a directory",
+    }[where]
+    assert f"ERROR: --kernloom-report {path}: {problem}" in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert "passed" not in result.stdout.str()  # refused before any check ran
+
+
 def test_without_the_option_the_kit_adds_nothing_and_imports_nothing(
     pytester: pytest.Pytester,
 ) -> None:

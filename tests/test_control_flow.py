@@ -362,6 +362,32 @@ def test_an_error_in_a_loop_body_names_node_frame_and_iteration(registry: klp.Re
         assert threading.active_count() < 50
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_kernels_bad_argument_in_a_loop_names_the_node_once(
+    registry: klp.Registry, threads: int
+) -> None:
+    """``ctx.fail``'s error names the node already: the loop frame, the iteration and the
+    device go into that name, not before a second copy of it."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        n = kl.placeholder(kl.int32, [], name="n")
+        table = kl.constant([1.0, 2.0, 3.0])
+        _, out = kl.while_loop(
+            lambda i, a: i < n,
+            lambda i, a: (i + 1, a + ops.gather_v2(table, i, 0, name="pick")),
+            [0, 0.0],
+        )
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=threads)) as s:
+        with pytest.raises(kl.InvalidArgumentError) as info:
+            s.run(out, {n: 5})  # index 3 in iteration 3
+        assert isinstance(info.value, kl.KernelArgumentError)
+        assert str(info.value) == (
+            "node 'while/pick' (op GatherV2) in frame 'while' iteration 3 on "
+            "/job:localhost/replica:0/task:0/device:CPU:0: indices[] = 3 is not in [0, 3)"
+        )
+        assert s.run(out, {n: 3}) == 6.0  # 1 + 2 + 3
+
+
 def test_a_loop_that_never_ends_stops_at_the_deadline(registry: klp.Registry) -> None:
     g = kl.Graph(registry)
     with g.as_default():

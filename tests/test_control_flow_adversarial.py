@@ -136,6 +136,47 @@ def test_fetching_a_tensor_inside_a_loop_body_is_an_error(
         assert run(sess, config, out, {n: 4}) == [4]  # the session goes on
 
 
+@pytest.mark.parametrize("config", CONFIGS)
+def test_feeding_a_tensor_inside_a_loop_is_an_error_naming_the_feed(
+    registry: klp.Registry, config: str
+) -> None:
+    """A tensor of a loop body (or of a loop nested in it) has one value per iteration; a
+    feed would stand in the root frame for all of them. The error names the feed, as the
+    fetch's does, not the frames of the internal nodes it would have met. A loop's output
+    is outside the loop: it may be fed."""
+    inside: list[kl.Tensor] = []
+    g = kl.Graph(registry)
+    with g.as_default():
+        n = kl.placeholder(kl.int32, [], name="n")
+
+        def inner(j: kl.Tensor, b: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+            inside.append(b * 3.0)
+            return j + 1, b + 1.0
+
+        def body(i: kl.Tensor, a: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+            a2 = a + 1.0
+            inside.append(a2)
+            _, b = kl.while_loop(lambda j, b: j < 2, inner, [0, a2])
+            return i + 1, b * 1.0
+
+        _, out = kl.while_loop(lambda i, a: i < n, body, [0, kl.constant(0.0)])
+        doubled = out * 2.0
+    outer, nested = inside
+    with session(g, config) as sess:
+        for tensor in (outer, nested):
+            frame = tensor.name.rpartition("/")[0]
+            with pytest.raises(
+                kl.InvalidArgumentError,
+                match=rf"^cannot feed '{tensor.name}': it is computed inside a loop \(frame "
+                rf"'{frame}'\), where it has one value per iteration.*Feed a value from "
+                r"outside the loop",
+            ):
+                run(sess, config, out, {n: 3, tensor: 5.0})
+        assert run(sess, config, doubled, {out: 7.0}) == np.float32(14.0)
+        # each iteration: a + 1, then + 1 twice (the inner loop): 3 iterations give 9
+        assert run(sess, config, out, {n: 3}) == np.float32(9.0)
+
+
 # -- random programs against a Python interpreter --------------------------------------------------
 
 MOD = 9973

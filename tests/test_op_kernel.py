@@ -58,13 +58,19 @@ def test_inputs_by_index_name_and_list() -> None:
     assert seen["values"][1] is b and seen["axis"] is axis and seen["dtype"] is kl.float32
 
 
+CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
 def test_outputs_must_be_set_once_with_the_declared_dtype() -> None:
+    """A kernel that breaks the output contract is at fault, not the caller: a plain
+    KernelError (not an InvalidArgumentError) naming the node, op, device and kernel."""
     ctx = make_context("Relu", [np.zeros(2, np.float32)], {"T": kl.float32}, lambda ctx: None)
     run_compute(ctx.kernel, ctx)
     with pytest.raises(
         kl.KernelError,
-        match=r"node 'k' \(op Relu\): kernel .*Kernel did not set output 0 \(activations\)",
-    ):
+        match=rf"^node 'k' \(op Relu\) on {CPU0}: kernel .*Kernel did not set output 0 "
+        r"\(activations\)$",
+    ) as unset:
         ctx.outputs()
 
     def twice(ctx: klp.OpKernelContext) -> None:
@@ -72,7 +78,10 @@ def test_outputs_must_be_set_once_with_the_declared_dtype() -> None:
         ctx.set_output(0, ctx.input(0))
 
     ctx = make_context("Relu", [np.zeros(2, np.float32)], {"T": kl.float32}, twice)
-    with pytest.raises(kl.KernelError, match="output 0 was set twice"):
+    with pytest.raises(
+        kl.KernelError,
+        match=rf"^node 'k' \(op Relu\) on {CPU0}: kernel .*Kernel set output 0 twice$",
+    ) as set_twice:
         run_compute(ctx.kernel, ctx)
 
     def wrong_dtype(ctx: klp.OpKernelContext) -> None:
@@ -81,9 +90,14 @@ def test_outputs_must_be_set_once_with_the_declared_dtype() -> None:
     ctx = make_context("Relu", [np.zeros(2, np.float32)], {"T": kl.float32}, wrong_dtype)
     run_compute(ctx.kernel, ctx)
     with pytest.raises(
-        kl.KernelError, match="produced output 0 with dtype float64, but the op declares float32"
-    ):
+        kl.KernelError,
+        match=rf"^node 'k' \(op Relu\) on {CPU0}: kernel .*Kernel produced output 0 with dtype "
+        r"float64, but the op declares float32$",
+    ) as wrong:
         ctx.outputs()
+    for caught in (unset, set_twice, wrong):
+        assert type(caught.value) is kl.KernelError
+        assert not isinstance(caught.value, kl.InvalidArgumentError)
 
 
 def test_a_kernel_crash_becomes_an_error_naming_the_node() -> None:

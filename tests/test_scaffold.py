@@ -90,6 +90,78 @@ def test_bad_names_and_existing_directories_are_usage_errors(
     assert "already exists and is not empty" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("where", ["file", "under-a-file"])
+def test_a_dir_that_is_or_is_under_a_file_is_a_usage_error_naming_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    directory = file if where == "file" else file / "sub"
+    problem = "is a file, not a directory" if where == "file" else f"{file} is a file, not a"
+    assert main(["plugin", "new", "acme", "--dir", str(directory)]) == 2
+    out, err = capsys.readouterr()
+    assert err.replace("\n", " ").startswith(f"error: --dir {directory}: {problem}")
+    assert "give a directory you can write" in err.replace("\n", " ")
+    assert out == "" and file.read_text() == "mine"
+
+
+def test_a_dir_that_cannot_be_created_is_a_usage_error_naming_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    directory = tmp_path / "out"
+    assert main(["plugin", "new", "acme", "--dir", str(directory)]) == 2
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert err.startswith(
+        f"error: --dir {directory}: cannot create {directory / 'acme'}: permission denied; "
+        "give a directory you can write"
+    )
+
+
+def test_a_name_taken_by_an_installed_plugin_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The numpy CPU plugin is installed wherever kernloom's tests run.
+    assert main(["plugin", "new", "cpu_numpy", "--dir", str(tmp_path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: plugin name 'cpu_numpy' clashes with what is installed:" in err
+    assert "distribution kernloom-cpu-numpy (version" in err
+    assert "import package kernloom_cpu_numpy (of distribution kernloom-cpu-numpy)" in err
+    assert (
+        "kernloom entry point 'cpu_numpy' (kernloom_cpu_numpy.plugin, of distribution "
+        "kernloom-cpu-numpy)" in err
+    )
+    assert err.endswith("pick another name")
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_name_taken_only_by_an_entry_point_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.metadata
+
+    other = importlib.metadata.EntryPoint("acme", "vendor_acme.plugin", "kernloom")
+    real = importlib.metadata.entry_points
+
+    def entry_points(**params: str) -> importlib.metadata.EntryPoints:
+        found = real(**params)
+        if params.get("group") == "kernloom":
+            return importlib.metadata.EntryPoints([*found, other])
+        return found
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    assert main(["plugin", "new", "acme", "--dir", str(tmp_path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "plugin name 'acme' clashes with what is installed: kernloom entry point 'acme' "
+        "(vendor_acme.plugin, of distribution unknown)." in err
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 REGISTRY_HOOK = """
 import kernloom
 import kernloom.plugin as klp

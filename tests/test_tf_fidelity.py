@@ -263,6 +263,38 @@ def test_mean_of_a_long_int8_vector_neither_wraps_nor_overflows(backend: str) ->
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_float16_reductions_accumulate_in_float32_a_documented_deviation(backend: str) -> None:
+    """docs/tensorflow_fidelity.md, "Documented deviations": TensorFlow 2.21's CPU kernels
+    accumulate float16 in float16 (Sum of 100 x 0.1: 9.99; AvgPool of a 2x2 window of
+    60000: inf); kernloom's in float32, rounding once. The values, worked by hand:
+    float16(0.1) is 0.0999755859375, times 100 is 9.99756, nearest float16 10.0; the window
+    averages to 60000 (a float16); 300 * 300 * float16(1/300) = 90000 * 0.0033340454 =
+    300.06, nearest float16 300.0; 4096 equal logits give 1/4096 each, whose log is
+    -8.3178, nearest float16 -8.3203125 (a float16 sum of 4096 ones stops at 2048)."""
+    registry = BACKENDS[backend]()
+    tenth, big = np.full(100, 0.1, np.float16), np.full((1, 2, 2, 1), 60000, np.float16)
+    (total,) = _run_dynamic(registry, "Sum", [tenth, np.int32(0)])
+    (product,) = _run_dynamic(
+        registry, "Prod", [np.array([300, 300, 1 / 300], np.float16), np.int32(0)]
+    )
+    (pooled,) = _run_dynamic(
+        registry,
+        "AvgPool",
+        [big],
+        {"ksize": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "padding": "VALID"},
+    )
+    logits = np.zeros((1, 4096), np.float16)
+    (probabilities,) = _run_dynamic(registry, "Softmax", [logits])
+    (logs,) = _run_dynamic(registry, "LogSoftmax", [logits])
+    assert total.dtype == np.float16 and float(total) == 10.0
+    # torch's own float16 prod multiplies in float16 on the CPU (the doc's row says so)
+    assert float(product) == (np.inf if backend == "torch" else 300.0)
+    assert pooled.ravel().tolist() == [60000.0]
+    assert set(probabilities.ravel().tolist()) == {2.0**-12}
+    assert set(logs.ravel().tolist()) == {-8.3203125}
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_where_of_a_scalar_is_refused_as_by_tensorflows_kernel(backend: str) -> None:
     with pytest.raises(kl.InvalidArgumentError, match="Where takes a tensor of rank 1 or more"):
         _run_dynamic(BACKENDS[backend](), "Where", [np.bool_(True)])

@@ -177,3 +177,103 @@ def test_infer_array_keeps_numpy_dtypes() -> None:
     assert infer_array(np.arange(3, dtype=np.int64), what="c").dtype == np.int64
     assert infer_array(np.float64(1.5), what="c").dtype == np.float64
     assert infer_array([True, False], what="c").dtype == np.bool_
+
+
+# Where a Python int rounds to infinity: float16 at 65520; float32 and float64 half an ulp
+# above their largest finite value (2**128 - 2**104, 2**1024 - 2**971) rounds to the even
+# neighbour, which is infinity. numpy takes an int into float32 through a float64, so the
+# float32 edge is tested on float(v), the float64 rounding of v.
+_FLOAT_EDGES = {"float16": 65520.0, "float32": 2.0**128 - 2.0**103}
+
+
+def _int_overflows(v: int, dtype: str) -> bool:
+    try:
+        as_double = float(v)
+    except OverflowError:  # Python rounds beyond float64's range: 2**1024 - 2**970 up
+        return True
+    return dtype != "float64" and abs(as_double) >= _FLOAT_EDGES[dtype]
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype", "shown"),
+    [
+        (2**64, kl.float16, "18446744073709551616"),
+        (-(2**64), kl.float16, "-18446744073709551616"),
+        (2**128, kl.float32, "340282366920938463463374607431768211456"),
+        (-(2**200), kl.float32, str(-(2**200))),
+        ([[1, 2], [3, 2**130]], kl.float32, str(2**130)),
+        ([1.5, -(2**1030)], kl.float64, str(-(2**1030))[:77] + "..."),
+        (2**1024, kl.float64, str(2**1024)[:77] + "..."),
+        (2**200, kl.complex64, str(2**200)),
+    ],
+    ids=[
+        "2**64-f16",
+        "-2**64-f16",
+        "2**128-f32",
+        "-2**200-f32",
+        "nested-f32",
+        "mixed-f64",
+        "2**1024-f64",
+        "2**200-c64",
+    ],
+)
+def test_a_python_int_beyond_a_float_dtype_is_an_overflow_error(
+    value: object, dtype: kl.DType, shown: str
+) -> None:
+    import re
+
+    match = rf"constant \({dtype.name}\): value {re.escape(shown)} overflows {dtype.name}"
+    with kl.Graph().as_default(), pytest.raises(kl.InvalidArgumentError, match=match):
+        kl.constant(value, dtype)
+
+
+def test_a_feed_of_a_python_int_beyond_float16_is_an_overflow_error(
+    registry: klp.Registry,
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        h = kl.placeholder(kl.float16, [None], name="h")
+    with (
+        kl.Session(g) as sess,
+        pytest.raises(
+            kl.InvalidArgumentError,
+            match=r"feed for 'h:0' .*: value 18446744073709551616 overflows float16 "
+            r"\(largest finite value 65504\)",
+        ),
+    ):
+        sess.run(h, {h: [1, 2**64]})
+
+
+def test_large_python_ints_that_fit_a_float_dtype_convert() -> None:
+    # 2**64 and 2**127 are powers of two: exact in float32 (largest finite 3.4e38).
+    out = convert_to_dtype([2**64, -(2**127), 3], kl.float32, what="feed")
+    assert out.dtype == np.float32
+    assert out.tolist() == [18446744073709551616.0, -170141183460469231731687303715884105728.0, 3.0]
+    assert convert_to_dtype([[2**1000]], kl.float64, what="feed").tolist() == [[2.0**1000]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(-(2**1100), 2**1100),
+            st.integers(2**63, 2**66),
+            st.integers(2**128 - 2**105, 2**128 + 2**105),
+            st.integers(2**1024 - 2**972, 2**1024 + 2**972),
+        ).flatmap(lambda v: st.sampled_from([v, -v])),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from(["float16", "float32", "float64"]),
+)
+def test_python_ints_convert_to_a_float_dtype_unless_one_overflows(
+    values: list[int], dtype: str
+) -> None:
+    target = kl.as_dtype(dtype)
+    if any(_int_overflows(v, dtype) for v in values):
+        with pytest.raises(kl.InvalidArgumentError, match=f"overflows {dtype}"):
+            convert_to_dtype(values, target, what="feed")
+    else:
+        out = convert_to_dtype(values, target, what="feed")
+        assert out.dtype == np.dtype(dtype)
+        assert out.tolist() == [float(np.dtype(dtype).type(float(v))) for v in values]

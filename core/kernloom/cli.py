@@ -428,8 +428,22 @@ EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a command whose reader closed the pipe."""
 
 
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The parser of the (sub)command ``args`` was parsed for: ``kernloom plugin new``'s
+    for ``kernloom plugin new ...``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(str(getattr(args, action.dest, "")))
+            if chosen is not None:
+                return _command_parser(chosen, args)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said in the usage of the command they were given to, not kernloom's
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         registry = Registry.from_entry_points(warn=False)
     except PluginError as exc:

@@ -13,7 +13,9 @@ numpy and pytest.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import keyword
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -24,12 +26,19 @@ from typing import Any
 from kernloom.cli_console import plain_console
 from kernloom.cli_flags import cli_message
 from kernloom.errors import InvalidArgumentError
-from kernloom.fileio import atomic_write_text
+from kernloom.fileio import FileError, atomic_write_text, describe_os_error
 from kernloom.framework.device_name import is_valid_device_type
+from kernloom.hooks import ENTRY_POINT_GROUP
 from kernloom.registry import Registry
 from kernloom.version import __version__
 
-__all__ = ["DEVICE_PRIORITY", "PluginSpec", "add_plugin_parser", "write_plugin"]
+__all__ = [
+    "DEVICE_PRIORITY",
+    "PluginSpec",
+    "add_plugin_parser",
+    "installed_clashes",
+    "write_plugin",
+]
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -98,17 +107,76 @@ def _files(root: Traversable, prefix: str = "") -> list[tuple[str, Traversable]]
     return found
 
 
+def installed_clashes(spec: PluginSpec) -> list[str]:
+    """What is installed under the names the plugin would take (its distribution, its
+    import package, its ``kernloom`` entry point), each described; empty when none is.
+    Installed beside it, the new plugin would shadow that one or be shadowed by it."""
+    values = spec.values()
+    clashes = []
+    try:
+        found = importlib.metadata.distribution(values["distribution"])
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    else:
+        clashes.append(f"distribution {found.metadata['Name']} (version {found.version})")
+    owners = importlib.metadata.packages_distributions().get(spec.package)
+    if owners:
+        clashes.append(
+            f"import package {spec.package} (of distribution {', '.join(sorted(set(owners)))})"
+        )
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.name == spec.name:
+            owner = entry_point.dist.name if entry_point.dist is not None else "unknown"
+            clashes.append(
+                f"{ENTRY_POINT_GROUP} entry point {spec.name!r} ({entry_point.value}, of "
+                f"distribution {owner})"
+            )
+    return clashes
+
+
+def _target_problem(directory: Path, target: Path) -> str | None:
+    """Why the project directory ``target`` in ``directory`` cannot be made, or None: a
+    file where it or a folder above it should be, or a folder above it that cannot be
+    written."""
+    for folder in [target, *target.parents]:
+        if folder.exists():
+            if not folder.is_dir():
+                return (
+                    "is a file, not a directory"
+                    if folder == directory
+                    else f"{folder} is a file, not a directory"
+                )
+            if folder != target and not os.access(folder, os.W_OK | os.X_OK):
+                return f"cannot create directories in {folder}: permission denied"
+            return None
+    return None
+
+
 def write_plugin(spec: PluginSpec, directory: Path) -> list[Path]:
     """Write the plugin project into ``directory/spec.name`` and return the files written.
 
     Refuses to write into a directory that exists and is not empty, so nothing a user
-    wrote is ever overwritten.
+    wrote is ever overwritten, and a ``directory`` where the project cannot be made
+    (``InvalidArgumentError`` naming ``--dir``).
     """
     target = directory / spec.name
+    problem = _target_problem(directory, target)
+    if problem is not None:
+        raise InvalidArgumentError(
+            f"--dir {directory}: {problem}; give a directory you can write (it is created "
+            f"if missing)"
+        )
     if target.exists() and any(target.iterdir()):
         raise InvalidArgumentError(
             f"{target} already exists and is not empty; choose another --dir or name"
         )
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"--dir {directory}: cannot create {target}: {describe_os_error(exc)}; give a "
+            f"directory you can write (it is created if missing)"
+        ) from None
     template = resources.files("kernloom") / "scaffold" / "templates"
     template = template / ("kernels" if spec.kernels_only else "device")
     values = spec.values()
@@ -125,7 +193,17 @@ def _new(registry: Registry, args: argparse.Namespace) -> int:
     console = plain_console()
     try:
         spec = PluginSpec.make(args.name, args.device_type, kernels_only=args.kernels_only)
+        clashes = installed_clashes(spec)
+        if clashes:
+            raise InvalidArgumentError(
+                f"plugin name {spec.name!r} clashes with what is installed: "
+                f"{'; '.join(clashes)}. Installed beside it, the new plugin would shadow "
+                f"it or be shadowed by it; pick another name"
+            )
         files = write_plugin(spec, Path(args.dir))
+    except FileError as exc:  # a file of the project could not be written
+        plain_console(stderr=True).print(f"error: --dir {args.dir}: {exc.message}")
+        return EXIT_USAGE
     except InvalidArgumentError as exc:
         plain_console(stderr=True).print(f"error: {cli_message(exc, {})}")
         return EXIT_USAGE

@@ -35,6 +35,7 @@ from kernloom.cli_flags import EXIT_OK, cli_message, run_command
 from kernloom.cli_onnx import is_onnx_path, load_onnx_graph
 from kernloom.cli_outputs import OutputPlan, member_of, plan_outputs, write_npy, write_npz
 from kernloom.cli_passes import add_pass_flags, disabled_passes
+from kernloom.dtypes import resource
 from kernloom.errors import (
     KernloomError,
     ResourceExhaustedError,
@@ -43,6 +44,7 @@ from kernloom.errors import (
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES, FileError, open_regular_file
 from kernloom.graph.graph import Graph
 from kernloom.graph.graph_def import load_graph
+from kernloom.graph.tensor import Tensor
 from kernloom.registry import Registry
 from kernloom.runtime.run_plan import check_feed
 from kernloom.runtime.session import Session
@@ -108,6 +110,46 @@ def _check_feed_file(graph: Graph, name: str, path: str, value: np.ndarray[Any, 
         check_feed(tensor, value)
     except KernloomError as exc:
         raise UsageError(f"--feed {name}={path}: {cli_message(exc)}") from None
+
+
+def _read_of(graph: Graph, handle: Tensor) -> str:
+    """A tensor that reads the resource ``handle`` (a ``ReadVariableOp`` of it), or words
+    saying what such a tensor would be when the graph has none."""
+    for node in graph.nodes:
+        if node.op == "ReadVariableOp" and node.inputs and node.inputs[0] is handle:
+            return repr(node.outputs[0].name)
+    return "the output of a ReadVariableOp of it"
+
+
+def _check_fetch(graph: Graph, name: str, *, init: list[str], writing: bool) -> None:
+    """Refuse, before anything runs, a fetch that has no value (a node without outputs)
+    or none that ``--out`` can write (a resource handle). Unknown names are left to the
+    session, whose error lists the names it knows."""
+    node_name = name.rpartition(":")[0] if ":" in name else name
+    if node_name not in graph:
+        return
+    node = graph.node(node_name)
+    if ":" not in name and not node.outputs:
+        fix = (
+            f"--init {name} already runs it: drop this --fetch"
+            if name in init
+            else f"to run it, pass --init {name} instead (it runs before the fetches, in "
+            "the same session)"
+        )
+        raise UsageError(
+            f"--fetch {name}: node {name!r} (op {node.op}) has no outputs, so there is no "
+            f"value to fetch; {fix}"
+        )
+    try:
+        tensor = graph.tensor(name)
+    except KernloomError:
+        return
+    if writing and tensor.dtype is resource:
+        raise UsageError(
+            f"--fetch {name}: {tensor.name!r} (op {node.op}) is a resource handle, not a "
+            f"value, so --out cannot write it; fetch a value read from it instead, such "
+            f"as {_read_of(graph, tensor)}"
+        )
 
 
 def _memory_limits(registry: Registry, pairs: list[str]) -> dict[str, int]:
@@ -194,6 +236,8 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
             max_bytes=args.max_input_size,
             limit_hint=_LIMIT_HINT,
         )
+    for name in fetches:
+        _check_fetch(graph, name, init=args.init, writing=bool(args.out))
     feeds = {
         name.removesuffix(":0"): _load_array(name.removesuffix(":0"), path, args.max_input_size)
         for name, path in feed_files.items()
@@ -203,8 +247,9 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
     with Session(graph, _config(args, labels, memory_limit, disabled)) as session:
         if args.explain:
             console.print(session.explain(fetches, feeds or None))
-        for node in args.init:  # e.g. the variables' initializer, in this same session
-            session.run([], options=RunOptions(timeout_s=args.timeout), targets=[node])
+        for node in args.init:  # e.g. the variables' initializer, in this same session,
+            # with the feeds: an initial value may be computed from a fed placeholder
+            session.run([], feeds or None, RunOptions(timeout_s=args.timeout), targets=[node])
         metadata = RunMetadata()
         options = RunOptions(trace=args.trace is not None, timeout_s=args.timeout)
         started = time.perf_counter()
@@ -284,8 +329,8 @@ def add_run_parser(sub: Any) -> None:
         action="append",
         default=[],
         metavar="NODE",
-        help="run this node first, in the same session: the graph's variables initializer, "
-        "e.g. init (repeatable, in order)",
+        help="run this node first, in the same session and with the feeds: the graph's "
+        "variables initializer, e.g. init (repeatable, in order)",
     )
     run.add_argument(
         "--memory-limit",

@@ -76,11 +76,14 @@ _NUMBER_TYPES: Final = (bool, int, float, complex, np.number, np.bool_)
 """Numbers as an object array holds them (Python's, or numpy's scalars); not str, None."""
 
 
-def _numbers_from_objects(array: Array, target: np.dtype[Any]) -> Array:
+def _numbers_from_objects(
+    array: Array, target: np.dtype[Any], what: str, dtype: DType, given: Setting
+) -> Array:
     """An object array of Python numbers (``np.array([1, 2], dtype=object)``, or numpy's
     array of a list holding an int beyond 64 bits) as the numbers it holds, for the checks
     that follow: as numpy reads the same list, or for a floating target taken in that type
-    directly (``2**70`` is a float64; TensorFlow feeds it). Anything else (strings, None,
+    directly (``2**70`` is a float64; TensorFlow feeds it), where an int beyond the
+    target's range is an overflow error like a float's. Anything else (strings, None,
     other objects) comes back as it is, for the caller's error that names it."""
     if not all(isinstance(item, _NUMBER_TYPES) for item in array.reshape(-1).tolist()):
         return array
@@ -92,9 +95,32 @@ def _numbers_from_objects(array: Array, target: np.dtype[Any]) -> Array:
     if plain.dtype.kind != "O" or target.kind not in "fc":
         return plain if plain.dtype.kind != "O" else array
     try:
-        return np.asarray(items, dtype=target)
-    except (TypeError, ValueError, OverflowError):
+        with np.errstate(over="ignore"):
+            converted = np.asarray(items, dtype=target)
+    except OverflowError:  # an int beyond float64's range
+        converted = None
+    except (TypeError, ValueError):
         return array
+    if converted is None or np.isinf(converted).any():
+        _check_ints_fit(array, target, what, dtype, given)
+    return array if converted is None else converted
+
+
+def _check_ints_fit(
+    array: Array, target: np.dtype[Any], what: str, dtype: DType, given: Setting
+) -> None:
+    """No Python int of the object array ``array`` is beyond floating ``target``'s range
+    (numpy makes it infinite, or cannot convert it at all beyond float64's)."""
+    for item in array.reshape(-1).tolist():
+        if not isinstance(item, int) or isinstance(item, bool):
+            continue
+        try:
+            with np.errstate(over="ignore"):
+                fits = bool(np.isfinite(np.asarray(item, dtype=target)))
+        except OverflowError:
+            fits = False
+        if not fits:
+            raise _overflow_error(item, what, dtype, given)
 
 
 def _first(array: Array, bad: Array) -> object:
@@ -196,13 +222,20 @@ def _check_no_overflow(
     with np.errstate(invalid="ignore"):
         overflowed = np.isinf(converted) & np.isfinite(array)
     if overflowed.any():
-        raise _error(
-            f"{what}: value {_show(_first(array, overflowed))} overflows {target.name} "
-            f"(largest finite value {float(np.finfo(target.numpy_dtype).max):.6g}).",
-            "Scale the values into that range and give them as {given}, or use a wider "
-            "dtype for the tensor.",
-            given,
-        )
+        raise _overflow_error(_first(array, overflowed), what, target, given)
+
+
+def _overflow_error(
+    value: object, what: str, target: DType, given: Setting
+) -> InvalidArgumentError:
+    """The error for a finite ``value`` beyond floating ``target``'s range."""
+    return _error(
+        f"{what}: value {_show(value)} overflows {target.name} "
+        f"(largest finite value {float(np.finfo(target.numpy_dtype).max):.6g}).",
+        "Scale the values into that range and give them as {given}, or use a wider "
+        "dtype for the tensor.",
+        given,
+    )
 
 
 def convert_to_dtype(
@@ -235,7 +268,7 @@ def convert_to_dtype(
         )
     array = _source_array(value, what, given)
     if array.dtype.kind == "O":
-        array = _numbers_from_objects(array, target)
+        array = _numbers_from_objects(array, target, what, dtype, given)
     kind = array.dtype.kind
     if kind not in _NUMERIC_KINDS:
         raise _non_numeric(array, what, dtype.name, given)

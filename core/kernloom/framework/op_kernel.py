@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Final, Protocol
 import numpy as np
 
 from kernloom.dtypes import DType, as_dtype
-from kernloom.errors import CancelledError, KernelArgumentError, short_repr
+from kernloom.errors import CancelledError, KernelArgumentError, KernelError, short_repr
 from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import Device
 from kernloom.framework.kernel_def import KernelDef
@@ -502,7 +502,7 @@ class OpKernelContext:
     def allocate_output(self, key: int | str, shape: object) -> Any:
         index = key if type(key) is int else self._index(key, True)
         if self._outputs[index] is not _UNSET:
-            raise self.fail(f"output {index} was set twice")
+            raise self._kernel_fault(f"{self._blame()} set output {index} twice")
         buffer = self._allocate_for(index, shape, self.signature.output_dtypes[index])
         self._outputs[index] = buffer
         return buffer
@@ -513,7 +513,7 @@ class OpKernelContext:
     def set_output(self, key: int | str, value: Any) -> None:
         index = self._index(key, True)
         if self._outputs[index] is not _UNSET:
-            raise self.fail(f"output {index} was set twice")
+            raise self._kernel_fault(f"{self._blame()} set output {index} twice")
         self._outputs[index] = value
 
     def set_output_dead(self, key: int | str) -> None:
@@ -547,7 +547,7 @@ class OpKernelContext:
                 if out is None:
                     continue
                 if self._outputs[index] is not _UNSET:
-                    raise self.fail(f"output {index} was set twice")
+                    raise self._kernel_fault(f"{self._blame()} set output {index} twice")
                 self._outputs[index] = out
                 self.forwarded = (*self.forwarded, (candidate, index))
                 return out
@@ -569,20 +569,22 @@ class OpKernelContext:
         device = self.device
         for index, value in enumerate(self._outputs):
             if value is _UNSET:
-                raise self.fail(f"{self._blame()} did not set output {self._output_name(index)}")
+                raise self._kernel_fault(
+                    f"{self._blame()} did not set output {self._output_name(index)}"
+                )
             if value is DEAD:
                 continue
             expected = self.signature.output_dtypes[index]
             actual = device.output_dtype(value)
             if actual is None:
-                raise self.fail(
+                raise self._kernel_fault(
                     f"{self._blame()} produced output {self._output_name(index)} as a "
                     f"{type(value).__name__} ({short_repr(value)}), not an array of "
                     f"{device.name} or a host array; the kernel must set a {expected.name} array "
                     f"(ctx.allocate_output or ctx.set_output with the device's array type)"
                 )
             if actual is not expected:
-                raise self.fail(
+                raise self._kernel_fault(
                     f"{self._blame()} produced output {index} with dtype {actual.name}, but "
                     f"the op declares {expected.name}"
                 )
@@ -591,6 +593,12 @@ class OpKernelContext:
     def _output_name(self, index: int) -> str:
         names = [n for n, (s, e) in self.signature.output_ranges.items() if s <= index < e]
         return f"{index} ({names[0] if names else '?'})"
+
+    def _kernel_fault(self, message: str) -> KernelError:
+        """The error for a kernel that broke its contract (an output unset, set twice, or
+        not an array of the declared dtype): a plain ``KernelError``, the plugin's fault and
+        not the caller's bad argument, naming the node, op and device."""
+        return KernelError(f"{self.signature.where} on {self.device.name}: {message}")
 
     def _blame(self) -> str:
         """The kernel and where it came from: its class and registering plugin."""

@@ -283,10 +283,28 @@ def node_error(
     # A bad argument stays one (``except kl.InvalidArgumentError``) when a loop frame is
     # added to its message; anything else the kernel raised is a crash of its code.
     kind = KernelArgumentError if isinstance(exc, InvalidArgumentError) else KernelError
-    error = kind(
-        f"{item.where}{where} on {device.name} failed in kernel "
-        f"{type(item.kernel).__qualname__}: {type(exc).__name__}: {text}",
-        hint=hint,
-    )
+    named = _named_by(item, exc, text)
+    if named is not None:
+        # The error names the node already (``ctx.fail``, a broken output contract): the
+        # loop frame and the device go into that name, which is not said twice.
+        rest = text[len(named) :].removeprefix(f" on {device.name}")
+        error = kind(f"{named}{where} on {device.name}{rest}", hint=hint)
+    else:
+        error = kind(
+            f"{item.where}{where} on {device.name} failed in kernel "
+            f"{type(item.kernel).__qualname__}: {type(exc).__name__}: {text}",
+            hint=hint,
+        )
     error.__cause__ = exc
     return error
+
+
+def _named_by(item: NodeItem, exc: BaseException, text: str) -> str | None:
+    """How a kernel error's ``text`` names ``item``'s node at its start (``node 'x' (op
+    X)``, or with the nodes the optimizer fused it from), or None if it does not."""
+    if not isinstance(exc, KernelError):
+        return None
+    for named in (item.where, item.kernel.signature.where):
+        if text.startswith(named):
+            return named
+    return None

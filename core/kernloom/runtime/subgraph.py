@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kernloom.errors import Hint, InvalidArgumentError, Setting
 from kernloom.framework.node_def import KERNEL_LABEL_ATTR
-from kernloom.graph.graph import COLOCATION_ATTR, Graph, Node, with_stand_ins
+from kernloom.graph.graph import BACK_EDGE_OPS, COLOCATION_ATTR, Graph, Node, with_stand_ins
 from kernloom.graph.tensor import Tensor
 
 __all__ = ["StepGraph", "build_step_graph"]
@@ -52,6 +52,45 @@ def _needed(
     return needed
 
 
+def _loop_frame(tensor: Tensor) -> str | None:
+    """The innermost loop frame ``tensor`` is computed in, or None in the root frame.
+
+    A node runs in the frame of its first input (data, else control; a back edge is no
+    input here), as ``ControlFlowInfo`` works it out for the whole step; an ``Enter``'s
+    outputs are in the frame it names, an ``Exit``'s in the frame around its own. Only
+    the chain of first inputs is walked: nothing for a placeholder. A malformed chain
+    (a cycle) gives None, for ``ControlFlowInfo`` to report."""
+    chain: list[Node] = []
+    seen: set[str] = set()
+    node: Node | None = tensor.node
+    while node is not None and node.name not in seen:
+        seen.add(node.name)
+        chain.append(node)
+        sources = [t.node for t in node.inputs] + list(node.control_inputs)
+        node = next((s for s in sources if s.op not in BACK_EDGE_OPS), None)
+    if node is not None:
+        return None
+    frames: list[str] = []  # the frames the node at hand's outputs are in, outermost first
+    for node in reversed(chain):
+        if node.op == "Enter":
+            frames.append(str(node.attrs["frame_name"]))
+        elif node.op == "Exit" and frames:
+            frames.pop()
+    return frames[-1] if frames else None
+
+
+def _refuse_feeds_inside_loops(graph: Graph, feeds: Sequence[str]) -> None:
+    for name in feeds:
+        frame = _loop_frame(graph.tensor(name))
+        if frame is not None:
+            raise InvalidArgumentError(
+                f"cannot feed {name!r}: it is computed inside a loop (frame {frame!r}), where "
+                f"it has one value per iteration, not one for the run. Feed a value from "
+                f"outside the loop instead (a placeholder the loop starts from or its body "
+                f"reads), or compute the value inside the body from its loop variables."
+            )
+
+
 def _unfed_placeholder_error(node: Node, fetches: Sequence[str], targets: Sequence[str]) -> str:
     wanted = ", ".join(repr(n) for n in [*fetches, *targets])
     shape = node.outputs[0].shape
@@ -83,6 +122,7 @@ def build_step_graph(
     kernel_labels: Mapping[str, str] | None = None,
 ) -> StepGraph:
     fed = set(feeds)
+    _refuse_feeds_inside_loops(graph, feeds)
     needed = _needed(graph, fed, fetches, targets)
     step = graph.derived()
     step.reserve_names([n.name for n in graph.nodes])

@@ -27,12 +27,15 @@ pytest loads this module through the ``kernloom_pytest`` entry point only when
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import kernloom_pytest
 from kernloom.errors import KernloomError
+from kernloom.fileio import parent_problem
 from kernloom.registry import Registry
 from kernloom.testing.conformance.items import KitCollector, KitItem
 from kernloom.testing.conformance.plan import KitPlan
@@ -53,7 +56,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     device_type = config.getoption("kernloom_device", None)
     if device_type and not config.pluginmanager.has_plugin(KitSession.NAME):
+        _check_report_path(config.getoption("kernloom_report", None))
         config.pluginmanager.register(KitSession(config, device_type), KitSession.NAME)
+
+
+def _check_report_path(path: str | None) -> None:
+    """Refuse a ``--kernloom-report`` the kit could not write before any check runs, not
+    after all of them: a directory, a file in a missing directory, an unwritable one."""
+    if not path:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise pytest.UsageError(
+            f"--kernloom-report {path}: is a directory; give a file name, e.g. "
+            f"{target / 'kit.json'}"
+        )
+    problem = parent_problem(target)
+    if problem is not None:
+        raise pytest.UsageError(
+            f"--kernloom-report {path}: {problem}; create it, or give a file in an existing "
+            f"directory"
+        )
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise pytest.UsageError(
+            f"--kernloom-report {path}: cannot create files in {target.parent}: permission "
+            f"denied; give a file in a directory you can write"
+        )
 
 
 def _registry(config: pytest.Config, device_type: str) -> Registry:
