@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_executor.py          # about 20 s
     .venv/bin/python benchmarks/bench_executor.py ops      # other elementwise ops, ~30 s
     .venv/bin/python benchmarks/bench_executor.py fanout   # fan-out and one-node steps, ~40 s
+    .venv/bin/python benchmarks/bench_executor.py threads  # one vs two inter-op threads, ~30 s
 
 ``bench_optimizer.py chain`` and ``bench_loop.py`` time wall-clock; on the shared 2-core
 machine, where other sessions' test suites take the cores away, their numbers move by 2x
@@ -32,6 +33,13 @@ timed the same way in the same run.
   off and on, against the same numpy expressions in a loop; and one step of one node
   (``tanh`` of a fed float32[16]) through ``make_callable``, wall-clock median, against
   ``np.tanh`` and, where installed, an ONNX Runtime session of one Tanh.
+- threads: the same graphs in sessions of one and of two inter-op threads (the default
+  here, one per core), wall-clock (the pool's threads work too), best of 7 runs after
+  warm-up runs (which is when measured kernel costs settle, ``kernel_costs``): loops of
+  one, two and three variables (``i + 1``; ``(i + 1, s + 1.0)``; ``(i + 1, s + 1.0, t *
+  1.5)``), 2000 iterations, µs an iteration; two small branches ``tanh(exp(x)) +
+  sin(cos(x))`` on float32[16], µs a step; and two chains of 4 768x768 MatMul+Tanh
+  (intra-op threads 1), ms a step, where the second thread should halve the time.
 """
 
 from __future__ import annotations
@@ -317,9 +325,78 @@ def fanout() -> int:
     return 0
 
 
+def _wall_best(fn: Callable[[], Any], repeats: int = 7, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _thread_graphs() -> list[tuple[str, kl.Graph, Any, dict[Any, Any], float, str]]:
+    """(label, graph, fetch, feed, what one run's seconds are multiplied by, unit) for
+    ``threads``."""
+    graphs: list[tuple[str, kl.Graph, Any, dict[Any, Any], float, str]] = []
+    bodies: dict[str, tuple[Callable[..., Any], list[Any]]] = {
+        "while_loop i + 1": (lambda i: (i + 1,), [0]),
+        "while_loop (i + 1, s + 1.0)": (lambda i, s: (i + 1, s + 1.0), [0, 0.0]),
+        "while_loop (i + 1, s + 1, t * 1.5)": (
+            lambda i, s, t: (i + 1, s + 1.0, t * 1.5),
+            [0, 0.0, 1.0],
+        ),
+    }
+    for label, (body, start) in bodies.items():
+        g = kl.Graph()
+        with g.as_default():
+            n = kl.placeholder(kl.int32, [], name="n")
+            out = kl.while_loop(lambda i, *rest, n=n: i < n, body, start)
+        graphs.append((label, g, out, {n: ITERATIONS}, 1e6 / ITERATIONS, "us/iteration"))
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [16], name="x")
+        y = kl.ops.add(kl.ops.tanh(kl.ops.exp(x)), kl.ops.sin(kl.ops.cos(x)))
+    xv = np.linspace(-1, 1, 16, dtype=np.float32)
+    graphs.append(("tanh(exp(x)) + sin(cos(x)), [16]", g, y, {x: xv}, 1e6, "us/step"))
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((768, 768)) / np.sqrt(768)).astype(np.float32)
+    g = kl.Graph()
+    with g.as_default():
+        wp = kl.placeholder(kl.float32, [768, 768], name="w")
+        chains = []
+        for _ in range(2):
+            h = wp
+            for _ in range(4):
+                h = kl.ops.tanh(kl.ops.mat_mul(h, wp))
+            chains.append(h)
+        out2 = kl.ops.add(*chains)
+    graphs.append(("2 chains of 4 768x768 MatMul+Tanh", g, out2, {wp: w}, 1e3, "ms/step"))
+    return graphs
+
+
+def threads() -> int:
+    print(f"one and two inter-op threads, wall-clock best of 7 (python {sys.version.split()[0]})")
+    for label, g, fetch, feed, scale, unit in _thread_graphs():
+        times = []
+        for count in (1, 2):
+            config = kl.SessionConfig(inter_op_threads=count, intra_op_threads=1)
+            with kl.Session(g, config) as sess:
+                run = functools.partial(sess.run, fetch, feed)
+                times.append(_wall_best(run) * scale)
+        print(
+            f"{label:36s} 1 thread {times[0]:8.2f} {unit}; 2 threads {times[1]:8.2f} "
+            f"-> {times[0] / times[1]:5.2f}x"
+        )
+    return 0
+
+
 def main() -> int:
     if sys.argv[1:] == ["ops"]:
         return ops()
+    if sys.argv[1:] == ["threads"]:
+        return threads()
     if sys.argv[1:] == ["fanout"]:
         return fanout()
     print(f"executor, thread CPU time, best of runs (python {sys.version.split()[0]})")

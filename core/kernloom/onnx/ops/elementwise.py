@@ -6,6 +6,7 @@ map one to one. Opsets before 7 (the ``broadcast`` attribute) are not converted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from functools import reduce
 
@@ -144,7 +145,6 @@ _unary("Tanh", 6, ops.tanh)
 _unary("Exp", 6, ops.exp)
 _unary("Log", 6, ops.log)
 _unary("Sqrt", 6, ops.sqrt)
-_unary("Abs", 6, ops.abs)
 _unary("Neg", 6, ops.neg)
 _unary("Floor", 6, ops.floor)
 _unary("Ceil", 6, ops.ceil)
@@ -161,10 +161,35 @@ _unary("Cosh", 9, ops.cosh)
 _unary("Asinh", 9, ops.asinh)
 _unary("Acosh", 9, ops.acosh)
 _unary("Atanh", 9, ops.atanh)
-# Det: [..., M, M] -> [...], the same batched determinant as TensorFlow's MatrixDeterminant
-# (float16, which ONNX allows, has no kernel there or here).
-_unary("Det", 11, ops.matrix_determinant)
-_unary("Sign", 9, ops.sign)
+
+
+@converter("Abs", 6)
+def _abs(node: OnnxNode, ctx: ConversionContext) -> Result:
+    # TensorFlow's Abs takes no unsigned integers, which are their own absolute value.
+    x = ctx.input(0)
+    return [ops.identity(x) if x.dtype.is_unsigned else ops.abs(x)]
+
+
+@converter("Sign", 9)
+def _sign(node: OnnxNode, ctx: ConversionContext) -> Result:
+    # TensorFlow's Sign takes no unsigned integers: their sign is 1 above 0, else 0.
+    x = ctx.input(0)
+    if x.dtype.is_unsigned:
+        return [ops.cast(ops.greater(x, ctx.const_like(0, x)), DstT=x.dtype)]
+    return [ops.sign(x)]
+
+
+@converter("Det", 11)
+def _det(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """[..., M, M] -> [...], the same batched determinant as TensorFlow's
+    MatrixDeterminant; float16, which ONNX allows and it has no kernel for, is computed in
+    float32 and rounded once."""
+    x = ctx.input(0)
+    if x.dtype == d.float16:
+        return [ops.cast(ops.matrix_determinant(ops.cast(x, DstT=d.float32)), DstT=d.float16)]
+    return [ops.matrix_determinant(x)]
+
+
 _unary("Round", 11, ops.round)
 _unary("Not", 1, ops.logical_not)
 _unary("Softsign", 1, ops.softsign)
@@ -367,11 +392,47 @@ def _gelu(node: OnnxNode, ctx: ConversionContext) -> Result:
 
 @converter("Shrink", 9, attrs=("bias", "lambd"))
 def _shrink(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """x + bias where x < -lambd, else x - bias where x > lambd, else 0 (the first test
+    wins where lambd < 0, as in onnxruntime and onnx's reference). Integers compare with
+    the integer bounds those tests amount to and are shifted in their own type (wrapping,
+    as onnxruntime's casts do), or in float64 and truncated back where bias is not whole;
+    unsigned ones never go below a bound under 0."""
     x = ctx.input(0)
-    bias = ctx.const_like(float(node.attr("bias", 0.0)), x)
-    lambd = ctx.const_like(float(node.attr("lambd", 0.5)), x)
-    low = ops.select_v2(ops.less(x, ops.neg(lambd)), ops.add_v2(x, bias), ops.zeros_like(x))
-    return [ops.select_v2(ops.greater(x, lambd), ops.sub(x, bias), low)]
+    bias = float(node.attr("bias", 0.0))
+    limit = float(node.attr("lambd", 0.5))
+    low, high = (math.ceil(-limit), math.floor(limit)) if x.dtype.is_integer else (-limit, limit)
+    zero = ops.zeros_like(x)
+    above = _beyond(ctx, x, high, ops.greater)
+    y = zero if above is False else _shifted(ctx, x, -bias)
+    if isinstance(above, Tensor):
+        y = ops.select_v2(above, y, zero)
+    below = _beyond(ctx, x, low, ops.less)
+    if below is False:
+        return [y]
+    return [ops.select_v2(below, _shifted(ctx, x, bias), y)]
+
+
+def _beyond(
+    ctx: ConversionContext, x: Tensor, bound: float, compare: Callable[[Tensor, Tensor], Tensor]
+) -> Tensor | bool:
+    """compare(x, bound); for unsigned x, where bound < 0 (which their dtype cannot hold),
+    True for ``greater`` and False for ``less`` (every element)."""
+    if x.dtype.is_unsigned and bound < 0:
+        return compare is ops.greater
+    return compare(x, ctx.const_like(bound, x))
+
+
+def _shifted(ctx: ConversionContext, x: Tensor, amount: float) -> Tensor:
+    """x + amount in x's dtype (integers: truncated toward 0 where amount is not whole)."""
+    if amount == 0:
+        return x
+    if not x.dtype.is_integer:
+        return ops.add_v2(x, ctx.const_like(amount, x))
+    if amount.is_integer():
+        step = ctx.const_like(abs(int(amount)), x)
+        return ops.add_v2(x, step) if amount > 0 else ops.sub(x, step)
+    wide = ops.add_v2(ops.cast(x, DstT=d.float64), ctx.const(np.float64(amount)))
+    return ops.cast(wide, DstT=x.dtype)
 
 
 @converter("Swish", 24, attrs=("alpha",))

@@ -32,6 +32,7 @@ from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._registry import converter
 from kernloom.onnx.ops._helpers import axis_of, flatten2d, ints, rank_of, shape_of, static_dims
 from kernloom.onnx.ops.detection import max_pool_indices
+from kernloom.shapes import TensorShape
 
 Result = Sequence[Tensor | None]
 
@@ -509,25 +510,78 @@ def _rearrange(node: OnnxNode, ctx: ConversionContext, to_depth: bool) -> Result
         raise node.fail("only rank-4 (NCHW) inputs are supported")
     block = int(node.attr("blocksize"))
     mode = str(node.attr("mode", "DCR"))
-    if to_depth and mode == "CRD":
-        dims = static_dims(x)
-        if dims is None:
-            raise node.fail("mode=CRD needs the input's shape at import time")
-        n, c, h, w = dims
-        y = ops.reshape(x, ctx.int64s([n, c, h // block, block, w // block, block]))
-        y = ops.transpose(y, ctx.int32s([0, 1, 3, 5, 2, 4]))
-        return [ops.reshape(y, ctx.int64s([n, c * block * block, h // block, w // block]))]
-    if not to_depth and mode == "CRD":
-        dims = static_dims(x)
-        if dims is None:
-            raise node.fail("mode=CRD needs the input's shape at import time")
-        n, c, h, w = dims
-        y = ops.reshape(x, ctx.int64s([n, c // (block * block), block, block, h, w]))
-        y = ops.transpose(y, ctx.int32s([0, 1, 4, 2, 5, 3]))
-        return [ops.reshape(y, ctx.int64s([n, c // (block * block), h * block, w * block]))]
+    if mode == "CRD":
+        return [_rearrange_crd(node, ctx, x, block, to_depth)]
     nhwc = ops.transpose(x, ctx.int32s([0, 2, 3, 1]))
     fn = ops.space_to_depth if to_depth else ops.depth_to_space
     return [ops.transpose(fn(nhwc, block_size=block), ctx.int32s([0, 3, 1, 2]))]
+
+
+Dim = int | Tensor
+"""A dimension known at import time, or a run-time [1] int64 vector (``_dims``)."""
+
+
+def _rearrange_crd(
+    node: OnnxNode, ctx: ConversionContext, x: Tensor, block: int, to_depth: bool
+) -> Tensor:
+    """mode=CRD (channel, row, column: the channels of a block adjacent) as Reshape,
+    Transpose, Reshape. The batch is -1 in the shapes; a channel or spatial size not
+    known at import time comes from x's shape at run time."""
+    _, c, h, w = _dims(ctx, x)
+    area = block * block
+    if to_depth:
+        for name, size in (("height", h), ("width", w)):
+            if isinstance(size, int) and size % block:
+                raise node.fail(f"the input's {name} {size} is not a multiple of {block}")
+        hb, wb = _scaled(ctx, h, 1, block), _scaled(ctx, w, 1, block)
+        split: list[Dim] = [-1, c, hb, block, wb, block]
+        perm = [0, 1, 3, 5, 2, 4]
+        joined: list[Dim] = [-1, _scaled(ctx, c, area, 1), hb, wb]
+    else:
+        if isinstance(c, int) and c % area:
+            raise node.fail(f"the input's {c} channels are not a multiple of {block}**2")
+        cb = _scaled(ctx, c, 1, area)
+        split = [-1, cb, block, block, h, w]
+        perm = [0, 1, 4, 2, 5, 3]
+        joined = [-1, cb, _scaled(ctx, h, block, 1), _scaled(ctx, w, block, 1)]
+    y = ops.reshape(x, _shape_vector(ctx, split))
+    y = ops.reshape(ops.transpose(y, ctx.int32s(perm)), _shape_vector(ctx, joined))
+    batch = x.shape.as_list()[0]
+    _known_shape(y, [batch, *(v if isinstance(v, int) else None for v in joined[1:])])
+    return y
+
+
+def _dims(ctx: ConversionContext, x: Tensor) -> list[Dim]:
+    """x's dimensions: ints where known at import time, else [1] slices of its Shape."""
+    shape: Tensor | None = None
+    dims: list[Dim] = []
+    for axis, size in enumerate(x.shape.as_list()):
+        if size is not None:
+            dims.append(size)
+            continue
+        if shape is None:
+            shape = ops.shape(x, out_type=d.int64)
+        dims.append(
+            ops.strided_slice(shape, ctx.int64s([axis]), ctx.int64s([axis + 1]), ctx.int64s([1]))
+        )
+    return dims
+
+
+def _scaled(ctx: ConversionContext, size: Dim, times: int, over: int) -> Dim:
+    """size * times // over, at import time where size is known."""
+    if isinstance(size, int):
+        return size * times // over
+    if times != 1:
+        size = ops.mul(size, ctx.int64s([times]))
+    return ops.floor_div(size, ctx.int64s([over])) if over != 1 else size
+
+
+def _shape_vector(ctx: ConversionContext, dims: Sequence[Dim]) -> Tensor:
+    """An int64 shape vector of ``dims``: a constant where all are known."""
+    if all(isinstance(v, int) for v in dims):
+        return ctx.int64s([int(v) for v in dims if isinstance(v, int)])
+    parts = [ctx.int64s([v]) if isinstance(v, int) else v for v in dims]
+    return ops.concat_v2(parts, _i32(0))
 
 
 converter("SpaceToDepth", 1, attrs=("blocksize", "mode"))(
@@ -574,9 +628,14 @@ def _transpose_pads(
     strides: Sequence[int],
     dilations: Sequence[int],
     output_padding: Sequence[int],
+    *,
+    unit_h: bool = False,
 ) -> tuple[list[int], list[int], list[int]]:
-    """(pads at the start, at the end, output sizes) of a transposed convolution."""
+    """(pads at the start, at the end, output sizes) of a transposed convolution.
+    ``unit_h``: a 1-D one, run with a unit H axis first, which its ``pads`` and
+    ``output_shape`` do not list."""
     n = len(kernel)
+    lead = int(unit_h)
     effective = [(k - 1) * dl + 1 for k, dl in zip(kernel, dilations, strict=True)]
     full = [
         s * (i - 1) + op + e
@@ -586,7 +645,7 @@ def _transpose_pads(
     output_shape = node.attr("output_shape")
     if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         wanted = (
-            ints(output_shape)[-n:]
+            [1] * lead + ints(output_shape)[-(n - lead) :]
             if output_shape is not None
             else [i * s for i, s in zip(in_dims, strides, strict=True)]
         )
@@ -599,8 +658,10 @@ def _transpose_pads(
         return begin, end, list(wanted)
     if auto_pad == "VALID":
         return [0] * n, [0] * n, full
-    pads = ints(node.attr("pads", [0] * (2 * n)))
-    begin, end = pads[:n], pads[n:]
+    pads = ints(node.attr("pads", [0] * (2 * (n - lead))))
+    if len(pads) != 2 * (n - lead):
+        raise node.fail(f"pads has {len(pads)} values; {2 * (n - lead)} expected")
+    begin, end = [0] * lead + pads[: n - lead], [0] * lead + pads[n - lead :]
     sizes = [f - b - e for f, b, e in zip(full, begin, end, strict=True)]
     return begin, end, sizes
 
@@ -609,7 +670,9 @@ def _transpose_pads(
 def _conv_transpose(node: OnnxNode, ctx: ConversionContext) -> Result:
     """The gradient of a convolution with respect to its input (Conv2DBackpropInput, or
     Conv3DBackpropInputV2 for 3-D inputs); groups run one by one and are concatenated
-    along the channels."""
+    along the channels. 1-D and 2-D: the weight's shape must be known at import time, the
+    input's batch, channels and spatial sizes may be known at run time only (the output's
+    sizes are then computed there)."""
     x, w = ctx.input(0), ctx.input(1)
     bias = ctx.optional(2)
     groups = int(node.attr("group", 1))
@@ -618,9 +681,8 @@ def _conv_transpose(node: OnnxNode, ctx: ConversionContext) -> Result:
         return [_conv_transpose3d(node, ctx, x4, w, bias, groups)]
     w_static = ctx.static_input(1)
     w_dims = static_dims(w)
-    x_dims = static_dims(x4)
-    if w_dims is None or x_dims is None:
-        raise node.fail("the input's and the weight's shapes must be known at import time")
+    if w_dims is None:
+        raise node.fail(f"the weight's shape must be known at import time, got {w.shape}")
     w4 = w if len(w_dims) == 4 else ops.expand_dims(w, _i32(2))
     kernel = w_dims[2:] if len(w_dims) == 4 else [1, w_dims[2]]
     if w_static is not None:
@@ -634,21 +696,56 @@ def _conv_transpose(node: OnnxNode, ctx: ConversionContext) -> Result:
     output_padding = ints(node.attr("output_padding", [0] * spatial))
     if squeezed:
         strides, dilations, output_padding = [1, *strides], [1, *dilations], [0, *output_padding]
-    begin, end, sizes = _transpose_pads(
-        node, x_dims[2:], kernel, strides, dilations, output_padding
-    )
+    x_dims = x4.shape.as_list()
+    channels, out_channels = w_dims[0], w_dims[1]
+    if x_dims[1] is not None and x_dims[1] != channels:
+        raise node.fail(
+            f"the input has {x_dims[1]} channels, but the weight (shape {w_dims}) takes {channels}"
+        )
+    if channels % groups:
+        raise node.fail(f"group={groups} does not divide the {channels} input channels")
+    in_hw = x_dims[2:]
+    known_hw = None if None in in_hw else [int(v) for v in in_hw if v is not None]
+    window = (kernel, strides, dilations, output_padding)
+    wanted: list[int] | None = None
+    if known_hw is not None:
+        begin, end, _ = _transpose_pads(node, known_hw, *window, unit_h=squeezed)
+    elif node.attr("output_shape") is None:
+        # Explicit pads, VALID and SAME (an output of input * stride, a total padding of
+        # output_padding + (kernel - 1) * dilation + 1 - stride) do not depend on the
+        # input's sizes: any size gives them.
+        begin, end, _ = _transpose_pads(node, [1, 1], *window, unit_h=squeezed)
+    else:
+        # output_shape: pads that depend on the input's sizes, applied at run time after a
+        # transposed convolution without any.
+        begin, end = [0, 0], [0, 0]
+        wanted = _transpose_pads(node, [1, 1], *window, unit_h=squeezed)[2]
     # An output larger than the full transposed convolution: zeros around it.
     grow = [[max(-b, 0), max(-e, 0)] for b, e in zip(begin, end, strict=True)]
     begin, end = [max(b, 0) for b in begin], [max(e, 0) for e in end]
-    computed = [size - g[0] - g[1] for size, g in zip(sizes, grow, strict=True)]
-    out_channels = w_dims[1]
-    if x_dims[1] % groups or w_dims[0] != x_dims[1]:
-        raise node.fail(f"group={groups} does not divide the {x_dims[1]} input channels")
+    # The size of the convolution's output per axis: stride * input + offset.
+    offsets = [
+        op + (k - 1) * dl + 1 - s - b - e
+        for op, k, dl, s, b, e in zip(
+            output_padding, kernel, dilations, strides, begin, end, strict=True
+        )
+    ]
+    computed = [
+        None if i is None else s * i + o for i, s, o in zip(in_hw, strides, offsets, strict=True)
+    ]
+    if known_hw is not None:
+        input_sizes = ctx.int32s([int(v) for v in computed if v is not None])
+    else:
+        hw = ops.strided_slice(
+            ops.shape(x4, out_type=d.int32), ctx.int32s([2]), ctx.int32s([4]), ctx.int32s([1])
+        )
+        input_sizes = ops.add_v2(ops.mul(hw, ctx.int32s(strides)), ctx.int32s(offsets))
+    # input_sizes holds H and W only: the batch comes from the input, at run time.
     xs = [x4] if groups == 1 else list(ops.split(_i32(1), x4, num_split=groups))
     filters = [filt] if groups == 1 else list(ops.split(_i32(3), filt, num_split=groups))
     parts = [
         ops.conv2d_backprop_input(
-            ctx.int32s([x_dims[0], out_channels, *computed]),
+            input_sizes,
             f,
             xg,
             strides=[1, 1, *strides],
@@ -659,12 +756,44 @@ def _conv_transpose(node: OnnxNode, ctx: ConversionContext) -> Result:
         )
         for xg, f in zip(xs, filters, strict=True)
     ]
+    for part in parts:
+        _known_shape(part, [x_dims[0], out_channels, *computed])
     y = parts[0] if groups == 1 else ops.concat_v2(parts, _i32(1))
     if any(v for g in grow for v in g):
         y = ops.pad(y, ctx.int64s([[0, 0], [0, 0], *grow]))  # type: ignore[list-item]
+    if wanted is not None:
+        y = _cropped(ctx, node, y, input_sizes, wanted)
+        _known_shape(y, [x_dims[0], out_channels * groups, *wanted])
     if bias is not None:
         y = ops.bias_add(y, bias, data_format="NCHW")
     return [_unsqueezed(y, squeezed)]
+
+
+def _cropped(
+    ctx: ConversionContext, node: OnnxNode, y: Tensor, sizes: Tensor, wanted: Sequence[int]
+) -> Tensor:
+    """The output_shape window of a transposed convolution ``y`` made without pads, its
+    spatial ``sizes`` known at run time only: ``_transpose_pads``'s pads, computed there
+    (zeros added where the window is larger)."""
+    totals = ops.sub(sizes, ctx.int32s(list(wanted)))
+    half = ops.floor_div(totals, ctx.int32s([2, 2]))
+    upper = str(node.attr("auto_pad", "NOTSET")) == "SAME_UPPER"
+    begin = half if upper else ops.sub(totals, half)
+    end = ops.sub(totals, begin)
+    zero = ctx.int32s([0, 0])
+    grow = ops.pack([ops.maximum(ops.neg(begin), zero), ops.maximum(ops.neg(end), zero)], axis=1)
+    padded = ops.pad(y, ops.concat_v2([ctx.const(np.zeros((2, 2), np.int32)), grow], _i32(0)))
+    start = ops.concat_v2([ctx.int32s([0, 0]), ops.maximum(begin, zero)], _i32(0))
+    return ops.slice(padded, start, ctx.int32s([-1, -1, *wanted]))
+
+
+def _known_shape(y: Tensor, dims: Sequence[int | None]) -> None:
+    """Give ``y``, the output of a node this converter built, the dimensions ``dims`` that
+    the import knows (None: unknown) where its inference left them unknown (a size computed
+    at run time); its values are unchanged."""
+    known = y.shape.merge_with(TensorShape(list(dims)))
+    if known != y.shape:
+        y.graph.set_output_shape(y, known)
 
 
 def _conv_transpose3d(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 import kernloom.dtypes as d
 from kernloom import ops
 from kernloom.graph.tensor import Tensor
@@ -206,37 +208,58 @@ def _mvn(node: OnnxNode, ctx: ConversionContext) -> Result:
 
 @converter("GroupNormalization", 18, attrs=("epsilon", "num_groups", "stash_type"))
 def _group_norm(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """x [N, C, ...] as [N, num_groups, -1], normalized over the last axis. The batch and
+    the other sizes may be known at run time only (x's shape is then read there).
+    GroupNormalization-18's scale and bias are per group ([num_groups]), applied before
+    the reshape back; from opset 21 on they are per channel ([C])."""
     x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     rank = rank_of(node, x, "input X")
+    if rank < 2:
+        raise node.fail(f"input X must have a channel axis (rank 2 or more), not rank {rank}")
     groups = int(node.attr("num_groups"))
-    dims = static_dims(x)
-    if dims is None:
-        raise node.fail("the input's shape must be known at import time")
+    channels = x.shape.as_list()[1]
+    if groups <= 0 or (channels is not None and channels % groups):
+        raise node.fail(f"num_groups={groups} does not divide the input's {channels} channels")
     work = _stats_dtype(node, ctx, x)
-    grouped = ops.reshape(work, ctx.int64s([dims[0], groups, -1]))
+    grouped = ops.reshape(work, _grouped_shape(ctx, x, groups))
     axes = ctx.int32s([2])
     mean = ops.mean(grouped, axes, keep_dims=True)
     centered = ops.sub(grouped, mean)
     var = ops.mean(ops.square(centered), axes, keep_dims=True)
     eps = ctx.const_like(float(node.attr("epsilon", 1e-5)), var)
-    normed = ops.reshape(ops.mul(centered, ops.rsqrt(ops.add_v2(var, eps))), ctx.int64s(dims))
+    normed = ops.mul(centered, ops.rsqrt(ops.add_v2(var, eps)))
     if normed.dtype != x.dtype:
         normed = ops.cast(normed, DstT=x.dtype)
-    if node.opset < 21 and scale.shape.as_list() == [groups] and groups != dims[1]:
-        # GroupNormalization-18 takes per-group scale and bias: repeat them per channel.
-        per = dims[1] // groups
-        scale = ops.reshape(
-            ops.tile(ops.reshape(scale, ctx.int64s([-1, 1])), ctx.int64s([1, per])),
-            ctx.int64s([-1]),
-        )
-        bias = ops.reshape(
-            ops.tile(ops.reshape(bias, ctx.int64s([-1, 1])), ctx.int64s([1, per])), ctx.int64s([-1])
-        )
+    per_group = node.opset < 21 and scale.shape.as_list() == [groups] and groups != channels
+    if per_group:
+        # GroupNormalization-18 takes per-group scale and bias: [groups, 1] over the groups.
+        column = ctx.int64s([groups, 1])
+        normed = ops.add_v2(ops.mul(normed, ops.reshape(scale, column)), ops.reshape(bias, column))
+    dims = static_dims(x)
+    y = ops.reshape(normed, ctx.int64s(dims) if dims else ops.shape(x, out_type=d.int64))
+    if y.shape != x.shape:
+        y.graph.set_output_shape(y, y.shape.merge_with(x.shape))  # values keep x's shape
+    if per_group:
+        return [y]
     return [
-        ops.add_v2(
-            ops.mul(normed, _channel_shaped(ctx, scale, rank)), _channel_shaped(ctx, bias, rank)
-        )
+        ops.add_v2(ops.mul(y, _channel_shaped(ctx, scale, rank)), _channel_shaped(ctx, bias, rank))
     ]
+
+
+def _grouped_shape(ctx: ConversionContext, x: Tensor, groups: int) -> Tensor:
+    """[N, groups, -1] for x [N, C, ...]: constants where the import knows them (the batch
+    -1 when the rest is known), else the batch read from x's shape at run time."""
+    dims = x.shape.as_list()
+    rest = dims[1:]
+    if all(v is not None for v in rest):
+        inner = int(np.prod([int(v) for v in rest if v is not None], dtype=np.int64)) // groups
+        return ctx.int64s([-1 if dims[0] is None else dims[0], groups, inner])
+    if dims[0] is not None:
+        return ctx.int64s([dims[0], groups, -1])
+    batch = ops.strided_slice(
+        ops.shape(x, out_type=d.int64), ctx.int64s([0]), ctx.int64s([1]), ctx.int64s([1])
+    )
+    return ops.concat_v2([batch, ctx.int64s([groups, -1])], ctx.const(np.int32(0)))
 
 
 __all__: list[str] = []

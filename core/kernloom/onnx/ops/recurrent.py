@@ -8,7 +8,10 @@ intermediate keeps a static shape. Where it is known at run time only, the step 
 ``sequence_lens`` (a run-time value) masks the steps a batch entry does not have: its
 state is held and its Y rows are zero there, so Y_h is its last valid step (a reverse
 direction starts at its own last valid step, as ONNX defines it). ``clip`` bounds the
-gates' inputs, not the cell state LSTM's h reads, as onnxruntime does.
+gates' inputs, not the cell state LSTM's h reads, as onnxruntime does. Y, Y_h and Y_c
+get the static shape the import knows however they were built (a looped Y's inference
+keeps none): their rank, num_directions and hidden_size always, the sequence length and
+batch where known, so that what follows (torch's Squeeze of Y) converts.
 """
 
 from __future__ import annotations
@@ -418,10 +421,72 @@ def _recurrent(node: OnnxNode, ctx: ConversionContext, cell: _Cell) -> Result:
         finals.append(final)
     y_all = ops.pack(ys, axis=1)
     states = [ops.pack([f[k] for f in finals], axis=0) for k in range(len(finals[0]))]
+    # What the import knows of the outputs' shapes, whatever the steps' inference kept: a
+    # looped Y has none, and a state's hidden size can be lost in the loop.
+    batch = _batch_size(x, h0, c0, lengths)
+    hidden = _hidden_size(node, ctx, cell)
+    _state_shape(y_all, [steps, count, batch, hidden])
+    for s in states:
+        _state_shape(s, [count, batch, hidden])
     if layout:
         y_all = ops.transpose(y_all, ctx.int32s([2, 0, 1, 3]))
         states = [ops.transpose(s, ctx.int32s([1, 0, 2])) for s in states]
     return [y_all, *states]
+
+
+def _state_shape(y: Tensor, dims: list[int | None]) -> None:
+    """Give ``y`` (a node this converter built) the static dimensions ``dims`` (None:
+    unknown) on top of what inference gave it (which they cannot contradict: both come
+    from the same inputs); values are unchanged, and later converters (Squeeze needs Y's
+    rank) see what the import knows."""
+    known = y.shape.merge_with(TensorShape(dims))
+    if known != y.shape:
+        y.graph.set_output_shape(y, known)
+
+
+def _dim(t: Tensor | None, axis: int) -> int | None:
+    if t is None or t.shape.rank is None or axis >= t.shape.rank:
+        return None
+    return t.shape.as_list()[axis]
+
+
+def _batch_size(
+    x: Tensor, h0: Tensor | None, c0: Tensor | None, lengths: Tensor | None
+) -> int | None:
+    """The batch size where any input (X as [seq, batch, input], the initial states as
+    [num_directions, batch, hidden], sequence_lens) gives it at import time."""
+    for t, axis in ((x, 1), (h0, 1), (c0, 1), (lengths, 0)):
+        size = _dim(t, axis)
+        if size is not None:
+            return size
+    return None
+
+
+def _hidden_size(node: OnnxNode, ctx: ConversionContext, cell: _Cell) -> int | None:
+    """hidden_size, from the attribute or the shapes of W ([num_directions, gates *
+    hidden_size, input_size]) and R ([num_directions, gates * hidden_size, hidden_size]);
+    where they contradict each other the node fails."""
+    w, r = ctx.input(1), ctx.input(2)
+    w_rows, r_rows = _dim(w, 1), _dim(r, 1)
+    given = node.attr("hidden_size")
+    sizes = {
+        float(v)
+        for v in (
+            given,
+            _dim(r, 2),
+            None if w_rows is None else w_rows / cell.gates,
+            None if r_rows is None else r_rows / cell.gates,
+        )
+        if v is not None
+    }
+    if len(sizes) > 1 or not all(v.is_integer() for v in sizes):
+        raise node.fail(
+            f"hidden_size={given}, W's shape {w.shape} and R's shape {r.shape} do not agree "
+            f"({node.op_type} has {cell.gates} gate(s): W is [num_directions, "
+            f"{cell.gates} * hidden_size, input_size], R [num_directions, {cell.gates} * "
+            "hidden_size, hidden_size])"
+        )
+    return int(sizes.pop()) if sizes else None
 
 
 @converter("RNN", 7, attrs=_COMMON)
