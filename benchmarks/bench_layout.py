@@ -13,14 +13,11 @@ per-round ratio and the rounds the choice was faster. ``--change``:
   every call: one session);
 - ``conv-plan``: oneDNN convolutions make their last call again for the same input layout
   and constant filter, or decide every call anew (``kernloom_gpu_torch.kernels.onednn.
-  KEEP_PLAN``, read on every call: one session);
-- ``multiply-add``: the torch plugin's elementwise kernel runs ``Mul`` then ``Add`` as one
-  ``addcmul``, or as two calls (``kernloom_gpu_torch.kernels.fused.MERGE_MULTIPLY_ADD``,
-  read when a kernel is built: two sessions).
+  KEEP_PLAN``, read on every call: one session).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_layout.py \
         --models inception_v1 densenet121 resnet50
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_layout.py --change multiply-add \
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_layout.py --change conv-plan \
         --models densenet121
 
 Outputs are checked against the first run's in every round.
@@ -40,7 +37,7 @@ import kernloom as kl
 import kernloom.onnx as klonnx
 from kernloom_cpu_numpy.kernels import array
 from kernloom_gpu_torch.kernels import array as torch_array
-from kernloom_gpu_torch.kernels import fused, onednn
+from kernloom_gpu_torch.kernels import onednn
 
 TORCH_CONCAT = torch_array.SMALL_CONCAT
 TORCH_TRANSPOSE = torch_array.SMALL_TRANSPOSE
@@ -52,13 +49,6 @@ def compare(name: str, threads: int, rounds: int, change: str) -> str:
     session = klonnx.InferenceSession(data, config=config)
     sessions = {True: session, False: session}
     feed = {input_name: x}
-    if change == "multiply-add":
-        fused.MERGE_MULTIPLY_ADD = False
-        try:  # (kernels are built when a session first runs)
-            sessions[False] = klonnx.InferenceSession(data, config=config)
-            sessions[False].run(None, feed)
-        finally:
-            fused.MERGE_MULTIPLY_ADD = True
     (expected,) = session.run(None, feed)
     times: dict[bool, list[float]] = {True: [], False: []}
     for round_ in range(rounds):
@@ -100,7 +90,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument(
         "--change",
-        choices=["layout", "torch-concat", "torch-transpose", "conv-plan", "multiply-add"],
+        choices=["layout", "torch-concat", "torch-transpose", "conv-plan"],
         default="layout",
     )
     args = parser.parse_args()

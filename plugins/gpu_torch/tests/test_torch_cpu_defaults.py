@@ -160,3 +160,65 @@ def test_torch_mean_and_sum_on_the_cpu_match_numpy(
     (got,) = run.outputs
     assert got.dtype == dtype and got.shape == np.shape(want)
     np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
+
+
+def _batch_norm_inference(x: Any, mean: Any, variance: Any, epsilon: float) -> tuple[Any, str]:
+    """``FusedBatchNormV3`` (inference, NHWC, scale 1, offset 0) run through a session:
+    its ``y`` and the module of the kernel that ran it."""
+    import kernloom as kl
+
+    depth = x.shape[-1]
+    g = kl.Graph(REGISTRY)
+    with g.as_default():
+        xp = kl.placeholder(kl.float32, list(x.shape), name="x")
+        consts = [
+            kl.constant(np.asarray(v, np.float32))
+            for v in (np.ones(depth), np.zeros(depth), mean, variance)
+        ]
+        y, *_ = kl.ops.fused_batch_norm_v3(
+            xp, *consts, epsilon=epsilon, is_training=False, name="bn"
+        )
+    metadata = kl.RunMetadata()
+    config = kl.SessionConfig(graph_optimizer=False, inter_op_threads=1)
+    with kl.Session(g, config, registry=REGISTRY) as sess:
+        got = sess.run(y, {xp: x}, kl.RunOptions(trace=True), metadata)
+    assert metadata.step_stats is not None
+    (stats,) = [n for n in metadata.step_stats.nodes if n.op == "FusedBatchNormV3"]
+    return got, stats.kernel_class
+
+
+def test_batch_norm_inference_with_zero_variance_and_epsilon_divides_by_zero() -> None:
+    """``(x - mean) / sqrt(variance + epsilon) * scale + offset`` with ``variance +
+    epsilon == 0``: +inf, NaN (0 * inf) and -inf by the sign of ``x - mean``, as the numpy
+    kernel and TensorFlow give; ``x * gain + (offset - mean * gain)`` made inf - inf =
+    NaN of all three."""
+    x = np.array([2.0, 1.0, 0.5], np.float32).reshape(1, 1, 3, 1)
+    got, kernel = _batch_norm_inference(x, [1.0], [0.0], 0.0)
+    assert kernel.startswith("kernloom_gpu_torch")  # the CPU default where torch is installed
+    got = got.ravel()
+    assert got[0] == np.inf and np.isnan(got[1]) and got[2] == -np.inf
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    epsilon=st.sampled_from([0.0, 1e-3, 1e-5]),
+)
+def test_batch_norm_inference_is_the_numpy_kernel_s_arithmetic(seed: int, epsilon: float) -> None:
+    """The op's formula in the numpy kernel's order and float32 roundings -- ``gain =
+    scale / sqrt(variance + epsilon)``, then ``(x - mean) * gain + offset`` -- bit for bit,
+    over zero, tiny and huge variances, infinities and NaN."""
+    rng = np.random.default_rng(seed)
+    depth = 6
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 3e38, -2.5], np.float32)
+    x = rng.choice(specials, (2, 3, 4, depth))
+    x = np.where(rng.random(x.shape) < 0.5, rng.standard_normal(x.shape), x).astype(np.float32)
+    mean = rng.choice(np.array([0.0, 1.0, -2.0, 1e30, np.nan], np.float32), depth)
+    variance = rng.choice(np.array([0.0, 1e-30, 1.0, 4.0, 1e38, np.inf], np.float32), depth)
+    got, _ = _batch_norm_inference(x, mean, variance, epsilon)
+    with np.errstate(all="ignore"):
+        gain = np.float32(1) / np.sqrt(variance + np.float32(epsilon))
+        want = (x - mean) * gain + np.float32(0)
+    assert got.dtype == np.float32
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), (got[~same][:5], want[~same][:5])

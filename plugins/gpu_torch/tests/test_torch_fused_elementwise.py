@@ -2,22 +2,31 @@
 and float64): random expressions over inputs of the output's shape and broadcast ones, on
 both of its paths (numpy's functions under ``SMALL_ELEMENTWISE`` elements, torch's above),
 against float64 numpy written out here; the output keeps the inputs' memory order, reuses
-an input nothing else holds, and a chain keeps its intermediates in the output."""
+an input nothing else holds, and a chain keeps its intermediates in the output. On
+torch's path the values are also the numpy kernels' op by op, bit for bit: each op rounded
+once (no fused multiply-add), NaN, infinities, signed zeros and subnormals (flushed on
+torch's threads too, or kept) as unfused."""
 
 from __future__ import annotations
 
+import platform
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from runtime_helpers import make_registry, run_tanh_mul_add, spy_on_compute
 from test_torch_labelled_cpu import REGISTRY
 
 import kernloom as kl
+from kernloom.plugin import NUMPY_ELEMENTWISE
 from kernloom.testing import run_kernel
+from kernloom_cpu_numpy.denormals import FLUSH_SUPPORTED, FlushDenormals
+from kernloom_gpu_torch.kernels import fused
 from kernloom_gpu_torch.kernels.fused import SMALL_ELEMENTWISE
 
 UNARY: dict[str, Callable[[Any], Any]] = {
@@ -36,6 +45,26 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "Maximum": np.maximum,
     "Minimum": np.minimum,
 }
+
+
+def _same_bits(got: Any, want: Any) -> np.ndarray[Any, Any]:
+    """Per element: the same bits, or NaN on both sides (a NaN's payload is not compared)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    unsigned = np.dtype(f"u{got.itemsize}")
+    return (got.view(unsigned) == want.view(unsigned)) | (np.isnan(got) & np.isnan(want))
+
+
+def assert_same_bits(got: Any, want: Any) -> None:
+    """``got`` is ``want`` bit for bit (signed zeros and subnormals included), NaN == NaN."""
+    same = _same_bits(got, want)
+    if not same.all():
+        first = np.flatnonzero(~same)[:5]
+        got_first, want_first = (np.asarray(v).ravel()[first].tolist() for v in (got, want))
+        raise AssertionError(
+            f"{(~same).sum()} elements differ, first at {first.tolist()}: got {got_first}, "
+            f"want {want_first}"
+        )
 
 
 @st.composite
@@ -128,6 +157,34 @@ def test_the_ops_numpy_runs_on_torch_s_path_broadcast_and_strided(dtype: type) -
     np.testing.assert_allclose(run.outputs[0], want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_sqrt_maximum_and_minimum_on_torch_s_path_are_numpy_s(dtype: type) -> None:
+    """The ops added to ``ON_NUMPY`` for exact values -- Sigmoid (numpy's formula), Sqrt,
+    Maximum and Minimum (of two zeros, the second) -- from a transposed input and a
+    broadcast row, as new temporaries and into the output: numpy's values bit for bit
+    (subnormals flushed, as the CPU device runs kernels by default)."""
+    from kernloom_gpu_torch.kernels.fused import ON_NUMPY
+
+    assert {"Sigmoid", "Sqrt", "Maximum", "Minimum"} <= ON_NUMPY
+    rng = np.random.default_rng(7)
+    rows, cols = 256, 200
+    x = _property_values(rng, dtype, (cols, rows)).T  # a transposed view
+    row = _property_values(rng, dtype, (1, cols))
+    steps = [
+        ("Sigmoid", ["i0"]),
+        ("Maximum", ["i1", "t0"]),
+        ("Sqrt", ["t1"]),
+        ("Minimum", ["t2", "i1"]),
+        ("Maximum", ["t3", "i0"]),
+    ]
+    expression = "; ".join(f"{op}({', '.join(args)})" for op, args in steps)
+    run = run_kernel("_FusedElementwise", [[x, row]], {"expression": expression}, registry=REGISTRY)
+    assert type(run.kernel).__name__ == "CpuFusedElementwise"
+    with FlushDenormals():  # as the kernel ran: the CPU device's default
+        want = _numpy_op_by_op(steps, [x, row], (rows, cols))
+    assert_same_bits(run.outputs[0], want)
+
+
 def test_a_large_chain_peaks_at_one_tensor_beyond_the_feed() -> None:
     """The torch path keeps a chain's intermediates in the output buffer: the allocator
     sees the output and nothing more (numpy's kernel: the output and block temporaries)."""
@@ -154,35 +211,23 @@ def test_a_large_chain_peaks_at_one_tensor_beyond_the_feed() -> None:
         "Mul(i0, i1); AddV2(i2, t0)",  # the sum is the output
     ],
 )
-def test_a_batch_norm_s_multiply_add_is_one_pass(expression: str) -> None:
-    """``x * s + b`` (a batch norm folded to its affine, before a ReLU or not) runs as one
-    ``addcmul``, whichever slot the planner gives the sum, with numpy's values: DenseNet's
-    121 such nodes made three passes each while the product's slot was reused."""
-    from kernloom_gpu_torch.kernels import fused
-
-    plan = fused._multiply_adds(
-        [(fused.FUNCTIONS[op], refs, slot) for op, refs, slot in _plan(expression)]
-    )
-    assert plan[0][0] is fused._multiply_add
-    assert len(plan) == expression.count(";")
-    x = np.random.default_rng(3).standard_normal((1, 64, 32, 32)).astype(np.float32)
+def test_a_batch_norm_s_multiply_add_rounds_the_product(expression: str) -> None:
+    """``x * s + b`` (a batch norm folded to its affine, before a ReLU or not), whichever
+    slot the planner gives the sum: the product rounded, then the sum, numpy's values bit
+    for bit (a fused multiply-add, ``addcmul``, rounded once and differed)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 64, 32, 32)).astype(np.float32)
     x[0, 0, 0, 0] = np.nan
-    s = np.random.default_rng(4).standard_normal((1, 64, 1, 1)).astype(np.float32)
-    b = np.random.default_rng(5).standard_normal((1, 64, 1, 1)).astype(np.float32)
+    s = rng.standard_normal((1, 64, 1, 1)).astype(np.float32)
+    b = rng.standard_normal((1, 64, 1, 1)).astype(np.float32)
     attrs = {"expression": expression, "T": kl.float32, "N": 3}
-    (y,) = run_kernel("_FusedElementwise", [[x, s, b]], attrs, registry=REGISTRY).outputs
-    want = x.astype(np.float64) * s + b
+    run = run_kernel("_FusedElementwise", [[x, s, b]], attrs, registry=REGISTRY)
+    assert type(run.kernel).__name__ == "CpuFusedElementwise"
+    want = x * s + b
     if "Relu" in expression:
-        want = np.where(np.isnan(want), np.nan, np.maximum(want, 0))
-    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
-    assert np.isnan(y[0, 0, 0, 0])
-
-
-def _plan(expression: str) -> list[Any]:
-    from kernloom.plugin import plan_fused_expression
-
-    steps, _ = plan_fused_expression(expression, 3)
-    return steps
+        want = np.maximum(want, np.float32(0))
+    assert_same_bits(run.outputs[0], want)
+    assert np.isnan(run.outputs[0][0, 0, 0, 0])
 
 
 def test_kept_shapes_and_constant_tensors_follow_new_shapes_feeds_and_variables() -> None:
@@ -281,3 +326,258 @@ def test_random_expressions_through_the_direct_entry_match_float64_numpy(
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     for x, k in zip(xs, kept, strict=True):
         np.testing.assert_array_equal(x, k)
+
+
+# -- IEEE edges: the torch path computes each op as its unfused numpy kernel does --------
+
+LARGE = SMALL_ELEMENTWISE + 7232
+"""40000 elements: above ``SMALL_ELEMENTWISE``, so torch's path runs the group."""
+
+
+def _run_optimized(
+    build: Callable[[list[Any]], Any],
+    feeds: list[np.ndarray[Any, Any]],
+    **config: Any,
+) -> np.ndarray[Any, Any]:
+    """``build(placeholders)`` run with the graph optimizer on (its elementwise fusion),
+    the group checked to have run as the torch plugin's CPU kernel."""
+    g = kl.Graph(REGISTRY)
+    with g.as_default():
+        xs = [
+            kl.placeholder(kl.as_dtype(v.dtype), list(v.shape), name=f"x{i}")
+            for i, v in enumerate(feeds)
+        ]
+        y = build(xs)
+    settings_ = kl.SessionConfig(inter_op_threads=1, **config)
+    with kl.Session(g, settings_, registry=REGISTRY) as sess:
+        metadata = kl.RunMetadata()
+        options = kl.RunOptions(trace=True)
+        got = sess.run(y, dict(zip(xs, feeds, strict=True)), options, metadata)
+    assert metadata.step_stats is not None
+    kernels = {n.op: n.kernel for n in metadata.step_stats.nodes}
+    assert kernels.get("_FusedElementwise") == "CpuFusedElementwise", kernels
+    return np.asarray(got)
+
+
+@pytest.mark.parametrize(
+    ("x", "z"),
+    [
+        (1e30, -np.inf),  # x * x overflows to inf; inf + -inf is NaN
+        (1 + 2**-12, -float(np.float32(1 + 2**-12) * np.float32(1 + 2**-12))),  # exactly 0
+    ],
+    ids=["overflow", "cancellation"],
+)
+def test_a_multiply_then_add_rounds_twice_as_the_graph_does(x: float, z: float) -> None:
+    """``relu(x * x + z)``: Mul then Add, each rounded, as built (TensorFlow and the numpy
+    kernels give NaN and +0.0 here); a fused multiply-add gave 0.0 and 5.96e-08."""
+    xv, zv = np.full(LARGE, x, np.float32), np.full(LARGE, z, np.float32)
+    got = _run_optimized(lambda v: kl.ops.relu(kl.ops.add(kl.ops.mul(v[0], v[0]), v[1])), [xv, zv])
+    with np.errstate(all="ignore"):
+        want = np.maximum(xv * xv + zv, np.float32(0))
+    assert_same_bits(got, want)
+    assert np.isnan(got).all() if np.isinf(z) else not np.signbit(got).any() and not got.any()
+
+
+def test_relu_of_minus_zero_is_plus_zero_and_nan_stays_nan() -> None:
+    """``1 / relu(-x)`` at x = 0 is +inf (TensorFlow's Relu and the numpy kernel's rule:
+    -0.0 gives +0.0); a NaN stays NaN. ``torch.clamp(min=0)`` kept -0.0 (-inf here)."""
+    xv = np.zeros(LARGE, np.float32)
+    xv[1] = np.nan
+    got = _run_optimized(
+        lambda v: kl.ops.real_div(kl.constant(np.float32(1)), kl.ops.relu(kl.ops.neg(v[0]))),
+        [xv],
+    )
+    assert got[0] == np.inf and np.isnan(got[1])
+    assert (got[2:] == np.inf).all()
+
+
+def test_torch_s_threads_can_take_the_caller_s_environment_here() -> None:
+    """On x86-64 Linux with torch's OpenMP runtime (this repository's CI) the kernel keeps
+    torch's threads; elsewhere it falls back to one thread where it must flush."""
+    if sys.platform == "linux" and platform.machine() == "x86_64":
+        assert "OpenMP" in torch.__config__.parallel_info()
+        assert fused.TEAM_ENVIRONMENT is not None
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Relu6", "Elu", "LeakyRelu"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_activations_follow_the_numpy_kernel_s_rules_on_edges(
+    activation: str, dtype: Any
+) -> None:
+    """``_FusedMatMul``'s and ``_FusedConv2D``'s activations (``apply_activation``) on
+    -0.0, NaN, infinities, subnormals and the bounds: the numpy kernels' values
+    (``bias_and_activation``, a -0.0 bias keeping -0.0), bit for bit. Relu makes +0.0 of
+    -0.0 there, and did not here (``torch.relu_``); Relu6, Elu and LeakyRelu keep it.
+    (Elu of an ordinary negative number is torch's ``expm1``, an ulp from numpy's at
+    times, as the product before it sums in its library's order.)"""
+    from kernloom_cpu_numpy.kernels.fused import bias_and_activation
+
+    x = np.array([-0.0, 0.0, np.nan, np.inf, -np.inf, -1e-39, 1e-39, 6, 7, -1e30, 2], dtype)
+    want = x.copy()
+    bias_and_activation(want, np.full(1, -0.0, dtype), 0, activation, 0.2)
+    got = torch.from_numpy(x.copy())
+    fused.apply_activation(activation, got, 0.2)
+    assert_same_bits(got.numpy(), want)
+
+
+@pytest.mark.parametrize("team", [True, False], ids=["team", "one-thread-fallback"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_subnormals_are_flushed_on_torch_s_path_as_unfused(
+    monkeypatch: pytest.MonkeyPatch, threads: int, team: bool
+) -> None:
+    """With ``flush_denormals`` (the default) a subnormal input reads as zero and a
+    subnormal result is zero, on torch's threads too: ``sqrt(+-1e-39) * 1e20`` is 0.0 and
+    -0.0 (TensorFlow's and the unfused kernels' values), ``x * 1e20 + 0`` is 0.0. torch's
+    sqrt ignored the calling thread's flag (3.16 and NaN) and torch's own threads, started
+    before the step, never had it. Where they cannot be given it (``TEAM_ENVIRONMENT`` is
+    None) torch runs on the caller's thread alone."""
+    if not FLUSH_SUPPORTED:
+        pytest.skip("this machine cannot flush subnormals")
+    if not team:
+        monkeypatch.setattr(fused, "TEAM_ENVIRONMENT", None)
+    _warm_torch_threads(threads)
+    xv = np.full(LARGE * 4, 1e-39, np.float32)
+    xv[1] = -1e-39
+    big = np.float32(1e20)
+    got = _run_optimized(
+        lambda v: kl.ops.mul(kl.ops.sqrt(v[0]), kl.constant(big)), [xv], intra_op_threads=threads
+    )
+    assert got[0] == 0 and not np.signbit(got[0]) and got[1] == 0 and np.signbit(got[1])
+    assert not got.any()
+    zeros = np.zeros_like(xv)
+    got = _run_optimized(
+        lambda v: kl.ops.add(kl.ops.mul(v[0], kl.constant(big)), v[1]),
+        [xv, zeros],
+        intra_op_threads=threads,
+    )
+    assert not got.any()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_subnormals_stay_with_flush_denormals_off_and_after_the_step(threads: int) -> None:
+    """``flush_denormals=False``: IEEE subnormals on every thread; and after a flushing
+    step, torch on the caller's thread keeps IEEE subnormals (user code is not affected)."""
+    _warm_torch_threads(threads)
+    xv = np.full(LARGE * 4, 1e-39, np.float32)
+    big = np.float32(1e20)
+    zeros = np.zeros_like(xv)
+    got = _run_optimized(
+        lambda v: kl.ops.add(kl.ops.mul(v[0], kl.constant(big)), v[1]),
+        [xv, zeros],
+        intra_op_threads=threads,
+        flush_denormals=False,
+    )
+    assert_same_bits(got, xv * big)
+    _run_optimized(
+        lambda v: kl.ops.add(kl.ops.mul(v[0], kl.constant(big)), v[1]),
+        [xv, zeros],
+        intra_op_threads=threads,
+    )
+    assert_same_bits((torch.from_numpy(xv) * big).numpy(), xv * big)
+
+
+def _warm_torch_threads(threads: int) -> None:
+    """Start torch's threads for this thread outside any step (as user code would)."""
+    torch.set_num_threads(threads)
+    (torch.ones(1 << 20) * 2).sum()
+
+
+# The numpy functions the reference evaluates op by op (the unfused kernels' own).
+PROPERTY_OPS: tuple[str, ...] = tuple(sorted(NUMPY_ELEMENTWISE))
+SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1 + 2**-12, 1e-20, 1e20]
+
+
+def _property_values(rng: np.random.Generator, dtype: Any, shape: tuple[int, ...]) -> Any:
+    """Values drawn from NaN, infinities, signed zeros, subnormals, the smallest normal,
+    numbers whose squares underflow or overflow, and ordinary numbers."""
+    tiny = float(np.finfo(dtype).tiny)
+    pool = np.array([*SPECIAL, tiny, -tiny, tiny / 3, -tiny / 7, tiny * 1.5], dtype)
+    pool = np.concatenate([pool, rng.standard_normal(8).astype(dtype) * 4])
+    return rng.choice(pool, shape)
+
+
+@st.composite
+def ieee_expressions(draw: st.DrawFn, inputs: int) -> list[tuple[str, list[str]]]:
+    """A chain of 1-6 steps over all the fusable ops; a binary step takes the running
+    value and an input, in either order (Maximum/Minimum of two zeros keep the second)."""
+    steps: list[tuple[str, list[str]]] = []
+    for k in range(draw(st.integers(1, 6))):
+        current = f"t{k - 1}" if k else "i0"
+        op = draw(st.sampled_from(PROPERTY_OPS))
+        if op in ("Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum"):
+            other = f"i{draw(st.integers(0, inputs - 1))}"
+            steps.append((op, [current, other] if draw(st.booleans()) else [other, current]))
+        else:
+            steps.append((op, [current]))
+    return steps
+
+
+def _numpy_op_by_op(steps: list[tuple[str, list[str]]], xs: list[Any], shape: Any) -> Any:
+    """Each step as the unfused numpy kernel computes it, over the whole broadcast value."""
+    values: dict[str, Any] = {f"i{i}": x for i, x in enumerate(xs)}
+    with np.errstate(all="ignore"):
+        for k, (op, args) in enumerate(steps):
+            operands = [values[a] for a in args]
+            out = np.empty(np.broadcast_shapes(*(o.shape for o in operands)), xs[0].dtype)
+            fn = NUMPY_ELEMENTWISE[op]
+            if fn in (np.maximum, np.minimum):
+                fn(*operands, out=out)
+            else:
+                fn(*operands, out)
+            values[f"t{k}"] = out
+    return np.broadcast_to(values[f"t{len(steps) - 1}"], shape)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    dtype=st.sampled_from([np.float32, np.float64]),
+    shapes=st.sampled_from([((LARGE,), (LARGE,)), ((160, 256), (256,)), ((LARGE + 3,), ())]),
+    flush=st.booleans(),
+    threads=st.sampled_from([1, 2]),
+    seed=st.integers(0, 2**32 - 1),
+    data=st.data(),
+)
+def test_torch_path_equals_numpy_op_by_op_bit_for_bit(
+    dtype: Any,
+    shapes: tuple[tuple[int, ...], tuple[int, ...]],
+    flush: bool,
+    threads: int,
+    seed: int,
+    data: st.DataObject,
+) -> None:
+    """Above ``SMALL_ELEMENTWISE`` the kernel's values are the numpy kernels' op by op,
+    bit for bit, over NaN, infinities, signed zeros and subnormals, flushed or not, on
+    one thread or two (torch's threads started before the step)."""
+    if flush and not FLUSH_SUPPORTED:
+        pytest.skip("this machine cannot flush subnormals")
+    _warm_torch_threads(threads)
+    rng = np.random.default_rng(seed)
+    xs = [_property_values(rng, dtype, s) for s in shapes]
+    steps = data.draw(ieee_expressions(len(xs)))
+    expression = "; ".join(f"{op}({', '.join(args)})" for op, args in steps)
+    g = kl.Graph(REGISTRY)
+    with g.as_default():
+        feeds = [
+            kl.placeholder(kl.as_dtype(np.dtype(dtype)), list(s), name=f"x{i}")
+            for i, s in enumerate(shapes)
+        ]
+        y = g.add_node("_FusedElementwise", [feeds], {"expression": expression}).outputs[0]
+    config = kl.SessionConfig(
+        graph_optimizer=False,
+        inter_op_threads=1,
+        intra_op_threads=threads,
+        flush_denormals=flush,
+    )
+    with kl.Session(g, config, registry=REGISTRY) as sess:
+        metadata = kl.RunMetadata()
+        got = sess.run(y, dict(zip(feeds, xs, strict=True)), kl.RunOptions(trace=True), metadata)
+    assert metadata.step_stats is not None
+    assert [n.kernel for n in metadata.step_stats.nodes if n.op == "_FusedElementwise"] == [
+        "CpuFusedElementwise"
+    ]
+    if flush:
+        with FlushDenormals():
+            want = _numpy_op_by_op(steps, xs, got.shape)
+    else:
+        want = _numpy_op_by_op(steps, xs, got.shape)
+    assert_same_bits(got, want)

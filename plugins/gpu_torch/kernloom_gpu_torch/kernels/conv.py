@@ -464,6 +464,25 @@ def max_pool_with_argmax(ctx: OpKernelContext) -> None:
     output(ctx, 1, index.shape).copy_(index)
 
 
+def _normalize(
+    xf: torch.Tensor,
+    statistics: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    epsilon: float,
+    shape: list[int],
+) -> torch.Tensor:
+    """Inference's ``(x - mean) * gain + offset`` with ``gain = scale / sqrt(variance +
+    epsilon)``, each step rounded to float32 in the numpy kernel's order, so that its
+    values are numpy's and TensorFlow's: +inf, NaN (0 * inf) and -inf where ``variance +
+    epsilon`` is 0. ``F.batch_norm``'s ``x * gain + (offset - mean * gain)`` made NaN of
+    all three (inf - inf) and cancels badly where the gain is large. The result keeps
+    ``xf``'s memory order (an NCHW tensor in channels-last memory stays so)."""
+    mean, variance, scale, offset = (s.float() for s in statistics)
+    gain = scale / torch.sqrt(variance + float(np.float32(epsilon)))
+    y = torch.sub(xf, mean.reshape(shape))
+    y.mul_(gain.reshape(shape))
+    return y.add_(offset.reshape(shape))
+
+
 def fused_batch_norm(ctx: OpKernelContext) -> None:
     x = tensor_input(ctx, 0)
     scale, offset = tensor_input(ctx, 1), tensor_input(ctx, 2)
@@ -525,9 +544,7 @@ def fused_batch_norm(ctx: OpKernelContext) -> None:
         if count == 0:  # TensorFlow's kernel: NaN statistics for an empty x, inference too
             nan = torch.full((depth,), float("nan"), device=x.device)
             running = (nan, nan)
-        moved = xf.movedim(channel_axis, 1)  # channels_last memory stays channels_last
-        y = F.batch_norm(moved, mean, variance, scale, offset, False, 0.0, epsilon)
-        y = y.movedim(1, channel_axis)
+        y = _normalize(xf, (mean, variance, scale, offset), epsilon, shape)
     dtype = d.torch_dtype(ctx.signature.output_dtypes[0])
     # A channels-last result (an NCHW graph's convolution output in, as oneDNN writes it)
     # is kept as it is: copying it to C order cost 0.27 ms on [1, 128, 56, 56], ten times

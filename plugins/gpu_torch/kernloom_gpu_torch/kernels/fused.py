@@ -31,6 +31,7 @@ from kernloom.plugin import (
     plan_fused_expression,
 )
 from kernloom_gpu_torch import dtypes as d
+from kernloom_gpu_torch.kernels._team_fp import TEAM_ENVIRONMENT
 from kernloom_gpu_torch.kernels._util import (
     ConstantInput,
     cpu_kernel,
@@ -40,6 +41,7 @@ from kernloom_gpu_torch.kernels._util import (
     tensor_input,
     tensor_inputs,
     use_session_threads,
+    use_threads,
 )
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d
 
@@ -51,6 +53,14 @@ __all__ = [
     "register",
     "residual_input",
 ]
+
+
+def _relu(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``x <= 0 ? +0.0 : x``: NaN stays NaN and -0.0 gives +0.0, the numpy kernel's (and
+    TensorFlow's) Relu; ``torch.clamp(min=0)`` and ``torch.relu`` keep -0.0, so
+    ``1 / relu(-0.0)`` came out -inf."""
+    return torch.threshold(x, 0.0, 0.0, out=out)
+
 
 FUNCTIONS: Final[dict[str, Callable[..., torch.Tensor]]] = {
     "Add": torch.add,
@@ -67,29 +77,39 @@ FUNCTIONS: Final[dict[str, Callable[..., torch.Tensor]]] = {
     "Square": torch.square,
     "Tanh": torch.tanh,
     "Sigmoid": torch.sigmoid,
-    "Relu": lambda x, *, out=None: torch.clamp(x, min=0, out=out),  # NaN stays NaN
+    "Relu": _relu,
 }
 """Each fusable op as a torch function; every one takes ``out=`` (None: a new tensor)."""
 
-ON_NUMPY: Final = frozenset({"Exp", "Log", "Tanh"})
-"""Ops the CPU kernel runs with numpy's ufunc on the tensors' memory even over large
-tensors: torch's CPU kernels for them were slower than numpy's on one thread and no faster
-on two (float32[1 Mi], ms, numpy / torch: Tanh 0.16 / 2.12, Log 0.25 / 0.79, Exp 0.33 /
-0.63; torch's two threads halve at best). A chain with a Tanh ran fused at twice the
-op-by-op time (``benchmarks/bench_optimizer.py elementwise``). The values are the numpy
-kernels', which the same ops run unfused."""
+ON_NUMPY: Final = frozenset({"Exp", "Log", "Tanh", "Sigmoid", "Sqrt", "Maximum", "Minimum"})
+"""Ops the CPU kernel runs with the numpy kernels' own functions (``NUMPY_ELEMENTWISE``)
+on the tensors' memory, on the calling thread, over large tensors too: so that each gives
+the unfused kernel's value bit for bit. torch's differ. Its Exp, Log and Tanh by an ulp
+here and there, its Sigmoid from numpy's ``1 / (1 + exp(-x))`` by up to 4 ulps (Exp, Log
+and Tanh were slower too: float32[1 Mi], ms, numpy / torch on one thread: Tanh 0.16 /
+2.12, Log 0.25 / 0.79, Exp 0.33 / 0.63; Sigmoid is faster in torch, 0.23 against 0.63).
+Its Sqrt reads a subnormal as itself where the step flushes them (``sqrt(-1e-39)`` NaN,
+not -0.0). Its Maximum and Minimum of +0.0 and -0.0 give the second operand on its vector
+path and the first on the scalar one it takes for each thread's last few elements (numpy
+gives the second throughout). The ops torch keeps -- Add, Sub, Mul, RealDiv, Neg, Square
+and Relu -- round as numpy's do, one IEEE operation each, and follow the flush flag of the
+thread that runs them (``_team_fp``)."""
 
 
 def _on_numpy(fn: Callable[..., Any]) -> Callable[..., torch.Tensor]:
-    """``fn`` (a numpy ufunc) called on the numpy views of CPU tensors, with torch's
-    ``out=`` convention (None: a new tensor)."""
+    """``fn`` (a numpy ufunc, or a function of the table with ``out``) called on the numpy
+    views of CPU tensors, with torch's ``out=`` convention (None: a new tensor)."""
 
     def call(*args: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         operands = [a.numpy() for a in args]
-        if out is None:
+        if out is not None:
+            fn(*operands, out=out.numpy())
+            return out
+        if isinstance(fn, np.ufunc):
             return torch.from_numpy(np.asarray(fn(*operands)))
-        fn(*operands, out=out.numpy())
-        return out
+        target = np.empty_like(operands[0])  # a unary function (Sigmoid), in x's layout
+        fn(*operands, out=target)
+        return torch.from_numpy(target)
 
     return call
 
@@ -112,17 +132,12 @@ numpy's for a 3-step expression over [16] and [4096]) outweighs its threads belo
 from [65536] on torch was faster (0.10 against 0.125 ms)."""
 
 
-MERGE_MULTIPLY_ADD: bool = True
-"""Whether a kernel built now runs ``Mul`` then ``Add`` as one ``addcmul``
-(``_multiply_adds``); ``benchmarks/bench_layout.py --change multiply-add`` builds a
-session with it off to measure it."""
-
-
 class CpuFusedElementwise(OpKernel):
-    """``_FusedElementwise`` on the numpy CPU device: each step one torch call over the
-    whole tensor, on the session's intra-op threads, into a buffer laid out as the first
-    input of the output's shape (an NCHW tensor in channels-last memory, as the oneDNN
-    convolutions give, stays so), temporaries reused as ``plan_fused_expression`` plans.
+    """``_FusedElementwise`` on the numpy CPU device: each step one call over the whole
+    tensor, torch's on the session's intra-op threads or numpy's (``ON_NUMPY``), into a
+    buffer laid out as the first input of the output's shape (an NCHW tensor in
+    channels-last memory, as the oneDNN convolutions give, stays so), temporaries reused
+    as ``plan_fused_expression`` plans.
     numpy's kernel runs its ufuncs one block at a time on one thread, and numpy's
     ``maximum`` (ReLU) ran at a quarter of ``multiply``'s speed here: a DenseNet's batch-norm
     scale, shift and ReLU over [1, 128, 56, 56] took 0.24 ms in numpy, 0.04 in torch.
@@ -133,11 +148,12 @@ class CpuFusedElementwise(OpKernel):
     def __init__(self, ctx: OpKernelConstruction) -> None:
         super().__init__(ctx)
         steps, self._temps = plan_fused_expression(str(ctx.attr("expression")), int(ctx.attr("N")))
-        torch_steps = [
+        # One call per op, each rounded as the unfused op rounds (no fused multiply-add:
+        # ``addcmul`` turned x*x + -inf with x*x overflowing into -inf, not NaN).
+        self._torch = [
             (_on_numpy(NUMPY_ELEMENTWISE[op]) if op in ON_NUMPY else FUNCTIONS[op], refs, slot)
             for op, refs, slot in steps
         ]
-        self._torch = _multiply_adds(torch_steps) if MERGE_MULTIPLY_ADD else torch_steps
         self._numpy = compile_fused_steps(
             [(NUMPY_ELEMENTWISE[op], refs, slot) for op, refs, slot in steps],
             int(ctx.attr("N")),
@@ -176,13 +192,24 @@ class CpuFusedElementwise(OpKernel):
             temps = [np.empty_like(out) for _ in range(self._temps)]
             self._numpy(raw, out, temps)  # only the last step writes ``out``
             return
-        use_session_threads(ctx)
         inputs = [kept.get(x) for kept, x in zip(self._inputs, raw, strict=True)]
-        target = tensor(out)
         # Intermediates may live in the output buffer too (one tensor less at the peak)
         # where the first slot only ever holds full-shape values and the output is not an
         # input: an elementwise step reads and writes each element in place.
         in_out = full and not any(np.may_share_memory(out, x) for x in raw)
+        threads = _torch_threads(ctx)
+        if threads == 1 or TEAM_ENVIRONMENT is None:
+            self._run_torch(inputs, tensor(out), in_out)
+            return
+        env = TEAM_ENVIRONMENT.share(threads)  # torch's threads flush as this one does
+        try:
+            self._run_torch(inputs, tensor(out), in_out)
+        finally:
+            TEAM_ENVIRONMENT.release(env, threads)
+
+    def _run_torch(self, inputs: list[torch.Tensor], target: torch.Tensor, in_out: bool) -> None:
+        """The steps, one torch call (or numpy ufunc, ``ON_NUMPY``) each, over the whole
+        tensors; the last writes ``target``, and so may the first slot where ``in_out``."""
         values: list[Any] = [None] * self._temps
         for fn, refs, slot in self._torch:
             args = [inputs[i] if is_input else values[i] for is_input, i in refs]
@@ -214,43 +241,15 @@ class CpuFusedElementwise(OpKernel):
         return True
 
 
-def _multiply_add(
-    z: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None
-) -> torch.Tensor:
-    return torch.addcmul(z, x, y, out=out)
-
-
-def _multiply_adds(steps: list[Any]) -> list[Any]:
-    """``Mul`` then an ``Add`` of its value as one ``addcmul`` (one pass over the tensor
-    instead of two: a batch norm's ``x * s + b`` before a ReLU), where nothing later reads
-    the product. The sum may differ from two separate roundings by an ulp."""
-    adds = (FUNCTIONS["Add"], FUNCTIONS["AddV2"])
-    merged: list[Any] = []
-    k = 0
-    while k < len(steps):
-        fn, refs, slot = steps[k]
-        if fn is FUNCTIONS["Mul"] and k + 1 < len(steps) and slot >= 0:
-            add_fn, add_refs, add_slot = steps[k + 1]
-            product = (False, slot)
-            dies = add_slot == slot or _dies(steps, k + 1, slot)  # (the sum may overwrite it)
-            if add_fn in adds and add_refs.count(product) == 1 and dies:
-                (other,) = [r for r in add_refs if r != product]
-                merged.append((_multiply_add, (other, *refs), add_slot))
-                k += 2
-                continue
-        merged.append(steps[k])
-        k += 1
-    return merged
-
-
-def _dies(steps: list[Any], k: int, slot: int) -> bool:
-    """Whether no step after ``k`` reads ``slot`` before one writes it."""
-    for _, refs, written in steps[k + 1 :]:
-        if (False, slot) in refs:
-            return False
-        if written == slot:
-            return True
-    return True
+def _torch_threads(ctx: OpKernelContext) -> int:
+    """torch's thread count for this call (``use_session_threads``); 1 where the device
+    flushes subnormals and torch's other threads cannot be made to (``_team_fp``)."""
+    use_session_threads(ctx)
+    threads = torch.get_num_threads()
+    if threads > 1 and TEAM_ENVIRONMENT is None and getattr(ctx.device, "flush_denormals", False):
+        use_threads(1)
+        return 1
+    return threads
 
 
 def fused_matmul(ctx: OpKernelContext) -> None:
@@ -285,10 +284,10 @@ def activate(activation: str, out: torch.Tensor, ctx: OpKernelContext) -> None:
 
 
 def apply_activation(activation: str, out: torch.Tensor, alpha: float = 0.2) -> None:
-    """``activate`` with LeakyRelu's slope given. NaN stays NaN (``relu_`` is a clamp that
-    propagates it, as TensorFlow's Relu does)."""
+    """``activate`` with LeakyRelu's slope given. NaN stays NaN; Relu makes +0.0 of -0.0
+    (``_relu``, as numpy's and TensorFlow's Relu), Relu6 keeps it (``np.clip`` does too)."""
     if activation == "Relu":
-        torch.relu_(out)
+        _relu(out, out=out)
     elif activation == "Relu6":
         torch.clamp(out, 0, 6, out=out)
     elif activation == "Elu":
