@@ -219,7 +219,9 @@ def test_causal_conv_with_state(
 def test_causal_conv_with_state_errors_name_the_node(
     w_shape: tuple[int | None, ...], attrs: dict[str, str], message: str
 ) -> None:
-    node = helper.make_node("CausalConvWithState", ["x", "w"], ["y"], name="conv", **attrs)
+    node = helper.make_node(
+        "CausalConvWithState", ["x", "w"], ["y", "state"], name="conv", **attrs
+    )  # (both outputs: the schema requires them)
     proto = model(
         [node],
         {"x": (FLOAT, [1, 3, 4]), "w": (FLOAT, list(w_shape))},
@@ -342,7 +344,8 @@ def test_linear_attention_errors_name_the_node(
     while names[-1] == "":
         names.pop()
     settings = {"q_num_heads": 2, "kv_num_heads": 2, "update_rule": "linear", **attrs}
-    node = helper.make_node("LinearAttention", names, ["y"], name="la", **settings)
+    # (both outputs: the schema requires them)
+    node = helper.make_node("LinearAttention", names, ["y", "state"], name="la", **settings)
     declared = {n: (FLOAT, s) for n, s in shapes.items()}
     proto = model([node], declared, {"y": (FLOAT, None)}, opset=27)
     with pytest.raises(ko.OnnxImportError, match=rf"'la' \(LinearAttention, opset 27\).*{message}"):

@@ -130,6 +130,7 @@ class ConversionContext:
 
     __slots__ = (
         "containers",
+        "declared_ranks",
         "defaults",
         "graph",
         "node",
@@ -156,6 +157,10 @@ class ConversionContext:
         """Of ``defaults``, those a converter read (name -> the node that needed it): the
         importer converts the model again with them as constants."""
         self.node: OnnxNode | None = None
+        self.declared_ranks: dict[str, int] = {}
+        """The ranks the model's value_info declares for values between nodes (what
+        ``onnx.shape_inference.infer_shapes`` writes): a converter's output whose rank
+        kernloom's shape inference cannot tell gets it (``kernloom.onnx._convert``)."""
 
     def child(
         self,
@@ -175,6 +180,7 @@ class ConversionContext:
         inner.static.update(known or {})
         inner.defaults = {k: v for k, v in self.defaults.items() if k not in bound}
         inner.pinned = self.pinned
+        inner.declared_ranks = self.declared_ranks
         return inner
 
     # -- inputs ---------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import onnx.defs
 from onnx import TensorProto
 
 import kernloom.dtypes as d
+from kernloom.graph.builder import constant
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import (
     CODED_OPS,
@@ -40,6 +41,7 @@ from kernloom.onnx._context import (
     ConversionContext,
     OnnxNode,
 )
+from kernloom.onnx._folding import folded_outputs
 from kernloom.onnx._registry import REGISTRY
 from kernloom.onnx._small_types import (
     bfloat16_outputs,
@@ -50,6 +52,7 @@ from kernloom.onnx._small_types import (
 )
 from kernloom.onnx._values import OnnxCoded, OnnxOptional, OnnxSequence
 from kernloom.onnx.errors import OnnxImportError
+from kernloom.shapes import TensorShape
 
 __all__ = ["convert_node", "convert_nodes", "graph_nodes", "node_name", "with_subgraph_nodes"]
 
@@ -140,8 +143,38 @@ def convert_node(ctx: ConversionContext, node: OnnxNode, producers: dict[str, On
             raise node.fail(f"output {index} ({name!r}) is not supported")
         value = results[index]
         assert value is not None
+        _declare_rank(ctx, name, value)
         ctx.set_values({name: value})
+    _fold(ctx, node, results)
     ctx.node = None
+
+
+def _declare_rank(ctx: ConversionContext, name: str, value: object) -> None:
+    """Give a tensor whose rank shape inference cannot tell (a Reshape to a shape fed at
+    run time) the rank the model's value_info declares for it, so the converters that
+    need a rank (Flatten, Softmax, Transpose...) build for it. The rank only: what a
+    value_info says of the dimensions is not checked against the run."""
+    rank = ctx.declared_ranks.get(name)
+    if rank is not None and isinstance(value, Tensor) and value.shape.rank is None:
+        ctx.graph.set_output_shape(value, TensorShape.unknown(rank))
+
+
+def _fold(ctx: ConversionContext, node: OnnxNode, results: Sequence[object]) -> None:
+    """The outputs known at import when the node's inputs are (shape arithmetic on
+    constants, ``kernloom.onnx._folding``): recorded in ``ctx.static``, so the converters
+    after it see them as they see an initializer's, and each becomes a constant, so that
+    kernloom's shape inference knows the value's shape as the converters know its value
+    (a Range of known bounds has a known length). The converter's ops stay behind,
+    unused: a session prunes them, as it does an If's untaken branch."""
+    folded = folded_outputs(ctx, node, results)
+    if not folded:
+        return
+    with ctx.graph.name_scope(node_name(node.name, node.op_type)):
+        for name, value in folded.items():
+            ctx.static[name] = value
+            ctx.values[name] = constant(
+                value, ctx.values[name].dtype, name="folded", graph=ctx.graph
+            )
 
 
 Result = Tensor | OnnxSequence | OnnxOptional | OnnxCoded | None

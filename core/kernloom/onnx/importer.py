@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import onnx
@@ -73,18 +73,33 @@ def value_name(graph: Graph, text: str, fallback: str) -> str:
 
 
 def load_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> onnx.ModelProto:
-    """A ModelProto from a proto, a path or serialized bytes."""
+    """A ModelProto from a proto, a path or serialized bytes. One without a graph is an
+    error here: protobuf reads an empty file (an interrupted download) as an empty
+    ModelProto, which would otherwise import as a model of no inputs and no outputs."""
     if isinstance(model, onnx.ModelProto):
-        return model
+        return _with_graph(model, "the ONNX model")
     if isinstance(model, bytes):
-        return onnx.load_from_string(model)
+        return _with_graph(onnx.load_from_string(model), f"the ONNX model ({len(model)} bytes)")
     path = Path(model)
     if not path.is_file():
         raise OnnxImportError(f"ONNX model file {str(path)!r} does not exist or is not a file")
     try:
-        return onnx.load(str(path))
+        proto = onnx.load(str(path))
     except Exception as exc:  # onnx raises DecodeError and others
         raise OnnxImportError(f"{str(path)!r} is not a readable ONNX model: {exc}") from exc
+    size = path.stat().st_size
+    return _with_graph(proto, f"ONNX model file {str(path)!r} ({size} bytes)")
+
+
+def _with_graph(proto: onnx.ModelProto, what: str) -> onnx.ModelProto:
+    """``proto``, refused where it holds no graph (``what`` names the model)."""
+    if not proto.HasField("graph"):
+        raise OnnxImportError(
+            f"{what} holds no graph: it is empty or truncated, or not an ONNX model "
+            '(onnxruntime says "No graph was found in the protobuf"); export or download '
+            "the model again"
+        )
+    return proto
 
 
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:
@@ -111,6 +126,12 @@ def _problems(nodes: list[OnnxNode], opsets: dict[str, int]) -> list[Unsupported
                 )
             )
 
+        if node.domain not in opsets:
+            report(
+                f"domain {node.domain!r} is not imported by the model (its opset_import has "
+                f"no entry for it): add one, e.g. onnx.helper.make_opsetid({node.domain!r}, 1)"
+            )
+            continue
         version = REGISTRY.schema_version(node.op_type, node.opset, node.domain)
         if version is None:
             report("not an op of this opset in onnx's schemas")
@@ -186,6 +207,62 @@ def _invalid_attributes(nodes: list[OnnxNode], opsets: dict[str, int]) -> list[s
     return found
 
 
+def _invalid_arity(nodes: list[OnnxNode], opsets: dict[str, int]) -> list[str]:
+    """Every node with more or fewer inputs or outputs than its schema allows (an empty
+    name counts, as ``onnx.checker`` counts it): a converter would ignore an input too
+    many, or fail on an output too many without saying why."""
+    found = []
+    for node in with_subgraph_nodes(nodes, opsets):
+        try:
+            schema = onnx.defs.get_schema(node.op_type, node.opset, node.domain)
+        except onnx.defs.SchemaError:
+            continue  # an op without a schema is reported by _problems
+        version = f"{node.op_type}-{schema.since_version}"
+        given = (len(node.proto.input), len(node.proto.output))
+        allowed = (
+            (int(schema.min_input), int(schema.max_input), "takes"),
+            (int(schema.min_output), int(schema.max_output), "gives"),
+        )
+        for count, what, (low, high, verb) in zip(given, ("input", "output"), allowed, strict=True):
+            if not low <= count <= high:
+                found.append(
+                    f"node {node.describe()}: {count} {what}{'s' if count != 1 else ''}; "
+                    f"{version} {verb} {_count_range(low, high)}"
+                )
+    return found
+
+
+def _count_range(low: int, high: int) -> str:
+    """How many inputs or outputs a schema allows, in words."""
+    if low == high:
+        return f"{low} (exactly)"
+    if high >= 2**31 - 1:  # variadic: onnx's "no limit"
+        return f"at least {low}"
+    return f"{low} to {high}"
+
+
+_NEWEST_OPSETS: Final = {
+    "": ("the default ONNX domain (ai.onnx)", onnx.defs.onnx_opset_version),
+    "ai.onnx.ml": ("domain 'ai.onnx.ml'", onnx.defs.onnx_ml_opset_version),
+}
+"""The domains whose newest opset the installed onnx reports, and how to name them."""
+
+
+def _check_opsets(opsets: dict[str, int]) -> None:
+    """Refuse an opset newer than the installed onnx knows: its schemas are unknown, and
+    a lookup would silently take the newest schema onnx has (onnxruntime refuses such a
+    model too)."""
+    for domain, (name, newest_of) in _NEWEST_OPSETS.items():
+        version, newest = opsets.get(domain, 0), int(newest_of())
+        if version > newest:
+            raise OnnxImportError(
+                f"the model imports opset {version} of {name}, but the installed onnx "
+                f"({onnx.__version__}) knows opsets up to {newest}: export the model for "
+                f"opset {newest} or below (onnx.version_converter.convert_version converts "
+                "a model), or install a newer onnx"
+            )
+
+
 def unsupported_nodes(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> list[Unsupported]:
     """The nodes of ``model`` that would fail to import (empty when all convert)."""
     proto = load_model(model)
@@ -200,6 +277,16 @@ def _input_shape(value: onnx.ValueInfoProto) -> TensorShape:
     return TensorShape(
         [int(d.dim_value) if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
     )
+
+
+def _declared_ranks(graph: onnx.GraphProto) -> dict[str, int]:
+    """The ranks graph's value_info declares (a tensor type with a shape)."""
+    return {
+        value.name: len(value.type.tensor_type.shape.dim)
+        for value in graph.value_info
+        if value.type.WhichOneof("value") == "tensor_type"
+        and value.type.tensor_type.HasField("shape")
+    }
 
 
 def pinned_initializers(proto: onnx.ModelProto, imported: ImportedModel) -> set[str]:
@@ -262,7 +349,9 @@ def import_model_values(
                 return imported, containers
             constants |= pinned  # needed at import: constants, as if not listed as inputs
     except OnnxImportError as exc:
-        if source is not None and exc.args and isinstance(exc.args[0], str):
+        named = bool(exc.args) and isinstance(exc.args[0], str)
+        # (load_model's errors name the file already)
+        if source is not None and named and repr(source) not in exc.args[0]:
             exc.args = (f"{source}: {exc.args[0]}", *exc.args[1:])
         raise
 
@@ -329,20 +418,22 @@ def _import(
     constants, the overridable ones a converter needed the value of, and the sequence
     and optional inputs and outputs."""
     opsets = _opsets(proto)
+    _check_opsets(opsets)
     nodes = _nodes(proto, opsets)
     problems = _problems(nodes, opsets)
     if problems:
         raise UnsupportedOnnxError(problems)
-    invalid = _invalid_attributes(nodes, opsets)
+    invalid = _invalid_arity(nodes, opsets) + _invalid_attributes(nodes, opsets)
     if invalid:
         lines = "\n".join(f"  - {line}" for line in invalid)
         raise OnnxImportError(
             f"the ONNX model does not follow the schemas of its ops ({len(invalid)} "
-            f"problem(s)):\n{lines}\nRe-export the model, or fix the attributes named "
+            f"problem(s)):\n{lines}\nRe-export the model, or fix the nodes named "
             "(onnx.checker.check_model(model) reports the same)."
         )
     graph = Graph()
     ctx = ConversionContext(graph, opsets)
+    ctx.declared_ranks = _declared_ranks(proto.graph)
     initializers = {init.name: init for init in proto.graph.initializer}
     overridable = overridable_initializers(proto) - constants
     defaults: dict[str, Tensor] = {}

@@ -31,9 +31,18 @@ def static_dims(x: Tensor) -> list[int] | None:
 
 
 def rank_of(node: OnnxNode, x: Tensor, what: str = "input") -> int:
+    """x's rank, which the op is built for at import: unknown, an error that says how the
+    model can give it (every converter that needs a rank asks here)."""
     rank = x.shape.rank
     if rank is None:
-        raise node.fail(f"the rank of the {what} must be known at import time")
+        raise node.fail(
+            f"the rank of the {what} must be known at import time: declare the shapes of "
+            "the model's graph inputs (their rank at least; a dimension may be symbolic), "
+            "from which kernloom infers every value's; where a value's rank still cannot "
+            "be inferred (a Reshape to a shape computed at run time), give it a "
+            "value_info with its rank (onnx.shape_inference.infer_shapes(model) adds "
+            "those where onnx can infer them)"
+        )
     return rank
 
 

@@ -281,12 +281,26 @@ def _taken_branch(ctx: ConversionContext, node: OnnxNode, attr: str) -> Values:
 def _carried_invariant(initial: Tensor, declared: onnx.ValueInfoProto) -> TensorShape:
     """The shape a loop-carried value keeps over the iterations: its initial shape, with
     the dimensions the body's input declares as unknown or symbolic (or that differ)
-    left open, so a body that grows a value along such a dimension converts."""
+    left open, so a body that grows a value along such a dimension converts. A body
+    input that declares no shape starts from the initial shape: ``_run_while`` opens the
+    dimensions the body changes (``_undeclared``)."""
     if not declared.type.tensor_type.HasField("shape"):
         return initial.shape
     dims = declared.type.tensor_type.shape.dim
     shape = TensorShape([int(v.dim_value) if v.HasField("dim_value") else None for v in dims])
     return relaxed_shape(initial.shape, shape)
+
+
+def _undeclared(values: Sequence[onnx.ValueInfoProto], first: int) -> list[int]:
+    """The loop-variable indices (``values[i]`` is loop variable ``first + i``) of the
+    carried values whose body input declares no shape: ONNX's "unknown", so their
+    invariants may open wherever the body changes them."""
+    return [
+        first + i
+        for i, value in enumerate(values)
+        if value.type.WhichOneof("value") != "tensor_type"
+        or not value.type.tensor_type.HasField("shape")
+    ]
 
 
 def _elem_type(value: onnx.ValueInfoProto) -> int:
@@ -452,6 +466,7 @@ def _loop(node: OnnxNode, ctx: ConversionContext) -> Values:
         [ctx.const(np.int64(0)), keep0, *carried, *accumulators, *elements],
         invariants,
         "0 and 1 are the iteration count and the condition",
+        _undeclared(body.input[2:], 2),
     )
     count, values, accs, shapes = final[0], *_split(final[2:], plan)
     return [*values, *_all_stacked(ctx, count, accs, shapes, recorded)]
@@ -561,19 +576,57 @@ def _run_while(
     variables: list[Tensor],
     invariants: list[TensorShape],
     leading: str,
+    relaxable: Sequence[int] = (),
 ) -> list[Tensor]:
     """``kl.while_loop`` over ``variables``, its shape and dtype errors reported on the
-    node (``leading`` says what the first loop variables are)."""
-    try:
-        return list(while_loop(keep_going, iterate, variables, shape_invariants=invariants))
-    except OnnxImportError:
-        raise
-    except InvalidArgumentError as exc:
-        raise node.fail(
-            f"the body does not keep its loop-carried values' dtypes and shapes: {exc} (loop "
-            f"variable {leading}; a loop-carried value whose shape changes converts when "
-            "the body's input declares the changing dimensions as symbolic)"
-        ) from exc
+    node (``leading`` says what the first loop variables are). The invariants of the
+    loop variables in ``relaxable`` (undeclared shapes) open where the body returns
+    another shape, and the loop is built again: as TensorFlow's ``shape_invariants``
+    with ``None`` where a value changes. Each try opens a dimension or more, so this
+    ends; the tries that failed leave unreachable nodes, as an If's failed branch does."""
+    returned: list[TensorShape] = []
+    body = _recording(iterate, returned)
+    while True:
+        returned.clear()
+        try:
+            return list(while_loop(keep_going, body, variables, shape_invariants=invariants))
+        except OnnxImportError:
+            raise
+        except InvalidArgumentError as exc:
+            opened = _opened(invariants, returned, relaxable)
+            if opened is None:
+                raise node.fail(
+                    f"the body does not keep its loop-carried values' dtypes and shapes: "
+                    f"{exc} (loop variable {leading}; a loop-carried value whose shape "
+                    "changes converts when the body's input declares the changing "
+                    "dimensions as symbolic, or declares no shape)"
+                ) from exc
+            invariants = opened
+
+
+def _recording(iterate: Any, returned: list[TensorShape]) -> Any:
+    """``iterate``, keeping the shapes of what it returns in ``returned`` (the body's
+    loop variables as built, which a failed ``kl.while_loop`` does not say)."""
+
+    def body(*state: Tensor) -> list[Tensor]:
+        results: list[Tensor] = iterate(*state)
+        returned[:] = [t.shape for t in results]
+        return results
+
+    return body
+
+
+def _opened(
+    invariants: list[TensorShape], returned: list[TensorShape], relaxable: Sequence[int]
+) -> list[TensorShape] | None:
+    """``invariants`` with those in ``relaxable`` relaxed to the shapes the body
+    ``returned``; None where none changes (the error is another)."""
+    if len(returned) != len(invariants):
+        return None
+    opened = list(invariants)
+    for index in relaxable:
+        opened[index] = relaxed_shape(invariants[index], returned[index])
+    return None if opened == invariants else opened
 
 
 def _all_stacked(
@@ -769,6 +822,7 @@ def _scan_loop(
         [ctx.const(np.int64(0)), *states, *accumulators, *elements],
         invariants,
         "0 is the iteration count",
+        _undeclared(body.input[: plan.carried], 1),
     )
     count, values, accs, shapes = final[0], *_split(final[1:], plan)
     return values, _all_stacked(ctx, count, accs, shapes, recorded)

@@ -10,18 +10,29 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 import kernloom.dtypes as d
 from kernloom import ops
+from kernloom.graph.builder import control_dependencies
+from kernloom.graph.control_flow import cond
+from kernloom.graph.graph import constant_value
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._registry import converter
 from kernloom.onnx._small_types import coded_array
 from kernloom.onnx._values import OnnxCoded
-from kernloom.onnx.ops._helpers import axis_of, flatten2d, ints, rank_of, shape_of, static_dims
+from kernloom.onnx.ops._helpers import (
+    axis_of,
+    flatten2d,
+    ints,
+    rank_of,
+    run_time_check,
+    shape_of,
+    static_dims,
+)
 
 Result = Sequence[Tensor | None]
 
@@ -273,7 +284,8 @@ def _unsqueeze(node: OnnxNode, ctx: ConversionContext, as_input: bool) -> Result
             y = ops.expand_dims(y, ctx.const(np.int32(a)))
     known = ctx.static_input(0)
     if known is not None:
-        _known(ctx, node, 0, known.reshape(full))
+        # (from the value's own shape: x's static shape may know less than its value)
+        _known(ctx, node, 0, np.expand_dims(known, tuple(normalized)))
     return [y]
 
 
@@ -316,12 +328,15 @@ def _tile(node: OnnxNode, ctx: ConversionContext) -> Result:
 def _slice(node: OnnxNode, ctx: ConversionContext) -> Result:
     x = ctx.input(0)
     if any(ctx.has_input(i) and ctx.static_input(i) is None for i in range(1, 5)):
-        return [_runtime_slice(node, ctx, x)]
+        return [_runtime_slice(node, ctx, x, _fed_bounds(ctx))]
     starts = ints(ctx.required_static(1, "starts"))
     ends = ints(ctx.required_static(2, "ends"))
     rank = rank_of(node, x)
     axes = ints(ctx.required_static(3, "axes")) if ctx.has_input(3) else list(range(len(starts)))
     steps = ints(ctx.required_static(4, "steps")) if ctx.has_input(4) else [1] * len(starts)
+    if _start_may_pass_the_front(x, rank, starts, axes, steps):
+        bounds = [ctx.int64s(v) for v in (starts, ends, axes, steps)]
+        return [_runtime_slice(node, ctx, x, _SliceBounds(*bounds))]
     return [_strided(ctx, node, x, rank, starts, ends, axes, steps)]
 
 
@@ -334,21 +349,58 @@ def _slice_1(node: OnnxNode, ctx: ConversionContext) -> Result:
     return [_strided(ctx, node, x, rank, starts, ends, axes, [1] * len(starts))]
 
 
-def _runtime_slice(node: OnnxNode, ctx: ConversionContext, x: Tensor) -> Tensor:
-    """Slice with starts/ends/axes/steps computed at run time: ONNX's clamping done in
-    the graph, then one StridedSlice over every dimension (no masks needed)."""
-    rank = rank_of(node, x)
-    i64 = d.int64
+def _start_may_pass_the_front(
+    x: Tensor, rank: int, starts: list[int], axes: list[int], steps: list[int]
+) -> bool:
+    """Whether a start known at import may lie below -dim on an axis stepped backwards
+    whose size is known only at run time. ONNX clamps such a start to 0 (the slice takes
+    x[0]), where StridedSlice clamps it to -1 (before the front: nothing); with the size
+    known, ``_strided`` clamps it, and a start of -1 is in range for any size but 0 (where
+    the result is empty either way)."""
+    dims = x.shape.as_list()
+    return any(
+        step < 0 and start < -1 and dims[axis % rank] is None
+        for start, axis, step in zip(starts, axes, steps, strict=True)
+        if -rank <= axis < rank
+    )
+
+
+class _SliceBounds(NamedTuple):
+    """A Slice's starts, ends, axes and steps as tensors; axes and steps may be absent."""
+
+    starts: Tensor
+    ends: Tensor
+    axes: Tensor | None
+    steps: Tensor | None
+
+
+def _fed_bounds(ctx: ConversionContext) -> _SliceBounds:
+    """Inputs 1 to 4 of a Slice, as int64 tensors (some computed at run time)."""
 
     def vec(index: int) -> Tensor:
-        return ops.cast(ctx.input(index), DstT=i64)
+        return ops.cast(ctx.input(index), DstT=d.int64)
 
-    starts, ends = vec(1), vec(2)
+    return _SliceBounds(
+        vec(1),
+        vec(2),
+        vec(3) if ctx.has_input(3) else None,
+        vec(4) if ctx.has_input(4) else None,
+    )
+
+
+def _runtime_slice(
+    node: OnnxNode, ctx: ConversionContext, x: Tensor, bounds: _SliceBounds
+) -> Tensor:
+    """Slice with starts/ends/axes/steps computed at run time (or with a start whose
+    clamping needs a size known only then): ONNX's clamping done in the graph, then one
+    StridedSlice over every dimension (no masks needed)."""
+    rank = rank_of(node, x)
+    starts, ends = bounds.starts, bounds.ends
     count = starts.shape.as_list()[0] if starts.shape.rank == 1 else None
     if count is None:
         raise node.fail("starts needs a length known at import time")
-    axes = vec(3) if ctx.has_input(3) else ctx.int64s(list(range(count)))
-    steps = vec(4) if ctx.has_input(4) else ctx.int64s([1] * count)
+    axes = bounds.axes if bounds.axes is not None else ctx.int64s(list(range(count)))
+    steps = bounds.steps if bounds.steps is not None else ctx.int64s([1] * count)
     where = ops.expand_dims(ops.floor_mod(axes, ctx.const(np.int64(rank))), ctx.const(np.int32(1)))
     full = ctx.int64s([rank])
     big = 2**62
@@ -412,13 +464,21 @@ def _strided(
     axes: list[int],
     steps: list[int],
 ) -> Tensor:
+    """Slice with every bound known at import: one StridedSlice of constants. Where
+    the two clamp differently -- a start below -dim on an axis stepped backwards: ONNX
+    starts at 0, StridedSlice before it -- the start is clamped here (the caller takes
+    the run-time path where that axis's size is unknown)."""
     begin, end, stride = [0] * rank, [0] * rank, [1] * rank
     begin_mask = end_mask = (1 << rank) - 1
     big = 2**62
+    dims = x.shape.as_list()
     for start, stop, axis, step in zip(starts, ends, axes, steps, strict=True):
         a = axis_of(node, axis, rank)
         if step == 0:
             raise node.fail("a slice step of 0 is invalid")
+        size = dims[a]
+        if step < 0 and size is not None and start < -size:
+            start = -size  # x[0], the first element ONNX takes stepping back from there
         # Clamp ONNX's huge sentinels into what int64 StridedSlice accepts.
         begin[a], end[a], stride[a] = max(min(start, big), -big), max(min(stop, big), -big), step
         begin_mask &= ~(1 << a)
@@ -562,10 +622,79 @@ def _pad_tensor(
             return ops.pad(x, paddings)
         return ops.pad_v2(x, paddings, ops.reshape(value, ctx.int64s([])))
     if mode == "reflect":
-        return ops.mirror_pad(x, paddings, mode="REFLECT")
+        return _reflect_pad(node, ctx, x, paddings)
     if mode in ("edge", "wrap"):
         return _gather_pad(node, ctx, x, paddings, wrap=mode == "wrap")
     raise node.fail(f"mode={mode!r} is not supported (constant, reflect, edge, wrap are)")
+
+
+def _reflect_pad(node: OnnxNode, ctx: ConversionContext, x: Tensor, paddings: Tensor) -> Tensor:
+    """Reflect padding: MirrorPad where x is not empty. MirrorPad refuses an empty axis
+    even with no pads (TensorFlow's rule: pads at most size - 1), where ONNX pads an
+    empty tensor to the padded empty shape as long as no empty axis gets pads (there is
+    nothing to reflect). So an empty x -- known at import, or decided at run time by a
+    cond where a dimension is unknown -- gives zeros of the padded shape directly."""
+    rank = rank_of(node, x)
+    dims = x.shape.as_list()
+    known = constant_value(paddings)
+    if known is not None:
+        _check_reflectable(node, dims, [[int(v) for v in pair] for pair in known])
+    if all(v is not None and v > 0 for v in dims):
+        return ops.mirror_pad(x, paddings, mode="REFLECT")
+    sizes = static_dims(x)
+    if sizes is not None and known is not None:
+        padded = [v + int(sum(pair)) for v, pair in zip(sizes, known, strict=True)]
+        return ctx.const(np.zeros(padded, x.dtype.numpy_dtype), x.dtype)  # empty
+    empty = ops.equal(ops.size(x, out_type=d.int64), ctx.const(np.int64(0)))
+    merged: Tensor = cond(
+        empty,
+        lambda: _empty_padded(node, ctx, x, paddings, rank),
+        lambda: ops.mirror_pad(x, paddings, mode="REFLECT"),
+        name="reflect",
+    )
+    if known is not None:
+        # What MirrorPad's shape inference gives outside a cond (inside, its paddings
+        # come through a Switch and are no constant), and neither branch knows alone.
+        padded_dims = [
+            None if v is None else int(v) + int(sum(pair))
+            for v, pair in zip(dims, known, strict=True)
+        ]
+        ctx.graph.set_output_shape(merged, padded_dims)
+    return merged
+
+
+def _check_reflectable(node: OnnxNode, dims: list[int | None], pads: list[list[int]]) -> None:
+    """Reflect pads on an axis known to be empty: nothing to reflect (onnxruntime and
+    onnx's reference refuse it too)."""
+    for axis, (size, pair) in enumerate(zip(dims, pads, strict=True)):
+        if size == 0 and any(pair):
+            raise node.fail(
+                f"reflect pads {pair} on axis {axis}, of size 0: an empty axis has nothing "
+                "to reflect; give it no pads, or pad it in constant mode"
+            )
+
+
+def _empty_padded(
+    node: OnnxNode, ctx: ConversionContext, x: Tensor, paddings: Tensor, rank: int
+) -> Tensor:
+    """Zeros of x's shape plus its pads, for an empty x, once a check has found no pads
+    on an empty axis (naming the node, as the import does where it knows the sizes)."""
+    dims = ops.shape(x, out_type=d.int64)
+    pads = ops.cast(paddings, DstT=d.int64) if paddings.dtype != d.int64 else paddings
+    total = ops.sum(pads, ctx.int32s([1]))
+    fine = ops.logical_or(
+        ops.greater(dims, ctx.const(np.int64(0))), ops.equal(total, ctx.const(np.int64(0)))
+    )
+    check = run_time_check(
+        ops.all(fine, ctx.int32s([0])),
+        [dims, total],
+        f"ONNX node {node.describe()}: reflect pads on an axis of size 0 (input shape and "
+        "pads per axis follow): an empty axis has nothing to reflect; give it no pads, or "
+        "pad it in constant or edge mode",
+        "reflect_check",
+    )
+    with control_dependencies([check]):
+        return ops.fill(ops.add_v2(dims, total), ctx.const_like(0, x))
 
 
 def _gather_pad(
