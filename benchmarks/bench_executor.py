@@ -34,12 +34,13 @@ timed the same way in the same run.
   (``tanh`` of a fed float32[16]) through ``make_callable``, wall-clock median, against
   ``np.tanh`` and, where installed, an ONNX Runtime session of one Tanh.
 - threads: the same graphs in sessions of one and of two inter-op threads (the default
-  here, one per core), wall-clock (the pool's threads work too), best of 7 runs after
-  warm-up runs (which is when measured kernel costs settle, ``kernel_costs``): loops of
-  one, two and three variables (``i + 1``; ``(i + 1, s + 1.0)``; ``(i + 1, s + 1.0, t *
-  1.5)``), 2000 iterations, µs an iteration; two small branches ``tanh(exp(x)) +
-  sin(cos(x))`` on float32[16], µs a step; and two chains of 4 768x768 MatMul+Tanh
-  (intra-op threads 1), ms a step, where the second thread should halve the time.
+  here, one per core), graph optimizer off, wall-clock (the pool's threads work too),
+  best of 7 runs after 5 warm-up runs (which is when measured kernel costs settle,
+  ``kernel_costs``): loops of one, two and three variables (``i + 1``; ``(i + 1, s +
+  1.0)``; ``(i + 1, s + 1.0, t * 1.5)``), 2000 iterations, µs an iteration; two small
+  branches ``tanh(exp(x)) + sin(cos(x))`` on float32[16], µs a step; and two chains of 4
+  768x768 MatMul+Tanh (intra-op threads 1), ms a step, where the second thread should
+  halve the time.
 """
 
 from __future__ import annotations
@@ -377,7 +378,10 @@ def threads() -> int:
     for label, g, fetch, feed, scale, unit in _thread_graphs():
         times = []
         for count in (1, 2):
-            config = kl.SessionConfig(inter_op_threads=count, intra_op_threads=1)
+            # (Optimizer off: it would fuse the small branches into one node.)
+            config = kl.SessionConfig(
+                inter_op_threads=count, intra_op_threads=1, graph_optimizer=False
+            )
             with kl.Session(g, config) as sess:
                 run = functools.partial(sess.run, fetch, feed)
                 times.append(cpu_best_of(run, 7, 5, time.perf_counter) * scale)
