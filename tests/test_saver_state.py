@@ -497,3 +497,99 @@ def test_a_checkpoint_where_the_state_file_goes_is_refused_before_writing(
         model.save(tmp_path / "m", 2)
     assert _files(tmp_path) == ["checkpoint", "state"]
     assert model.restored(str(tmp_path / "checkpoint")) == 0.0
+
+
+# -- save_path is a prefix, as TensorFlow's -----------------------------------------------------
+# TensorFlow 2.21's tf.compat.v1.train.Saver.save appends "-<global_step>" to save_path as a
+# string: save(sess, "ckdir/", global_step=5) returned "ckdir/-5", written inside ckdir/, and
+# ckdir/checkpoint read 'model_checkpoint_path: "-5"'; save(sess, "", 1) returned "-1" and
+# save(sess, ".", 1) ".-1"; latest_checkpoint("") gave ".-1" and latest_checkpoint(".")
+# "./.-1"; save(sess, "./ckdir/", 7) returned "./ckdir/-7".
+
+
+def test_a_save_path_ending_in_a_separator_saves_inside_that_directory(
+    model: Model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("run").mkdir()
+    assert model.save("run/", 5) == "run/-5"
+    assert _files(tmp_path) == ["run"]  # nothing written beside run/
+    assert _files(tmp_path / "run") == ["-5", "checkpoint"]
+    assert Path("run/checkpoint").read_text() == (
+        'model_checkpoint_path: "-5"\nall_model_checkpoint_paths: "-5"\n'
+    )
+    assert kl.train.latest_checkpoint("run") == os.path.join("run", "-5")
+    assert kl.train.latest_checkpoint("run/") == "run/-5"
+    assert kl.train.get_checkpoint_state("run") == kl.train.CheckpointState(
+        os.path.join("run", "-5"), (os.path.join("run", "-5"),)
+    )
+    assert model.restored("run/-5") == 5.0
+    assert model.restored(kl.train.latest_checkpoint("run")) == 5.0
+    assert model.save("./run/", 7) == "./run/-7"  # returned as passed, as TensorFlow
+    assert _files(tmp_path / "run") == ["-5", "-7", "checkpoint"]
+    assert model.saver.last_checkpoints == ["run/-5", "./run/-7"]
+    assert model.restored(kl.train.latest_checkpoint("run")) == 7.0
+    absolute = model.save(f"{tmp_path / 'run'}{os.sep}", 8)
+    assert absolute == str(tmp_path / "run" / "-8")
+    assert _files(tmp_path / "run") == ["-7", "-8", "checkpoint"]  # max_to_keep=2
+
+
+def test_an_empty_or_dot_save_path_with_a_global_step_is_a_prefix_as_tensorflow_s(
+    model: Model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert model.save("", 1) == "-1"
+    assert model.save(".", 2) == ".-2"
+    assert _files(tmp_path) == ["-1", ".-2", "checkpoint"]
+    assert Path("checkpoint").read_text() == (
+        'model_checkpoint_path: ".-2"\n'
+        'all_model_checkpoint_paths: "-1"\n'
+        'all_model_checkpoint_paths: ".-2"\n'
+    )
+    assert kl.train.latest_checkpoint("") == ".-2"
+    assert kl.train.latest_checkpoint(".") == os.path.join(".", ".-2")
+    assert model.restored("-1") == 1.0
+    assert model.restored(".-2") == 2.0
+
+
+@pytest.mark.parametrize("save_path", ["", ".", "..", "/", "run/", "run/.", "run/..", "new/"])
+def test_a_save_path_that_names_a_directory_is_refused_without_a_global_step(
+    model: Model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, save_path: str
+) -> None:
+    # Without a step the prefix is the whole file name: one ending in '/' (or '.', '..')
+    # names a directory, where a kernloom checkpoint (one file) cannot be written.
+    monkeypatch.chdir(tmp_path)
+    Path("run").mkdir()
+    with pytest.raises(kl.InvalidArgumentError) as info:
+        model.saver.save(model.session, save_path)
+    message = str(info.value)
+    assert message.startswith(f"Saver.save: save_path={save_path!r} ")
+    assert "not a checkpoint file" in message
+    assert "pass a file name" in message and "or pass global_step=" in message
+    if save_path == "new/":
+        assert message.endswith("directory 'new/' does not exist either: create it first")
+    assert _files(tmp_path) == ["run"] and _files(tmp_path / "run") == []  # nothing written
+
+
+def test_a_save_path_in_a_missing_directory_is_refused_naming_it(
+    model: Model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(kl.KernloomError, match=r"newdir/-5: directory .*newdir does not exist"):
+        model.save("newdir/", 5)
+    assert _files(tmp_path) == []  # no file named newdir
+
+
+def test_restore_takes_the_path_as_written(model: Model, tmp_path: Path) -> None:
+    # "model/" is a directory path: with a file "model" there, POSIX (and TensorFlow) find
+    # no checkpoint under it; restoring from the file would restore something not asked for.
+    written = model.saver.save(model.session, tmp_path / "model")
+    assert model.restored(written) == 0.0
+    with pytest.raises(kl.InvalidArgumentError) as info:
+        model.restored(f"{written}/")
+    assert str(info.value).startswith(
+        f"Saver.restore: save_path={written + '/'!r} names a directory"
+    )
+    assert "kl.train.latest_checkpoint" in str(info.value)
+    with pytest.raises(kl.InvalidArgumentError, match=r"names a directory"):
+        kl.train.read_checkpoint_manifest(f"{written}/")

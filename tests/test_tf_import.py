@@ -2,7 +2,8 @@
 
 The fixtures under ``tests/fixtures/tf`` were exported by TensorFlow 2.21 with
 ``make_fixtures.py`` (frozen MLP and CNN, a TF1 ``while_loop``, constants of every dtype
-in TensorFlow's own encodings, resource variables); each ``.npz`` holds the inputs and
+in TensorFlow's own encodings, resource variables, ``tf.switch_case`` lowered to
+``_SwitchN``); each ``.npz`` holds the inputs and
 TensorFlow's outputs, the independent reference the runs here are compared with. Hand-made
 GraphDefs (built with kernloom's schema) cover TensorProto's rules, attr mapping, ordering
 and every error path; hypothesis mutates real files to show that any bytes give a graph
@@ -537,6 +538,152 @@ def test_semantic_mutations_of_real_graphs_load_or_name_the_source(data: bytes) 
     _loads_or_names(data, "<bytes>", text=False)
 
 
+# -- tf.switch_case: _SwitchN ----------------------------------------------------------------
+# TensorFlow writes tf.switch_case as a functional Case, even after disable_control_flow_v2();
+# freezing lowers it to _SwitchN (forward the data to output `output_index`, an index out of
+# range to the last; the other outputs are dead) and Merge. The importer rewrites each
+# _SwitchN into Switch nodes on `index == k` (and `index` out of [0, N-1) for the last).
+
+
+def _runs(name: str) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """The runs ``make_fixtures.switch_case`` recorded: (feeds, TensorFlow's values)."""
+    runs = []
+    with np.load(FIXTURES / f"{name}.npz") as archive:
+
+        def members(prefix: str) -> dict[str, np.ndarray]:
+            return {
+                k.removeprefix(prefix): archive[k] for k in archive.files if k.startswith(prefix)
+            }
+
+        while any(k.startswith(f"{len(runs)}/fetch/") for k in archive.files):
+            runs.append((members(f"{len(runs)}/feed/"), members(f"{len(runs)}/fetch/")))
+    return runs
+
+
+@pytest.mark.parametrize("optimizer", [True, False], ids=["optimizer", "no-optimizer"])
+@pytest.mark.parametrize("name", ["switch_case", "switch_case_nested", "switch_case_v1"])
+def test_a_lowered_switch_case_gives_tensorflow_s_values(name: str, optimizer: bool) -> None:
+    graph = import_graph_def(FIXTURES / f"{name}.pb")
+    assert "_SwitchN" not in {node.op for node in graph.nodes}
+    runs = _runs(name)
+    indices = {int(feeds["n:0"]) for feeds, _ in runs}
+    assert min(indices) < 0 or name == "switch_case_v1"
+    assert max(indices) > 2  # out of range: the last branch
+    with kl.Session(graph, config=kl.SessionConfig(graph_optimizer=optimizer)) as session:
+        for feeds, values in runs:
+            got = session.run(list(values), feed_dict=feeds)
+            for (fetch, want), value in zip(values.items(), got, strict=True):
+                assert value.dtype == want.dtype and value.shape == want.shape, fetch
+                np.testing.assert_allclose(value, want, rtol=1e-6, err_msg=f"{fetch} {feeds}")
+            if name != "switch_case_nested":  # branches x and 2x, checked by hand too
+                x, n = feeds["x:0"], int(feeds["n:0"])
+                np.testing.assert_array_equal(got[0], x if n == 0 else 2 * x)
+
+
+def _int_placeholder(name: str) -> dict[str, Any]:
+    return {"name": name, "op": "Placeholder", "attr": {"dtype": {"type": DT_INT32}}}
+
+
+def _switch_n(num_outs: int | None = 3, inputs: tuple[str, ...] = ("x", "i")) -> dict[str, Any]:
+    attr: dict[str, Any] = {"T": {"type": DT_FLOAT}}
+    if num_outs is not None:
+        attr["num_outs"] = {"i": num_outs}
+    return {"name": "s", "op": "_SwitchN", "input": list(inputs), "attr": attr}
+
+
+def test_switch_n_forwards_to_the_output_its_index_names_and_the_last_when_out_of_range() -> None:
+    nodes = [
+        _placeholder("x", [2]),
+        _int_placeholder("i"),
+        _switch_n(),
+        *({"name": f"o{k}", "op": "Neg", "input": [f"s:{k}"]} for k in range(3)),
+        {"name": "m", "op": "Merge", "input": ["o0", "o1", "o2"], "attr": {"N": {"i": 3}}},
+        {"name": "after", "op": "NoOp", "input": ["^s"]},
+    ]
+    graph = _load(*nodes)
+    x = np.array([1.5, -2.0], np.float32)
+    with kl.Session(graph) as session:
+        for index, taken in ((0, 0), (1, 1), (2, 2), (3, 2), (-1, 2), (2**31 - 1, 2)):
+            value, chosen = session.run(
+                ["m:0", "m:1"], feed_dict={"x:0": x, "i:0": np.int32(index)}, targets=["after"]
+            )
+            np.testing.assert_array_equal(value, -x)
+            assert chosen == taken, index
+            session.run(f"o{taken}:0", feed_dict={"x:0": x, "i:0": np.int32(index)})
+            for dead in {0, 1, 2} - {taken}:  # a branch not taken is dead, as in TensorFlow
+                with pytest.raises(kl.KernloomError):
+                    session.run(f"o{dead}:0", feed_dict={"x:0": x, "i:0": np.int32(index)})
+
+
+def test_switch_n_with_one_output_always_forwards() -> None:
+    graph = _load(
+        _placeholder("x", [2]),
+        _int_placeholder("i"),
+        _switch_n(1),
+        {"name": "y", "op": "Neg", "input": ["s"]},
+    )
+    with kl.Session(graph) as session:
+        for index in (0, 5, -3):
+            y = session.run(
+                "y:0", feed_dict={"x:0": np.ones(2, np.float32), "i:0": np.int32(index)}
+            )
+            np.testing.assert_array_equal(y, -np.ones(2))
+
+
+@pytest.mark.parametrize(
+    ("switch", "consumer", "message"),
+    [
+        (
+            _switch_n(3),
+            "s:3",
+            "node 'y': input 's:3' asks for output 3, but node 's' (op _SwitchN) has 3 output(s)",
+        ),
+        (_switch_n(None), "s", "node 's': (op _SwitchN) has no attr 'num_outs'"),
+        (_switch_n(0), "s", "node 's': (op _SwitchN) attr 'num_outs' = 0; it must be at least 1"),
+        (
+            _switch_n(2, ("x",)),
+            "s",
+            "node 's': (op _SwitchN) takes 2 inputs (data, output_index), got 1",
+        ),
+    ],
+)
+def test_a_malformed_switch_n_is_named_with_what_is_wrong(
+    switch: dict[str, Any], consumer: str, message: str
+) -> None:
+    with pytest.raises(kl.InvalidArgumentError) as info:
+        _load(
+            _placeholder("x", [2]),
+            _int_placeholder("i"),
+            switch,
+            {"name": "y", "op": "Neg", "input": [consumer]},
+        )
+    assert str(info.value).startswith("<bytes>: ")
+    assert message in str(info.value)
+
+
+def test_an_unlowered_case_is_refused_with_the_route_that_lowers_it() -> None:
+    # TensorFlow 2.21 writes StatelessCase and its branch functions even when the graph is
+    # built after disable_control_flow_v2(): that advice would not help, freezing does.
+    path = FIXTURES / "switch_case_unlowered.pb"
+    for source, name in (
+        (path, str(path)),
+        (
+            _graph_def(
+                _int_placeholder("i"), {"name": "c", "op": "Case", "input": ["i"]}
+            ).SerializeToString(),
+            "<bytes>",
+        ),
+    ):
+        with pytest.raises(kl.InvalidArgumentError) as info:
+            import_graph_def(source)
+        message = str(info.value)
+        assert message.startswith(f"{name}: ")
+        assert "Case" in message
+        assert "disable_control_flow_v2" not in message
+        assert "tf.switch_case" in message and "even with control flow v2 disabled" in message
+        assert "lower_control_flow=True" in message and "tf.compat.v1.wrap_function" in message
+
+
 # -- the command line and the docs ----------------------------------------------------------
 
 
@@ -586,6 +733,30 @@ def test_every_python_block_in_the_tensorflow_guide_runs(
     namespace: dict[str, Any] = {"__name__": "docs:tensorflow.md"}
     for block in blocks:
         exec(compile(block, str(DOCS), "exec", dont_inherit=True), namespace)
+
+
+@pytest.mark.parametrize(("op", "expected"), [("Equal", False), ("NotEqual", True)])
+def test_the_guide_says_incompatible_shape_error_false_is_computed_as_tensorflow_does(
+    op: str, expected: bool
+) -> None:
+    # TensorFlow 2.21: tf.raw_ops.Equal(x=[1., 2.], y=[1., 2., 3.],
+    # incompatible_shape_error=False) is a scalar False (NotEqual: a scalar True).
+    text = " ".join(DOCS.read_text().split())
+    assert "`incompatible_shape_error = false` compute what TensorFlow does" in text
+    assert "`Equal.incompatible_shape_error` when true" not in text  # the old claim
+    graph = _load(
+        _placeholder("a"),
+        _placeholder("b"),
+        {
+            "name": "e",
+            "op": op,
+            "input": ["a", "b"],
+            "attr": {"T": {"type": DT_FLOAT}, "incompatible_shape_error": {"b": False}},
+        },
+    )
+    feeds = {"a:0": np.array([1.0, 2.0], np.float32), "b:0": np.array([1.0, 2.0, 3.0], np.float32)}
+    (value,) = _run(graph, feeds, ["e:0"])
+    assert value.shape == () and value.dtype == np.bool_ and bool(value) is expected
 
 
 def test_the_format_of_bytes_is_recognised_whatever_their_first_byte() -> None:

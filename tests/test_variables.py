@@ -195,3 +195,30 @@ def test_a_variables_users_are_placed_with_it() -> None:
 def test_an_initializer_for_a_graph_without_variables_says_where_to_build_it() -> None:
     with pytest.raises(kl.InvalidArgumentError, match=r"has no kl\.Variable"):
         kl.variables_initializer(graph=kl.Graph())
+
+
+@pytest.mark.parametrize(
+    ("name", "problem", "suggestion"),
+    [
+        ("layer:0", "':' is not allowed in a node name", "layer_0"),
+        ("bad name", "' ' is not allowed in a node name", "bad_name"),
+        ("_w", "it starts with '_'", "w"),
+        ("", "is empty", "Variable"),
+    ],
+)
+def test_a_name_that_is_no_node_name_names_the_argument(
+    registry: klp.Registry, name: str, problem: str, suggestion: str
+) -> None:
+    # TensorFlow 2.21 refuses these too: tf.compat.v1.Variable(..., name="layer:0") raises
+    # "'layer:0' is not a valid root scope name" (':' would read as a tensor's output index).
+    g = kl.Graph(registry)
+    for initial in (np.ones(1, np.float32), kl.constant(np.ones(1, np.float32), graph=g)):
+        with g.as_default(), pytest.raises(kl.InvalidArgumentError) as info:
+            kl.Variable(initial, name=name)
+        message = str(info.value)
+        assert message.startswith(f"kl.Variable: name={name!r} ")
+        assert problem in message
+        assert f"pass e.g. name={suggestion!r}" in message
+    assert not any(n.op == "VarHandleOp" for n in g.nodes)  # refused before adding anything
+    with g.as_default():
+        assert kl.Variable(np.ones(1, np.float32), name=suggestion).name == suggestion

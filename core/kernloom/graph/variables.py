@@ -10,6 +10,7 @@ takes the handle on the variable's device.
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,37 @@ from kernloom.shapes import TensorShape, as_shape
 __all__ = ["Variable", "global_variables", "variables_initializer"]
 
 _by_graph: weakref.WeakKeyDictionary[Graph, list[Variable]] = weakref.WeakKeyDictionary()
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_.\-/]")
+"""A character no node name may hold (the graph's rule, TensorFlow's without '>')."""
+
+
+def _checked_name(name: object, graph: Graph) -> str:
+    """``name`` if the variable's nodes can be named after it; else an error naming the
+    ``name=`` argument, what is wrong with it and a name that would do."""
+    if not isinstance(name, str):
+        raise TypeError(f"kl.Variable: name must be a str, got {type(name).__name__}")
+    try:
+        graph.unique_name(name, mark_used=False)
+    except InvalidArgumentError:
+        pass
+    else:
+        return name
+    bad = sorted(set(_NOT_IN_NAMES.findall(name)), key=name.index)
+    if not name:
+        problem = "it is empty"
+    elif bad:
+        listed = ", ".join(repr(c) for c in bad)
+        problem = f"{listed} {'is' if len(bad) == 1 else 'are'} not allowed in a node name"
+        if ":" in bad:
+            problem += " (as in TensorFlow, where 'node:0' names output 0 of a node)"
+    else:
+        problem = f"it starts with {name[0]!r}"
+    suggestion = _NOT_IN_NAMES.sub("_", name).lstrip("_-/") or "Variable"
+    raise InvalidArgumentError(
+        f"kl.Variable: name={name!r} is not a valid node name: {problem}; use letters, "
+        f"digits, '_', '.', '-' and '/' (for scopes), starting with a letter, a digit or "
+        f"'.': pass e.g. name={suggestion!r}"
+    )
 
 
 class Variable:
@@ -41,6 +73,7 @@ class Variable:
     ) -> None:
         if isinstance(initial_value, Tensor):
             graph = graph or initial_value.graph
+            name = _checked_name(name, graph)
             init = initial_value
             if dtype is not None and as_dtype(dtype) is not init.dtype:
                 raise InvalidArgumentError(
@@ -49,6 +82,7 @@ class Variable:
                 )
         else:
             graph = graph or get_default_graph()
+            name = _checked_name(name, graph)
             init = constant(initial_value, dtype, graph=graph, name=f"{name}/initial_value")
         self.graph = graph
         self.dtype: DType = init.dtype

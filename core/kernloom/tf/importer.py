@@ -5,7 +5,8 @@ source's name (the file) and names the node at fault:
 
 1. parse the bytes (``wire.py``), binary or text, with kernloom's own schema;
 2. refuse what kernloom does not run: a function library, and ops it does not have --
-   every unknown op with every node using it, in one error;
+   every unknown op with every node using it, in one error -- after rewriting each
+   ``_SwitchN`` (a frozen ``tf.switch_case``) into ``Switch`` nodes (``switch_n.py``);
 3. check names and inputs, and order the nodes so that each comes after its inputs, not
    counting a loop's back edges (out of ``NextIteration``): a GraphDef lists nodes in any
    order;
@@ -23,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,6 +41,8 @@ from kernloom.op_library.control_flow_ops import relaxed_shape
 from kernloom.registry import Registry, default_registry
 from kernloom.shapes import TensorShape
 from kernloom.tf.attrs import convert_attrs
+from kernloom.tf.node_spec import NodeSpec
+from kernloom.tf.switch_n import SWITCH_N, lower_switch_n
 from kernloom.tf.tensors import ConversionError
 from kernloom.tf.wire import parse_graph_def, text_by_suffix
 
@@ -77,8 +79,9 @@ _REF_HINT: Final = (
 _FUNCTION_OPS: Final = frozenset(
     {"PartitionedCall", "StatefulPartitionedCall", "SymbolicGradient", "RemoteCall"}
 )
-_FUNCTIONAL_FLOW_OPS: Final = frozenset(
-    {"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase", "For"}
+_CASE_OPS: Final = frozenset({"Case", "StatelessCase"})
+_FUNCTIONAL_FLOW_OPS: Final = (
+    frozenset({"While", "StatelessWhile", "If", "StatelessIf", "For"}) | _CASE_OPS
 )
 _FREEZE_HINT: Final = (
     "freeze the model with convert_variables_to_constants_v2(..., lower_control_flow=True), "
@@ -89,20 +92,14 @@ _FLOW_V2_HINT: Final = (
     "tf.compat.v1.disable_control_flow_v2() (or tf.compat.v1.disable_v2_behavior()), which "
     "writes TF1 control flow (Switch, Merge, Enter, ...), or " + _FREEZE_HINT
 )
-
-
-@dataclass(slots=True)
-class _NodeSpec:
-    """One NodeDef, its inputs parsed."""
-
-    position: int
-    name: str
-    op: str
-    device: str
-    data: list[tuple[str, int]]
-    control: list[str]
-    attrs: Any
-    converted: dict[str, Any] | None = None
+_CASE_HINT: Final = (
+    "tf.switch_case, which TensorFlow writes as a functional Case even with control flow v2 "
+    "disabled: freeze the model with convert_variables_to_constants_v2(..., "
+    "lower_control_flow=True), which lowers it to _SwitchN and Merge (kernloom runs those); "
+    "for a TF1 graph, freeze it through tf.compat.v1.wrap_function: "
+    "convert_variables_to_constants_v2(tf.compat.v1.wrap_function(lambda: "
+    "tf.compat.v1.import_graph_def(graph_def, name=''), []).prune(feeds, fetches))"
+)
 
 
 class _Importer(GraphLoader):
@@ -116,12 +113,12 @@ class _Importer(GraphLoader):
 
     # -- structure ----------------------------------------------------------------------
 
-    def specs(self, graph_def: Any) -> dict[str, _NodeSpec]:
+    def specs(self, graph_def: Any) -> dict[str, NodeSpec]:
         library = graph_def.library
         functions = len(library.function) + len(library.gradient)
         if functions:
             raise self.fail(_library_message(graph_def, functions))
-        specs: dict[str, _NodeSpec] = {}
+        specs: dict[str, NodeSpec] = {}
         for position, node in enumerate(graph_def.node):
             name = str(node.name)
             label = name if name else f"#{position}"
@@ -146,7 +143,7 @@ class _Importer(GraphLoader):
                     raise self.fail(f"input {text!r} is not 'node', 'node:slot' or '^node'", name)
                 data.append((source, int(slot) if colon else 0))
             device = "" if self.clear_devices else str(node.device)
-            specs[name] = _NodeSpec(position, name, str(node.op), device, data, control, node.attr)
+            specs[name] = NodeSpec(position, name, str(node.op), device, data, control, node.attr)
         for spec in specs.values():
             for source in [s for s, _ in spec.data] + spec.control:
                 if source not in specs:
@@ -157,7 +154,7 @@ class _Importer(GraphLoader):
                     )
         return specs
 
-    def check_ops(self, specs: Mapping[str, _NodeSpec]) -> None:
+    def check_ops(self, specs: Mapping[str, NodeSpec]) -> None:
         """Every op kernloom does not have, with the nodes using it, in one error."""
         missing: dict[str, list[str]] = {}
         for spec in specs.values():
@@ -172,6 +169,8 @@ class _Importer(GraphLoader):
             noun = "node" if len(nodes) == 1 else "nodes"
             if op in _REF_VARIABLE_OPS:
                 hint = ""
+            elif op in _CASE_OPS:
+                hint = _CASE_HINT
             elif op in _FUNCTIONAL_FLOW_OPS:
                 hint = _FLOW_V2_HINT
             elif op in _FUNCTION_OPS:
@@ -187,7 +186,7 @@ class _Importer(GraphLoader):
             f"plugin can register ops kernloom lacks, or the graph can be rewritten without them"
         )
 
-    def order(self, specs: Mapping[str, _NodeSpec]) -> list[_NodeSpec]:
+    def order(self, specs: Mapping[str, NodeSpec]) -> list[NodeSpec]:
         """Kahn's order, not counting data edges out of a loop's ``NextIteration``; among
         ready nodes the earliest in the file first, so an ordered file keeps its order."""
         forward = {
@@ -206,7 +205,7 @@ class _Importer(GraphLoader):
             )
         return [specs[name] for name in order]
 
-    def check_strings(self, specs: Mapping[str, _NodeSpec]) -> None:
+    def check_strings(self, specs: Mapping[str, NodeSpec]) -> None:
         """Every string constant in one error, saying which are assertions' messages
         (``tf.debugging.assert_*`` write theirs as string tensors)."""
         strings = [
@@ -242,7 +241,7 @@ class _Importer(GraphLoader):
 
     def attrs_of(
         self,
-        spec: _NodeSpec,
+        spec: NodeSpec,
         op_def: OpDef,
         targets: Mapping[str, object],
     ) -> Any:
@@ -258,8 +257,8 @@ class _Importer(GraphLoader):
 
     def build(
         self,
-        specs: Mapping[str, _NodeSpec],
-        order: list[_NodeSpec],
+        specs: Mapping[str, NodeSpec],
+        order: list[NodeSpec],
         loop_shapes: Mapping[str, TensorShape],
     ) -> tuple[Graph, dict[str, TensorShape]]:
         """The graph, and the shape each back-edged Merge must be relaxed to (empty when
@@ -301,6 +300,8 @@ class _Importer(GraphLoader):
         except ConversionError as exc:
             raise self.fail(str(exc)) from None
         specs = self.specs(graph_def)
+        if SWITCH_N not in self.registry.ops:
+            specs = lower_switch_n(specs, self.fail)
         self.check_ops(specs)
         self.check_strings(specs)
         order = self.order(specs)
@@ -320,21 +321,23 @@ def _library_message(graph_def: Any, functions: int) -> str:
     """The function library refused: which nodes call its functions, and what to do."""
     callers: list[str] = []
     called: set[str] = set()
-    flow = False
+    flow_ops: set[str] = set()
     for node in graph_def.node:
         funcs = [node.attr[key].func for key in node.attr if node.attr[key].HasField("func")]
         funcs += [f for key in node.attr for f in node.attr[key].list.func]
         if funcs or node.op in _FUNCTION_OPS | _FUNCTIONAL_FLOW_OPS:
             callers.append(f"{node.name!r} (op {node.op})")
             called.update(str(f.name) for f in funcs)
-            flow = flow or node.op in _FUNCTIONAL_FLOW_OPS
+            flow_ops.add(str(node.op))
     used = ""
     if callers:
         more = f" and {len(callers) - 5} more" if len(callers) > 5 else ""
         noun = "node" if len(callers) == 1 else "nodes"
         names = f" {', '.join(sorted(called))}" if 0 < len(called) <= 5 else ""
         used = f", whose functions{names} are called by {noun} {', '.join(callers[:5])}{more}"
-    hint = _FLOW_V2_HINT if flow else _FREEZE_HINT
+    hints = [_CASE_HINT] if flow_ops & _CASE_OPS else []
+    hints += [_FLOW_V2_HINT] if flow_ops & (_FUNCTIONAL_FLOW_OPS - _CASE_OPS) else []
+    hint = "; ".join(hints) or _FREEZE_HINT
     return (
         f"the graph has a function library ({functions} function(s)){used}; kernloom imports "
         f"graphs without TensorFlow functions: {hint}"

@@ -37,7 +37,6 @@ import sys
 import warnings
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import IO, Any, Final, NamedTuple, final
 
 import numpy as np
@@ -187,17 +186,37 @@ def _step_number(session: Session, global_step: object) -> int:
     return int(array)
 
 
-def _as_path(save_path: object, what: str) -> Path:
+def _as_path(save_path: object, caller: str) -> str:
+    """``save_path`` as the string it is: TensorFlow treats it as a prefix, so a trailing
+    separator is kept (``"run/"`` is the directory ``run``, never a file named ``run``)."""
     if save_path is None:
         raise InvalidArgumentError(
-            f"Saver.{what}: save_path is None; pass the checkpoint's file name (the path "
+            f"{caller}: save_path is None; pass the checkpoint's file name (the path "
             f"saver.save(session, path) returned)"
         )
     if not isinstance(save_path, str | os.PathLike):
         raise TypeError(
-            f"Saver.{what}: save_path must be a str or os.PathLike, got {type(save_path).__name__}"
+            f"{caller}: save_path must be a str or os.PathLike, got {type(save_path).__name__}"
         )
-    return Path(save_path)
+    path = os.fspath(save_path)
+    if not isinstance(path, str):
+        raise TypeError(
+            f"{caller}: save_path must be a str or os.PathLike of str, got bytes {path!r}; "
+            f"decode it with os.fsdecode"
+        )
+    return path
+
+
+def _names_a_directory(path: str) -> bool:
+    """Whether ``path`` can only name a directory: it is empty, ends in a separator, or
+    ends in ``.`` or ``..``."""
+    return os.path.basename(path) in {"", os.curdir, os.pardir}
+
+
+def _not_a_file(caller: str, path: str) -> str:
+    """The start of the error for a ``save_path`` that names no file."""
+    what = "is empty" if not path else "names a directory"
+    return f"{caller}: save_path={path!r} {what}, not a checkpoint file"
 
 
 def _checked_max_to_keep(max_to_keep: object) -> int:
@@ -335,26 +354,44 @@ class Saver:
     ) -> str:
         """Write the variables' values in ``sess`` to ``save_path`` (atomically) and return
         the path. Every variable must be initialised. ``global_step`` (an int, or a scalar
-        integer tensor or variable, read in ``sess``) is appended to the file name as
-        TensorFlow's Saver does: ``save(sess, "model", global_step=3)`` writes
-        ``model-3``.
+        integer tensor or variable, read in ``sess``) is appended to ``save_path`` as a
+        string, as TensorFlow's Saver does: ``save(sess, "model", global_step=3)`` writes
+        ``model-3``, and ``save(sess, "run/", global_step=3)`` writes ``run/-3``, inside
+        ``run/``. The directory must exist. Without ``global_step``, ``save_path`` is the
+        file's name: one that names a directory (``""``, ``"."``, ``"run/"``) is an error.
 
         With ``write_state`` (the default) the path is then recorded in the state file
         ``latest_filename`` (``"checkpoint"`` when None) beside it, and the checkpoints
         beyond ``max_to_keep`` are deleted, in that order, so a failure deleting never
         loses the new checkpoint or the state."""
         session = self._check_session(sess, "save")
-        path = _as_path(save_path, "save")
+        prefix = _as_path(save_path, "Saver.save")
         latest = state_file_name(latest_filename, "Saver.save")
         if global_step is not None:
-            path = path.with_name(f"{path.name}-{_step_number(session, global_step)}")
+            # A string prefix, as TensorFlow's: "run/" with step 5 is "run/-5", in run/.
+            path = f"{prefix}-{_step_number(session, global_step)}"
+        elif _names_a_directory(prefix):
+            where = " in it" if prefix else ""
+            absent = (
+                ""
+                if os.path.isdir(prefix or os.curdir)
+                else f"; directory {prefix!r} does not exist either: create it first"
+            )
+            raise InvalidArgumentError(
+                f"{_not_a_file('Saver.save', prefix)}: a kernloom checkpoint is one file; pass "
+                f"a file name{where}, e.g. save_path={os.path.join(prefix, 'model')!r}, or pass "
+                f"global_step=, which is appended to save_path as TensorFlow does "
+                f"({prefix + '-<step>'!r}){absent}"
+            )
+        else:
+            path = prefix
         if write_state:
             self._check_state_file_is_free(path, latest)
         initialized = session.run([slot.initialized for slot in self._slots])
         missing = [s.name for s, ok in zip(self._slots, initialized, strict=True) if not ok]
         if missing:
             raise InvalidArgumentError(
-                f"Saver.save({str(path)!r}): variable(s) {missing} were never initialised in "
+                f"Saver.save({path!r}): variable(s) {missing} were never initialised in "
                 f"this session; run their initializer (kl.variables_initializer()) first"
             )
         values: list[Array] = session.run([slot.read for slot in self._slots])
@@ -384,13 +421,13 @@ class Saver:
         atomic_write_with(path, write)
         if write_state:
             self._record(path, latest)
-        return str(path)
+        return path
 
-    def _check_state_file_is_free(self, path: Path, latest_filename: str) -> None:
+    def _check_state_file_is_free(self, path: str, latest_filename: str) -> None:
         """Refuse, before writing anything, a save whose state file would overwrite the new
         checkpoint or one the state file lists (TensorFlow finds this only afterwards)."""
         state_file = os.path.abspath(state_file_path(os.path.dirname(path), latest_filename))
-        clashes = [str(path)] if os.path.abspath(path) == state_file else []
+        clashes = [path] if os.path.abspath(path) == state_file else []
         clashes += [k.path for k in self._last if k.absolute == state_file]
         if clashes:
             raise InvalidArgumentError(
@@ -399,7 +436,7 @@ class Saver:
                 f"or pass another latest_filename"
             )
 
-    def _record(self, path: Path, latest_filename: str) -> None:
+    def _record(self, path: str, latest_filename: str) -> None:
         """Write the state file listing the kept checkpoints, then delete the rest."""
         new = _kept(path)
         kept, evicted = self._after_saving(new)
@@ -425,7 +462,7 @@ class Saver:
         """Set the variables in ``sess`` to the values saved in ``save_path``; the
         checkpoint is checked against every variable before any of them changes."""
         session = self._check_session(sess, "restore")
-        path = _as_path(save_path, "restore")
+        path = _checkpoint_file(save_path, "Saver.restore")
         values = _read_checkpoint(path, self._slots)
         feeds = {slot.value: value for slot, value in zip(self._slots, values, strict=True)}
         session.run(self.restore_op, feeds)
@@ -437,7 +474,19 @@ class Saver:
 # -- the file -------------------------------------------------------------------------------
 
 
-def _checkpoint_error(path: Path, problem: str) -> InvalidArgumentError:
+def _checkpoint_file(save_path: object, caller: str) -> str:
+    """``save_path`` checked to be able to name a checkpoint file, to read."""
+    path = _as_path(save_path, caller)
+    if _names_a_directory(path):
+        raise InvalidArgumentError(
+            f"{_not_a_file(caller, path)}; pass the path saver.save(session, ...) returned, "
+            f"or kl.train.latest_checkpoint({path or os.curdir!r}) for the newest checkpoint "
+            f"saved in that directory"
+        )
+    return path
+
+
+def _checkpoint_error(path: str, problem: str) -> InvalidArgumentError:
     return InvalidArgumentError(
         f"{path}: not a valid kernloom checkpoint ({problem}); write one with "
         f"kl.train.Saver().save(session, path)"
@@ -445,7 +494,7 @@ def _checkpoint_error(path: Path, problem: str) -> InvalidArgumentError:
 
 
 @contextlib.contextmanager
-def _open(path: Path) -> Iterator[Any]:
+def _open(path: str) -> Iterator[Any]:
     """The checkpoint as numpy's lazy npz reader (no pickles), closed on leaving.
 
     A path that cannot be opened (missing, a directory, a FIFO, a name too long, no
@@ -470,7 +519,7 @@ def _open(path: Path) -> Iterator[Any]:
             yield archive
 
 
-def _member(archive: Any, path: Path, key: str) -> Array:
+def _member(archive: Any, path: str, key: str) -> Array:
     try:
         value: Array = archive[key]
     except KeyError:
@@ -483,12 +532,12 @@ def _member(archive: Any, path: Path, key: str) -> Array:
 def read_checkpoint_manifest(save_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """What a checkpoint holds: one ``{"name", "key", "dtype", "shape"}`` per variable
     (validated: a malformed or hostile file is an ``InvalidArgumentError`` naming it)."""
-    path = Path(save_path)
+    path = _checkpoint_file(save_path, "kl.train.read_checkpoint_manifest")
     with _open(path) as archive:
         return _manifest(archive, path)
 
 
-def _manifest(archive: Any, path: Path) -> list[dict[str, Any]]:
+def _manifest(archive: Any, path: str) -> list[dict[str, Any]]:
     raw = _member(archive, path, _MANIFEST)
     if raw.dtype != np.uint8 or raw.ndim != 1 or raw.size > _MAX_MANIFEST_BYTES:
         raise _checkpoint_error(path, "its manifest is not UTF-8 JSON bytes")
@@ -526,7 +575,7 @@ def _manifest(archive: Any, path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def _read_checkpoint(path: Path, slots: Sequence[_Slot]) -> list[Array]:
+def _read_checkpoint(path: str, slots: Sequence[_Slot]) -> list[Array]:
     """The saved value of every slot, in order, after checking all of them."""
     with _open(path) as archive:
         entries = {e["name"]: e for e in _manifest(archive, path)}
