@@ -569,3 +569,54 @@ def test_a_zero_divisor_is_an_error_naming_its_node_on_every_run(registry: klp.R
         with pytest.raises(kl.InvalidArgumentError, match="by_v"):
             sess.run(c, {x: xv, fed: divisor})
         assert sess.run(nothing, {empty: np.zeros(0, np.int32)}).shape == (0,)
+
+
+def test_a_kernel_breaking_its_in_place_promise_is_blamed_not_its_consumer() -> None:
+    """A plugin's Abs that declares an in-place form but returns its (read-only) input
+    itself when nothing is negative: the numpy Neg after it, written in place, fails, and
+    the error names the Abs kernel and its plugin as at fault; nothing fed or constant
+    changes."""
+
+    def direct(reuse: int, x: np.ndarray) -> np.ndarray:
+        return x if (x >= 0).all() else np.absolute(x)
+
+    lib = klp.KernelLibrary()
+
+    @lib.kernel(
+        "Abs",
+        device="CPU",
+        priority=5,
+        type_constraints={"T": ["float32"]},
+        inplace_form=np.absolute,
+        direct=direct,
+    )
+    def abs_(ctx: klp.OpKernelContext) -> None:
+        ctx.set_output(0, direct(0, ctx.input(0)))
+
+    class Plugin:
+        @klp.hookimpl
+        def kernloom_register(self, registry: klp.Registrar) -> None:
+            registry.register_kernels(lib)
+
+    reg = make_registry()
+    reg.register_plugin(Plugin(), name="aliasing_abs")
+    g = kl.Graph(reg)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        c = kl.constant(np.array([4, 5, 6], np.float32), name="c")
+        y = kl.ops.neg(kl.ops.abs(x, name="ax"), name="y")
+        z = kl.ops.neg(kl.ops.abs(c, name="ac"), name="z")
+    assert in_place(reg, g) == {"y", "z"}
+    fed = np.array([1, 2, 3], np.float32)
+    with kl.Session(g, OFF) as sess:
+        for fetch, source in ((y, "ax"), (z, "ac")):
+            with pytest.raises(kl.KernelError) as info:
+                sess.run(fetch, {x: fed})
+            message = str(info.value)
+            assert message.startswith(f"node '{fetch.node.name}' (op Neg)")
+            assert f"writing into the output of node '{source}' (op Abs)" in message
+            assert "the fault is kernel " in message
+            assert "abs_ registered by plugin 'aliasing_abs'" in message
+        np.testing.assert_array_equal(fed, [1, 2, 3])
+        np.testing.assert_array_equal(sess.run(c), [4, 5, 6])
+        np.testing.assert_array_equal(sess.run(y, {x: -fed}), -fed)

@@ -170,8 +170,8 @@ lib = klp.KernelLibrary()
 SCRATCH = {}
 
 
-def binary(op, fn, types):
-    @lib.kernel(op, device=KERNEL_DEVICE, type_constraints={"T": types})
+def binary(op, fn, types, inplace_form=None):
+    @lib.kernel(op, device=KERNEL_DEVICE, type_constraints={"T": types}, inplace_form=inplace_form)
     def kernel(ctx):
         x, y = arr(ctx, 0), arr(ctx, 1)
         if bug("add_size1_as_scalar") and op == "Add" and (x.size == 1 or y.size == 1):
@@ -219,7 +219,9 @@ def binary(op, fn, types):
 
 
 binary("Add", np.add, NUMBERS)
-binary("Sub", np.subtract, NUMBERS)
+# In host memory, Sub declares its in-place form (OpKernel.inplace_form): the ufunc.
+SUB_FORM = (np.add if bug("inplace_form_wrong") else np.subtract) if HOST_MEMORY else None
+binary("Sub", np.subtract, NUMBERS, inplace_form=SUB_FORM)
 binary("Mul", np.multiply, NUMBERS)
 binary("Maximum", np.maximum, NUMBERS)
 binary("FloorDiv", np.floor_divide, ["int32"])
@@ -430,6 +432,12 @@ MUTANTS: list[Any] = [
     ("bare_exception", False, "Sum", ["Sum float32 on ACME", "InvalidArgumentError"]),
     ("int_saturates", False, "Add or Mul", ["int8 on ACME", "wraps", "differs"]),
     ("stale_shape", False, "Sum", ["Sum float32 on ACME", "value_shape"]),
+    (
+        "inplace_form_wrong",
+        True,
+        "Sub",
+        ["Sub float32 on ACME", "plugin 'acme'", "case 'Sub-float32", "in-place form"],
+    ),
 ]
 
 

@@ -161,3 +161,102 @@ def test_options_limit_device_count() -> None:
     assert factory.create_devices(klp.DeviceOptions(device_count={"GPU": 0})) == []
     with pytest.raises(ValueError, match="intra_op_threads"):
         klp.DeviceOptions(intra_op_threads=0)
+
+
+# -- a device plugin whose own code fails -----------------------------------------------------
+
+
+def _faulty_accel_registry(fault: str) -> klp.Registry:
+    """The numpy CPU plugin and a FAKE_ACCEL plugin ('acme_dev') whose device's
+    ``copy_from_host`` (fault 'from') or ``copy_to_host`` ('to') raises, or whose
+    allocator returns buffers of half the size asked for ('shape') or of another dtype
+    ('dtype')."""
+    from kernloom.testing.fake_accelerator import (
+        FAKE_ACCEL,
+        AccelArray,
+        FakeAccelDevice,
+        build_library,
+    )
+    from kernloom_cpu_numpy import plugin as cpu_plugin
+
+    class Device(FakeAccelDevice):
+        def _allocate(self, shape: tuple[int, ...], dtype: klp.DType) -> AccelArray:
+            if fault == "shape":
+                return AccelArray(np.zeros((max(1, int(np.prod(shape)) // 2),), dtype.numpy_dtype))
+            if fault == "dtype":
+                return AccelArray(np.zeros(shape, np.float64))
+            return super()._allocate(shape, dtype)
+
+        def copy_from_host(self, array: np.ndarray) -> AccelArray:
+            if fault == "from":
+                raise RuntimeError("DMA engine timed out")
+            return super().copy_from_host(array)
+
+        def copy_to_host(self, value: AccelArray) -> np.ndarray:
+            if fault == "to":
+                raise RuntimeError("DMA engine timed out")
+            return super().copy_to_host(value)
+
+    class Plugin:
+        KERNLOOM_API = ">=1.0,<2"
+
+        @klp.hookimpl
+        def kernloom_register(self, registry: klp.Registrar) -> None:
+            factory = FakeDeviceFactory(FAKE_ACCEL, count=1, backend="fake", device_class=Device)
+            registry.register_device_factory(FAKE_ACCEL, factory, priority=150)
+            registry.register_kernels(build_library())
+
+    registry = klp.Registry()
+    registry.register_plugin(cpu_plugin, name="cpu_numpy")
+    registry.register_plugin(Plugin(), name="acme_dev")
+    return registry
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    ("fault", "what", "call"),
+    [
+        ("from", "feed 'x:0'", "copy_from_host"),
+        ("shape", "feed 'x:0'", "copy_from_host"),
+        ("to", "fetch 'y:0'", "copy_to_host"),
+    ],
+)
+def test_a_device_copy_that_fails_is_the_device_plugins_error(
+    fault: str, what: str, call: str, threads: int
+) -> None:
+    """A feed or fetch copy the device's own code fails is a DeviceError naming the feed or
+    fetch, the device and its plugin, and saying whose fault it is; the device's exception
+    is its cause (not a bare RuntimeError or ValueError from inside the session)."""
+    g = kl.Graph(_faulty_accel_registry(fault))
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [2, 3], name="x")
+        with kl.device("/device:FAKE_ACCEL:0"):
+            y = kl.ops.relu(x, name="y")
+    config = kl.SessionConfig(inter_op_threads=threads)
+    with kl.Session(g, config) as sess, pytest.raises(kl.DeviceError) as info:
+        sess.run(y, {x: np.ones((2, 3), np.float32)})
+    message = str(info.value)
+    assert message.startswith(f"{what}: ")
+    assert "/job:localhost/replica:0/task:0/device:FAKE_ACCEL:0" in message
+    assert f"{call} of plugin 'acme_dev'" in message
+    assert "a fault of the device plugin" in message
+    assert isinstance(info.value.__cause__, RuntimeError | ValueError)
+
+
+def test_an_allocator_that_returns_another_dtype_is_blamed() -> None:
+    """A kernel's output of the wrong dtype, because the device's allocator gave one: the
+    device's plugin is blamed, not the kernel."""
+    g = kl.Graph(_faulty_accel_registry("dtype"))
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [2, 3], name="x")
+        with kl.device("/device:FAKE_ACCEL:0"):
+            y = kl.ops.relu(x, name="y")
+    with kl.Session(g) as sess, pytest.raises(kl.DeviceError) as info:
+        sess.run(y, {x: np.ones((2, 3), np.float32)})
+    message = str(info.value)
+    assert message.startswith("node 'y' (op Relu) on /job:localhost/replica:0/task:0/device:")
+    assert (
+        "the device's allocator (plugin 'acme_dev') returned a float64 buffer for a "
+        "float32 allocation" in message
+    )
+    assert "a fault of the device plugin" in message

@@ -3,8 +3,11 @@ asynchronous kernels, failures, deadlines and cancellation."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -258,6 +261,22 @@ def test_a_failing_kernel_names_its_node_and_keeps_the_original_error(
         np.testing.assert_array_equal(sess.run(y, {x: [1, 2, 3]}), [-1, -2, -3])
 
 
+@pytest.mark.parametrize("trace", [False, True], ids=["straight_line", "node_loop"])
+def test_a_failing_kernels_error_names_the_plugin_that_registered_it(
+    registry: klp.Registry, trace: bool
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        y = kl.ops.neg(g.add_node("FailIfNegative", [x], name="guard").outputs[0])
+    with kl.Session(g) as sess, pytest.raises(kl.KernelError) as info:
+        sess.run(y, {x: [1, -2, 3]}, options=kl.RunOptions(trace=trace))
+    assert (
+        "failed in kernel fail_if_negative registered by plugin 'faults': ValueError: "
+        "negative input" in str(info.value)
+    )
+
+
 def test_a_failure_in_one_partition_wakes_the_partition_waiting_on_its_recv(
     accel_faults: klp.Registry,
 ) -> None:
@@ -305,3 +324,133 @@ def test_a_kernel_that_sets_no_output_is_blamed(registry: klp.Registry) -> None:
         pytest.raises(kl.KernelError, match=r"node 'lazy'.*did not set output 0"),
     ):
         sess.run(y, {x: [1, 2, 3]})
+
+
+class _Interrupts:
+    """A plugin with op ``Interrupts`` (float32 -> float32, the identity) whose kernel raises
+    ``raised`` while armed: a Ctrl-C arriving while it runs, or a kernel calling sys.exit."""
+
+    def __init__(self, raised: type[BaseException]) -> None:
+        self.raised = raised
+        self.armed = True
+
+    @klp.hookimpl
+    def kernloom_register(self, registry: klp.Registrar) -> None:
+        registry.register_op("Interrupts").input("x: float32").output("y: float32")
+        lib = klp.KernelLibrary()
+        lib.kernel("Interrupts", device="CPU")(self.compute)
+        registry.register_kernels(lib)
+
+    def compute(self, ctx: klp.OpKernelContext) -> None:
+        if self.armed:
+            raise self.raised()
+        ctx.set_output(0, np.array(ctx.input(0), copy=True))
+
+
+class _WaitsForCancel(klp.AsyncOpKernel):
+    """Starts, and calls ``done`` only when the step is cancelled (armed) or at once."""
+
+    armed = True
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    def compute_async(self, ctx: klp.OpKernelContext, done: Callable[[], None]) -> None:
+        ctx.set_output(0, np.array(ctx.input(0), copy=True))
+        if not _WaitsForCancel.armed:
+            done()
+            return
+
+        def cancelled() -> None:
+            _WaitsForCancel.cancelled.set()
+            done()
+
+        if ctx.cancellation.register(cancelled) is None:
+            cancelled()
+        _WaitsForCancel.started.set()
+
+
+def _interrupting_graph(plugin: _Interrupts, loop: bool) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+    reg = make_registry()
+    reg.register_plugin(plugin, name="interrupts")
+    g = kl.Graph(reg)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        if loop:
+            _, y = kl.while_loop(
+                lambda i, v: i < 3,
+                lambda i, v: (i + 1, kl.ops.neg(g.add_node("Interrupts", [v]).outputs[0])),
+                [0, x],
+            )
+        else:  # an in-place chain after it: the compiled straight line
+            y = kl.ops.neg(kl.ops.abs(kl.ops.neg(g.add_node("Interrupts", [x]).outputs[0])))
+    return g, x, y
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("trace", [False, True], ids=["untraced", "traced"])
+@pytest.mark.parametrize("loop", [False, True], ids=["chain", "while_loop"])
+def test_ctrl_c_in_a_kernel_reaches_the_caller_as_keyboard_interrupt(
+    threads: int, trace: bool, loop: bool
+) -> None:
+    """KeyboardInterrupt is the caller's, not a kernel's failure: it is not wrapped into a
+    KernelError (which ``except Exception`` would swallow); the step ends and the session
+    runs on."""
+    plugin = _Interrupts(KeyboardInterrupt)
+    g, x, y = _interrupting_graph(plugin, loop)
+    xv = np.array([1.0, -2.0, 3.0], np.float32)
+    options = kl.RunOptions(trace=trace)
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=threads)) as sess:
+        with pytest.raises(KeyboardInterrupt):
+            sess.run(y, {x: xv}, options=options)
+        plugin.armed = False
+        out = sess.run(y, {x: xv}, options=options)
+        np.testing.assert_array_equal(out, -xv if loop else -np.abs(xv))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ctrl_c_while_the_caller_waits_stops_the_step(threads: int) -> None:
+    """SIGINT while the caller's thread waits for the step (here, for an asynchronous
+    kernel): KeyboardInterrupt reaches the caller, the step is stopped (its kernels
+    cancelled) and ends, and the session runs on and closes cleanly."""
+
+    class Plugin:
+        @klp.hookimpl
+        def kernloom_register(self, registry: klp.Registrar) -> None:
+            registry.register_op("WaitsForCancel").input("x: float32").output("y: float32")
+            lib = klp.KernelLibrary()
+            lib.kernel("WaitsForCancel", device="CPU")(_WaitsForCancel)
+            registry.register_kernels(lib)
+
+    reg = make_registry()
+    reg.register_plugin(Plugin(), name="waits")
+    g = kl.Graph(reg)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        y = kl.ops.neg(g.add_node("WaitsForCancel", [x]).outputs[0])
+    xv = np.array([1.0, 2.0, 3.0], np.float32)
+    _WaitsForCancel.armed = True
+    _WaitsForCancel.started.clear()
+    _WaitsForCancel.cancelled.clear()
+
+    def interrupt() -> None:
+        if _WaitsForCancel.started.wait(30.0):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with kl.Session(g, kl.SessionConfig(inter_op_threads=threads)) as sess:
+        sender = threading.Thread(target=interrupt)
+        sender.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                sess.run(y, {x: xv})
+        finally:
+            sender.join()
+        assert _WaitsForCancel.cancelled.is_set()  # the step was stopped, not left running
+        _WaitsForCancel.armed = False
+        np.testing.assert_array_equal(sess.run(y, {x: xv}), -xv)
+    assert sess.closed
+
+
+def test_sys_exit_in_a_kernel_stays_a_kernel_error() -> None:
+    g, x, y = _interrupting_graph(_Interrupts(SystemExit), loop=False)
+    with kl.Session(g) as sess, pytest.raises(kl.KernelError, match="SystemExit"):
+        sess.run(y, {x: np.ones(3, np.float32)})

@@ -537,6 +537,53 @@ def test_integer_elementwise_chains_are_not_fused() -> None:
     assert new is sg
 
 
+def _vendor_tanh_registry(calls: list[int]) -> klp.Registry:
+    """The numpy CPU plugin and a kernel library ('vendor_tanh') that replaces the CPU's
+    Tanh by priority with one that saturates to exactly +-1 beyond |x| > 4."""
+    from runtime_helpers import make_registry
+
+    lib = klp.KernelLibrary()
+
+    @lib.kernel("Tanh", device="CPU", priority=5, type_constraints={"T": ["float32"]})
+    def tanh_clamped(ctx: klp.OpKernelContext) -> None:
+        calls.append(1)
+        x = ctx.input(0)
+        ctx.set_output(0, np.where(np.abs(x) > 4, np.sign(x), np.tanh(x)).astype(np.float32))
+
+    class Plugin:
+        @klp.hookimpl
+        def kernloom_register(self, registrar: klp.Registrar) -> None:
+            registrar.register_kernels(lib)
+
+    registry = make_registry()
+    registry.register_plugin(Plugin(), name="vendor_tanh")
+    return registry
+
+
+@pytest.mark.parametrize("vendor", [True, False])
+def test_a_node_whose_kernel_a_plugin_replaced_by_priority_is_not_fused(vendor: bool) -> None:
+    """A fused node evaluates the device plugin's own elementwise functions: a node whose
+    kernel another plugin replaced by priority runs that kernel, unfused; without the
+    plugin the same graph fuses."""
+    calls: list[int] = []
+    registry = _vendor_tanh_registry(calls) if vendor else None
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [2], name="x")
+        b = kl.placeholder(kl.float32, [2], name="b")
+        y = kl.ops.add_v2(kl.ops.tanh(x, name="t"), b, name="y")
+    xv = np.array([5.0, -5.0], np.float32)
+    out, nodes = run_graph(g, y, {x: xv, b: np.zeros(2, np.float32)})
+    if vendor:
+        np.testing.assert_array_equal(out, [1.0, -1.0])  # the vendor's kernel ran
+        assert len(calls) == 1
+        assert node_named(nodes, "t").op == "Tanh" and node_named(nodes, "y").op == "AddV2"
+    else:
+        np.testing.assert_allclose(out, np.tanh(xv), rtol=1e-6)
+        assert node_named(nodes, "y").op == "_FusedElementwise"
+        assert node_named(nodes, "y").attrs["_fused_from"] == ["t", "y"]
+
+
 @pytest.mark.parametrize("taken", [True, False])
 def test_a_constant_cond_with_two_outputs_and_branch_constants(taken: bool) -> None:
     g = kl.Graph()

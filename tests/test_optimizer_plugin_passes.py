@@ -245,3 +245,108 @@ def test_the_conformance_kit_checks_each_plugin_pass_of_the_device_type() -> Non
     changed = r"graph pass 'add_as_sub' for CPU \(Add float32\) changed fetch"
     with pytest.raises(KitFailure, match=changed):
         check_graph_pass(plan, "add_as_sub")
+
+
+class Exits(GraphPass):
+    """A pass that ends the process (``sys.exit``) or is interrupted (Ctrl-C)."""
+
+    name = "exits"
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def run(self, graph: kl.Graph, ctx: PassContext) -> kl.Graph:
+        raise self.exc
+
+
+def test_a_plugin_pass_calling_sys_exit_is_skipped_and_reported() -> None:
+    """SystemExit from a plugin's pass is reported and skipped, as from its hook: a plugin
+    must never end the host."""
+    registry = _registry((Exits(SystemExit(7)), "CPU"))
+    g, x, y = _graph(registry)
+    xv = np.array([2.0, 3.0, 4.0], np.float32)
+    out, _ = run_graph(g, y, {x: xv})
+    np.testing.assert_array_equal(out, xv * xv)
+    with kl.Session(g) as sess:
+        text = sess.explain(y, {x: xv})
+    assert "failed and skipped (plugin 'passes'): SystemExit: 7" in text
+
+
+def test_a_keyboard_interrupt_in_a_plugin_pass_reaches_the_caller() -> None:
+    registry = _registry((Exits(KeyboardInterrupt()), "CPU"))
+    g, x, y = _graph(registry)
+    with kl.Session(g) as sess, pytest.raises(KeyboardInterrupt):
+        sess.run(y, {x: np.ones(3, np.float32)})
+
+
+class Drops(GraphPass):
+    """A buggy pass that drops every node ``drop`` says to (and whatever reads them)."""
+
+    name = "drops"
+
+    def __init__(self, drop: str) -> None:
+        self.drop = drop
+
+    def run(self, graph: kl.Graph, ctx: PassContext) -> kl.Graph:
+        if self.drop == "everything":
+            return kl.Graph(graph.registry)
+        rewriter = GraphRewriter(graph)
+        for node in graph.nodes:
+            gone = node.op == self.drop or node.name == self.drop
+            if gone or any(t.node.name == self.drop for t in node.inputs):
+                continue
+            rewriter.copy(node)
+        return rewriter.finish(ctx.preserved)
+
+
+class NewFetch(GraphPass):
+    """A buggy pass that replaces the fetched Square with a Shape under the same name
+    (present, but with another output dtype), dropping the _Retval that would refuse it."""
+
+    name = "new_fetch"
+
+    def run(self, graph: kl.Graph, ctx: PassContext) -> kl.Graph:
+        rewriter = GraphRewriter(graph)
+        for node in graph.nodes:
+            if node.op == "_Retval":
+                continue
+            if node.name != "sq":
+                rewriter.copy(node)
+                continue
+            new = rewriter.add(
+                "Shape", [rewriter.mapped(node.inputs[0])], name="sq", exact_name=True
+            )
+            rewriter.alias(node, new.outputs, new)
+        return rewriter.finish(ctx.preserved)
+
+
+@pytest.mark.parametrize(
+    ("graph_pass", "message"),
+    [
+        (Drops("sq"), "removed node 'sq', which it must keep (a fetched node's producer)"),
+        (Drops("_Retval"), "removed node 'fetch/sq_0', which it must keep (a fetch)"),
+        (Drops("everything"), "removed node 'feed/x_0', which it must keep (a feed)"),
+        (
+            NewFetch(),
+            "changed the outputs of node 'sq', which it must keep (a fetched node's "
+            "producer): op Square with outputs (float32) became op Shape with (int32)",
+        ),
+    ],
+    ids=["fetched-node", "retval", "everything", "outputs"],
+)
+def test_a_plugin_pass_that_drops_a_preserved_node_is_skipped_and_reported(
+    graph_pass: GraphPass, message: str
+) -> None:
+    """docs/optimizer.md: a pass keeps ``ctx.preserved``. One that does not is reported,
+    naming the pass, the node and the plugin, and skipped (not a KeyError in the placer)."""
+    registry = _registry((graph_pass, "CPU"))
+    g, x, y = _graph(registry)
+    xv = np.array([2.0, 3.0, 4.0], np.float32)
+    out, nodes = run_graph(g, y, {x: xv})
+    np.testing.assert_array_equal(out, xv * xv)
+    assert node_named(nodes, "sq").op == "Square"
+    with kl.Session(g) as sess:
+        text = sess.explain(y, {x: xv})
+    assert f"{graph_pass.name} (round 1): 3 -> 3 nodes" in text
+    assert message in text
+    assert "skipped (plugin 'passes')" in text

@@ -236,6 +236,69 @@ def test_an_allow_list_typo_is_reported(install: Install) -> None:
         load(eps, KERNLOOM_PLUGINS="cpu_nunpy", KERNLOOM_STRICT_PLUGINS="1")
 
 
+def test_a_disable_list_typo_is_reported(install: Install) -> None:
+    """A name in KERNLOOM_DISABLE_PLUGINS that no installed plugin has disables nothing:
+    reported as the same typo in KERNLOOM_PLUGINS is (and fatal under strict)."""
+    eps = [
+        install("cpu_numpy", factory_plugin("CPU", 60)),
+        install("gpu_torch", factory_plugin("GPU", 90)),
+    ]
+    registry = load(eps, KERNLOOM_DISABLE_PLUGINS="gpu_tourch")
+    assert {r.name: r.state for r in registry.plugins} == {
+        "cpu_numpy": PluginState.LOADED,
+        "gpu_torch": PluginState.LOADED,
+    }
+    (problem,) = registry.problems()
+    assert problem.startswith("KERNLOOM_DISABLE_PLUGINS names 'gpu_tourch', but no installed")
+    assert "installed: cpu_numpy, gpu_torch" in problem
+    assert "Did you mean 'gpu_torch'" in problem
+    with pytest.raises(kl.PluginError, match="gpu_tourch"):
+        load(eps, KERNLOOM_DISABLE_PLUGINS="gpu_tourch", KERNLOOM_STRICT_PLUGINS="1")
+    assert not load(eps, KERNLOOM_DISABLE_PLUGINS="gpu_torch").problems()
+
+
+def _absent_gpu(reason: str, priority: int) -> str:
+    """A plugin body whose GPU factory finds no GPU, saying why."""
+    return f"""
+    @klp.hookimpl
+    def kernloom_register(registry):
+        registry.register_device_factory(
+            "GPU", FakeDeviceFactory("GPU", count=0, unavailable_reason={reason!r}),
+            priority={priority})
+    """
+
+
+def test_no_device_with_a_device_plugin_disabled_says_how_to_enable_it(install: Install) -> None:
+    """The only device plugin that would create a device is installed but disabled: the
+    error says so and names the variable, rather than telling the user to install it; and
+    it gives every factory's reason, not only the one in use for each type."""
+    eps = [
+        install("cpu_numpy", factory_plugin("CPU", 60)),
+        install("gpu_cupy", _absent_gpu("CuPy is not installed", 100)),
+        install("gpu_torch", _absent_gpu("torch finds no CUDA device", 90)),
+    ]
+    registry = load(eps, KERNLOOM_DISABLE_PLUGINS="cpu_numpy")
+    with pytest.raises(kl.NotFoundError) as info:
+        registry.create_devices()
+    message = str(info.value)
+    assert message.startswith("no device could be created: ")
+    assert "CuPy is not installed" in message and "torch finds no CUDA device" in message
+    assert "plugin 'cpu_numpy'" in message and "disabled by KERNLOOM_DISABLE_PLUGINS" in message
+    assert "KERNLOOM_PLUGINS" in message
+    assert "pip install" not in message
+
+    registry = load(eps, KERNLOOM_PLUGINS="gpu_torch")
+    with pytest.raises(kl.NotFoundError) as info:
+        registry.create_devices()
+    message = str(info.value)
+    assert "not in KERNLOOM_PLUGINS=gpu_torch" in message
+    assert "pip install" not in message
+
+    registry = load(eps[1:])  # nothing disabled: installing a device plugin is the advice
+    with pytest.raises(kl.NotFoundError, match="pip install kernloom-cpu-numpy"):
+        registry.create_devices()
+
+
 def test_duplicate_entry_point_names_keep_the_first(install: Install) -> None:
     first = install("dup", factory_plugin("AAA", 1))
     second = importlib.metadata.EntryPoint(name="dup", value="klplugin_other", group="kernloom")

@@ -21,6 +21,7 @@ __all__ = [
     "AlreadyExistsError",
     "CancelledError",
     "DeadlineExceededError",
+    "DeviceError",
     "Hint",
     "InvalidArgumentError",
     "KernelArgumentError",
@@ -172,6 +173,15 @@ class KernelArgumentError(KernelError, InvalidArgumentError):
     ``errors::InvalidArgument``; and a ``KernelError``, so code that catches every
     failure of a kernel still does.
     """
+
+
+class DeviceError(KernloomError):
+    """A device plugin's own code failed where the runtime called it -- copying a feed onto
+    its device or a fetch off it -- or broke its contract (an allocation of another dtype
+    than asked for), so the run could not go on. The message names the feed, fetch or
+    node, the device and the plugin that provides it, and says it is that plugin's fault,
+    not the graph's; the device's own exception, where there is one, is the
+    ``__cause__``."""
 
 
 class PluginError(KernloomError):

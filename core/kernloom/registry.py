@@ -46,6 +46,7 @@ from kernloom.framework.origin import Origin
 from kernloom.hooks import (
     ENTRY_POINT_GROUP,
     PluginRecord,
+    PluginState,
 )
 from kernloom.plugin_loader import PluginLoader, PluginTables
 from kernloom.registrar import GraphPassRegistration
@@ -99,14 +100,21 @@ class Registry:
         found = sorted(entry_points, key=lambda ep: (ep.name, ep.value))
         for ep in found:
             registry._loader.load_entry_point(ep)
+        names = [ep.name for ep in found]
         if settings.allow is not None:
-            names = [ep.name for ep in found]
             for wanted in sorted(settings.allow - set(names)):
                 registry._notes.append(
                     f"KERNLOOM_PLUGINS names {wanted!r}, but no installed plugin has that "
                     f"name; installed: {', '.join(names) or '(none)'}."
                     + did_you_mean(wanted, names)
                 )
+        for unwanted in sorted(settings.disable - set(names)):
+            # A typo here would leave the plugin meant loaded, silently.
+            registry._notes.append(
+                f"KERNLOOM_DISABLE_PLUGINS names {unwanted!r}, but no installed plugin has that "
+                f"name, so it disables nothing; installed: {', '.join(names) or '(none)'}."
+                + did_you_mean(unwanted, names)
+            )
         problems = registry.problems()
         if problems and settings.strict:
             raise PluginError(
@@ -280,8 +288,18 @@ class Registry:
         ``DeviceFactoryRegistry.create_devices``); the registry is frozen from here on."""
         self.freeze()
         options = options or DeviceOptions()
+        disabled = [
+            f"plugin {r.name!r}"
+            + (f" ({r.distribution})" if r.distribution else "")
+            + f": {r.reason}"
+            for r in self._records.values()
+            if r.state is PluginState.DISABLED
+        ]
         return self._factories.create_devices(
-            options, self.factory_overrides(options, source=source), strict=self._settings.strict
+            options,
+            self.factory_overrides(options, source=source),
+            strict=self._settings.strict,
+            disabled=disabled,
         )
 
 

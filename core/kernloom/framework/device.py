@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from kernloom.dtypes import DType, as_dtype
 from kernloom.framework.allocator import AllocatorStats, TrackingAllocator
 from kernloom.framework.device_name import LOCAL_PREFIX, DeviceSpec, parse_device_name
+from kernloom.framework.origin import Origin
 from kernloom.shapes import TensorShape, as_shape
 
 __all__ = [
@@ -122,6 +123,11 @@ class Device(abc.ABC):
     memory_is_host: bool = False
     """True when the device's buffers *are* host (numpy) memory, as on the numpy CPU device:
     moving a value between it and host memory then copies nothing, and is not counted."""
+
+    origin: Origin | None = None
+    """The plugin whose factory created this device (set by the registry when it creates
+    the devices), so that an error in the device's own code (a failed copy) names it; None
+    for a device made by hand."""
 
     @property
     def intra_op_threads(self) -> int:

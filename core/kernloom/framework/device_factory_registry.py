@@ -37,7 +37,7 @@ from __future__ import annotations
 import enum
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import final
 
@@ -252,6 +252,7 @@ class DeviceFactoryRegistry:
         overrides: Mapping[str, FactoryOverride] | None = None,
         *,
         strict: bool = False,
+        disabled: Sequence[str] = (),
     ) -> DeviceMgr:
         """Create the devices of every factory in use, in placement order.
 
@@ -260,11 +261,14 @@ class DeviceFactoryRegistry:
         it is warned about once per registry, listed in ``DeviceMgr.unavailable`` (so a
         graph that asks for its type is told why) and shown by ``kernloom devices``; only
         ``strict`` (``KERNLOOM_STRICT_PLUGINS=1``) makes it fatal. If no device at all can
-        be created the error says what each factory reported and what to install.
+        be created the error says what each factory reported (those not in use for their
+        type too) and what to do: enable an installed plugin ``disabled`` names (one line
+        per plugin the environment left out, with why), else install one.
         """
         devices: list[Device] = []
         unavailable: dict[str, str] = {}
-        for registration in self.chosen(overrides).values():
+        chosen = self.chosen(overrides)
+        for registration in chosen.values():
             try:
                 created = create_devices_checked(registration, options)
             except KernloomError as exc:
@@ -278,16 +282,33 @@ class DeviceFactoryRegistry:
                 reason = registration.factory.unavailable_reason() or "it found no device"
                 unavailable[registration.device_type] = f"{registration.origin}: {reason}"
         if not devices:
-            detail = (
-                "; ".join(f"{t} ({why})" for t, why in unavailable.items())
-                if unavailable
-                else "no plugin registers a device factory"
-            )
             raise NotFoundError(
-                f"no device could be created: {detail}. Install a device plugin, e.g. "
-                f"`pip install kernloom-cpu-numpy`, and check `kernloom plugins`."
+                f"no device could be created: {self._why_none(chosen, unavailable)}. "
+                + _no_device_advice(disabled)
             )
         return DeviceMgr(devices, unavailable=unavailable)
+
+    def _why_none(
+        self, chosen: Mapping[str, FactoryRegistration], unavailable: Mapping[str, str]
+    ) -> str:
+        """What every factory said, per device type: the one in use's reason, then each
+        other's own (``unavailable_reason``), or that it was not used."""
+        if not unavailable:
+            return "no loaded plugin registers a device factory"
+        parts = []
+        for device_type, why in unavailable.items():
+            reasons = [why]
+            in_use = chosen[device_type]
+            for other in self._by_type.get(device_type, ()):
+                if other is in_use:
+                    continue
+                try:
+                    reason = other.factory.unavailable_reason()
+                except Exception as exc:  # a probe that fails says so much
+                    reason = f"its unavailable_reason() raised {type(exc).__name__}: {exc}"
+                reasons.append(f"{other.origin}: {reason or f'not in use ({in_use.origin} is)'}")
+            parts.append(f"{device_type} ({'; '.join(reasons)})")
+        return "; ".join(parts)
 
     def _warn_failure(self, registration: FactoryRegistration, message: str) -> None:
         key = f"{registration.device_type}@{registration.origin}"
@@ -307,6 +328,22 @@ class DeviceFactoryRegistry:
             if conflict.rejected.origin == origin:
                 return f"{conflict.kept.origin} at priority {conflict.kept.priority}"
         return "another plugin"
+
+
+def _no_device_advice(disabled: Sequence[str]) -> str:
+    """What to do when no device exists: enable a plugin that is installed but was left
+    out (naming the variables), else install a device plugin."""
+    if disabled:
+        return (
+            f"Installed plugins were left out: {'; '.join(disabled)}. If one of them provides "
+            f"the device you want, enable it: remove its name from KERNLOOM_DISABLE_PLUGINS, "
+            f"or add it to KERNLOOM_PLUGINS (or unset that variable); `kernloom plugins` "
+            f"shows every plugin and its state."
+        )
+    return (
+        "Install a device plugin, e.g. `pip install kernloom-cpu-numpy`, and check "
+        "`kernloom plugins`."
+    )
 
 
 def create_devices_checked(
@@ -337,4 +374,6 @@ def create_devices_checked(
                 f"{where} is registered for {registration.device_type} but created {device.name} "
                 f"of type {device.device_type}"
             )
+    for device in devices:
+        device.origin = origin
     return list(devices)

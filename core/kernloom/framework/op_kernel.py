@@ -32,7 +32,13 @@ from typing import Any, ClassVar, Final, Protocol
 import numpy as np
 
 from kernloom.dtypes import DType, as_dtype
-from kernloom.errors import CancelledError, KernelArgumentError, KernelError, short_repr
+from kernloom.errors import (
+    CancelledError,
+    DeviceError,
+    KernelArgumentError,
+    KernelError,
+    short_repr,
+)
 from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import Device
 from kernloom.framework.kernel_def import KernelDef
@@ -584,11 +590,34 @@ class OpKernelContext:
                     f"(ctx.allocate_output or ctx.set_output with the device's array type)"
                 )
             if actual is not expected:
+                allocator = self._allocator_fault(index, expected, actual)
+                if allocator is not None:
+                    raise allocator
                 raise self._kernel_fault(
                     f"{self._blame()} produced output {index} with dtype {actual.name}, but "
                     f"the op declares {expected.name}"
                 )
         return self._outputs
+
+    def _allocator_fault(self, index: int, expected: DType, actual: DType) -> DeviceError | None:
+        """For an output of the wrong dtype (the error path only): when the device's
+        allocator itself returns another dtype than asked for, the error blaming the
+        device's plugin (the kernel that wrote into ``ctx.allocate_output``'s buffer is not
+        at fault); else None."""
+        device = self.device
+        try:
+            got = device.output_dtype(device.allocate((1,), expected))
+        except Exception:
+            return None
+        if got is None or got is expected:
+            return None
+        plugin = str(device.origin) if device.origin is not None else "its plugin"
+        return DeviceError(
+            f"{self.signature.where} on {device.name}: output {index} came back {actual.name} "
+            f"because the device's allocator ({plugin}) returned a {got.name} buffer for a "
+            f"{expected.name} allocation. This is a fault of the device plugin (its "
+            f"Device._allocate must honour the dtype asked for), not of the kernel or the graph"
+        )
 
     def _output_name(self, index: int) -> str:
         names = [n for n, (s, e) in self.signature.output_ranges.items() if s <= index < e]

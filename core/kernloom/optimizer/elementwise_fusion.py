@@ -8,12 +8,18 @@ preserved node, or a consumer that is not fusable) up through producers that hav
 other consumer. The fused node takes the root's name and lists the group in
 ``_fused_from``. A group is fused only when the device type its nodes would run on has a
 kernel for ``_FusedElementwise`` (else they run op by op) and it has at least two ops.
+
+A fused node evaluates each op with the device plugin's own elementwise functions (numpy's
+on the CPU, whichever plugin's ``_FusedElementwise`` kernel runs it): a node whose kernel
+on that device type is another plugin's (one that replaced the default by priority) stays
+out of every group, so that its kernel runs, as a labelled node's does.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from kernloom.errors import KernloomError
 from kernloom.graph.graph import Graph, Node
 from kernloom.graph.tensor import Tensor
 from kernloom.op_library.fused_ops import ELEMENTWISE_ARITY
@@ -42,10 +48,16 @@ class ElementwiseFusion(GraphPass):
         groups: dict[str, list[Node]] = {}
         taken: set[str] = set()
         device_types: dict[str, str | None] = {}
+        defaults: dict[tuple[str, object, str], bool] = {}
 
         def device_type(node: Node) -> str | None:
+            """The device type the node would run on, or None where it cannot be fused
+            there: no kernel, or one that is not the device plugin's own."""
             if node.name not in device_types:
-                device_types[node.name] = likely_device_type(node, ctx)
+                kind = likely_device_type(node, ctx)
+                if kind is not None and not _has_default_kernel(node, kind, ctx, defaults):
+                    kind = None
+                device_types[node.name] = kind
             return device_types[node.name]
 
         for root in reversed(graph.nodes):
@@ -86,6 +98,29 @@ def _fusable(node: Node, ctx: PassContext, frames: set[str]) -> bool:
         and may_rewrite(node, ctx.preserved - {node.name}, frames)
         and not node.control_inputs
     )
+
+
+def _has_default_kernel(
+    node: Node, kind: str, ctx: PassContext, known: dict[tuple[str, object, str], bool]
+) -> bool:
+    """Whether the kernel ``node`` gets on ``kind`` (as the kernel factory picks it: the
+    highest priority that fits) is one that a plugin registering ``kind``'s device
+    factory registered: the kernel a fused node stands for. Another plugin's kernel that
+    outranks it (``docs/kernels.md``: replace the default by priority) must run as itself.
+    Known per op, dtype and device type (an elementwise op's kernels differ by ``T``
+    only; labelled nodes are never fused)."""
+    key = (node.op, node.outputs[0].dtype, kind)
+    found = known.get(key)
+    if found is None:
+        try:
+            chosen = ctx.registry.find_kernel(node.to_node_def(), kind)
+        except KernloomError:
+            found = False
+        else:
+            factories = ctx.registry.device_factories.registrations(kind)
+            found = any(r.origin.plugin == chosen.origin.plugin for r in factories)
+        known[key] = found
+    return found
 
 
 def _grow(

@@ -28,6 +28,7 @@ from typing import Final, cast
 
 from kernloom.errors import Hint, InvalidArgumentError, KernloomError, Setting, did_you_mean
 from kernloom.graph.graph import Graph
+from kernloom.graph.node import Node
 from kernloom.optimizer.analysis import frame_nodes, node_signature
 from kernloom.optimizer.arithmetic import ArithmeticSimplification
 from kernloom.optimizer.batch_norm_folding import BatchNormFolding
@@ -174,15 +175,21 @@ class MetaOptimizer:
     def _run_plugin_pass(
         self, plugin_pass: PluginPass, graph: Graph, ctx: PassContext, report: OptimizerReport
     ) -> Graph:
-        """A plugin's pass: one that raises, returns something else than a graph, or (not
-        declared ``frame_safe``) changes a node inside a ``while_loop`` frame is reported
-        and skipped (the graph stays as it was), never fatal to the run."""
+        """A plugin's pass: one that raises (``SystemExit`` included: a plugin must never
+        end the host; ``KeyboardInterrupt`` reaches the caller), returns something else
+        than a graph, removes or changes a node it must keep (``ctx.preserved``: feeds,
+        fetches, their producers, targets) or (not declared ``frame_safe``) changes a node
+        inside a ``while_loop`` frame is reported and skipped (the graph stays as it
+        was), never fatal to the run."""
         graph_pass = plugin_pass.graph_pass
         frames = {} if graph_pass.frame_safe else _frame_signatures(graph)
         result: object
         try:
             result = cast(object, self._run(graph_pass, graph, ctx, report, 1)[0])
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            # SystemExit too, as from a plugin's hook (plugin_loader.run_hook).
             why = f"failed and skipped (plugin {plugin_pass.plugin!r}): {type(exc).__name__}: {exc}"
             report.records.append(_skipped(graph_pass, graph, 0.0, why))
             return graph
@@ -190,6 +197,11 @@ class MetaOptimizer:
             why = (
                 f"returned {type(result).__name__}, not a Graph; skipped (plugin "
                 f"{plugin_pass.plugin!r})"
+            )
+        elif result is not graph and (broken := _broken_preserved(graph, result, ctx.preserved)):
+            why = (
+                f"{broken}; a pass keeps every node in ctx.preserved, with its outputs; "
+                f"skipped (plugin {plugin_pass.plugin!r})"
             )
         elif frames and result is not graph and (touched := _first_changed(frames, result)):
             why = (
@@ -250,6 +262,39 @@ class MetaOptimizer:
 def _skipped(graph_pass: GraphPass, graph: Graph, seconds: float, why: str) -> PassRecord:
     """The record of a plugin's pass whose result was not used: the graph unchanged."""
     return PassRecord(graph_pass.name, 1, len(graph), len(graph), seconds, (why,), False)
+
+
+def _broken_preserved(graph: Graph, result: Graph, preserved: frozenset[str]) -> str | None:
+    """What ``result`` lost of the nodes ``graph`` had to keep (the first, in graph
+    order): removed, or with other outputs (count, dtypes; for ``_Arg`` and ``_Retval``,
+    another op), or None when it kept them all."""
+    for before in graph.nodes:
+        if before.name not in preserved:
+            continue
+        if before.name not in result:
+            return f"removed node {before.name!r}, which it must keep ({_role(graph, before)})"
+        after = result.node(before.name)
+        was = [t.dtype.name for t in before.outputs]
+        now = [t.dtype.name for t in after.outputs]
+        if was != now or (before.op in ("_Arg", "_Retval") and after.op != before.op):
+            return (
+                f"changed the outputs of node {before.name!r}, which it must keep "
+                f"({_role(graph, before)}): op {before.op} with outputs ({', '.join(was)}) "
+                f"became op {after.op} with ({', '.join(now)})"
+            )
+    return None
+
+
+def _role(graph: Graph, node: Node) -> str:
+    """Why the run needs ``node`` (for the message of a pass that lost it)."""
+    if node.op == "_Arg":
+        return "a feed"
+    if node.op == "_Retval":
+        return "a fetch"
+    for other in graph.nodes:
+        if other.op == "_Retval" and other.inputs and other.inputs[0].node.name == node.name:
+            return "a fetched node's producer"
+    return "a target"
 
 
 def _frame_signatures(graph: Graph) -> dict[str, tuple[object, ...]]:

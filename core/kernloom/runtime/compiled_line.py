@@ -47,7 +47,8 @@ from typing import Any, Final, final
 
 import numpy as np
 
-from kernloom.errors import KernelError
+from kernloom.errors import KernelError, KernloomError
+from kernloom.framework.device import Device
 from kernloom.framework.numpy_elementwise import OUT_BY_KEYWORD
 from kernloom.runtime.graph_view import GraphView, NodeItem
 from kernloom.runtime.node_run import (
@@ -124,6 +125,7 @@ class CompiledLine:
         "_form",
         "_needs_frame",
         "_nodes",
+        "_targets",
         "in_place",
         "schedule",
         "sequential",
@@ -137,6 +139,7 @@ class CompiledLine:
         bound: dict[str, Any],
         in_place: tuple[int, ...],
         needs_frame: bool,
+        targets: dict[int, tuple[int, str]],
     ) -> None:
         self.schedule = schedule
         self.view = schedule.view
@@ -144,6 +147,9 @@ class CompiledLine:
         self.in_place = in_place
         """The nodes written out as a call of their in-place form (plan structure, for
         explanations and tests)."""
+        self._targets = targets
+        """Per in-place node: the node whose output it overwrites, and that output's local
+        (read from a failed step's frame: ``_broken_promise``)."""
         self._nodes = nodes
         self._bound = bound
         self._needs_frame = needs_frame
@@ -172,6 +178,7 @@ class CompiledLine:
         nodes: list[tuple[int, list[str]]] = []
         """Per node in program order: its id and its lines (after its stop check)."""
         in_place: list[int] = []
+        targets: dict[int, tuple[int, str]] = {}
         needs_frame = False
         for entry, (inputs, taken, outputs) in zip(program, slots, strict=True):
             node = entry.node
@@ -219,6 +226,7 @@ class CompiledLine:
                     lines = [call, f"{out_name} = None"]
                 lines += [f"{other} = None" for other in others]
                 in_place.append(node)
+                targets[node] = (producer[inputs[target]][0], out_name)
                 nodes.append((node, lines))
                 continue
             if kind in (UNARY, BINARY):
@@ -245,7 +253,7 @@ class CompiledLine:
         if not in_place:
             return None
         bound["_rc"] = sys.getrefcount
-        return cls(schedule, nodes, bound, tuple(in_place), needs_frame)
+        return cls(schedule, nodes, bound, tuple(in_place), needs_frame, targets)
 
     def run(self, args: RunArgs, done: Done) -> None:
         """Run one step of the partition on this thread, then ``done(error)``."""
@@ -275,13 +283,48 @@ class CompiledLine:
                 )
         except BaseException as exc:
             node = _failed_node(form, exc)
-            if node < 0:  # not in a node: the device's compute scope failed
+            if isinstance(exc, KeyboardInterrupt):
+                error = exc  # Ctrl-C: the caller's, wherever it landed (node_error says why)
+            elif node < 0:  # not in a node: the device's compute scope failed
                 error = KernelError(f"{device.name}: the compute scope: {exc}")
                 error.__cause__ = exc
             else:
                 error = node_error(view.items[node], device, exc)
+                if node in self._targets and not isinstance(exc, KernloomError):
+                    error = self._broken_promise(form, node, exc, error)
             step.stop(error)
         return step_error(device, step, error)
+
+    def _broken_promise(
+        self, form: _Function, node: int, exc: BaseException, error: BaseException
+    ) -> BaseException:
+        """For an in-place node that crashed (the error path only): when the buffer it
+        wrote into is one its device does not let be overwritten (read-only, a view, not
+        its own), the kernel that produced that buffer broke the promise its in-place form
+        declares (``OpKernel.inplace_form``: every output a buffer of its own), and the
+        error says so, naming that kernel and its plugin; else ``error`` as it is."""
+        device = self.view.device
+        if type(device).may_overwrite is Device.may_overwrite or not isinstance(error, KernelError):
+            return error  # a device that says nothing about its buffers: no verdict
+        source, local = self._targets[node]
+        value = _local_at(form, exc, local)
+        if value is None or device.may_overwrite(value):
+            return error
+        made_by = self.view.items[source]
+        kernel = type(made_by.kernel)
+        origin = made_by.kernel.origin
+        registered = f" registered by {origin}" if origin is not None else ""
+        blamed = KernelError(
+            f"{error.message}. It ran in place, writing into the output of node "
+            f"{made_by.node.name!r} (op {made_by.node.op}), which the device does not let be "
+            f"overwritten (read-only, a view or not a buffer of its own): the fault is kernel "
+            f"{kernel.__module__}.{kernel.__qualname__}{registered}, which declares an in-place "
+            f"form (OpKernel.inplace_form) and so promises that each of its outputs is a buffer "
+            f"of its own, but returned another",
+            hint=error.hint,
+        )
+        blamed.__cause__ = exc
+        return blamed
 
     def _with_deadline(self) -> _Function:
         form = self._deadline_form
@@ -398,6 +441,16 @@ def _generate(
     namespace: dict[str, Any] = {"_bound": tuple(bound.values())}
     exec(compile("\n".join(source) + "\n", filename, "exec"), namespace)
     return _Function(filename, namespace["line"], line_node)
+
+
+def _local_at(form: _Function, exc: BaseException, name: str) -> Any:
+    """The local ``name`` of ``form``'s frame when ``exc`` was raised there; None if none."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == form.filename:
+            return tb.tb_frame.f_locals.get(name)
+        tb = tb.tb_next
+    return None
 
 
 def _failed_node(form: _Function, exc: BaseException) -> int:

@@ -580,8 +580,8 @@ class LoopSchedule:
                     del exits
                     value = None
         except BaseException as exc:
-            if kind == _LOOP:
-                raise  # named by the nested loop: its node, frame and iteration
+            if kind == _LOOP or isinstance(exc, KeyboardInterrupt):
+                raise  # named by the nested loop: its node, frame and iteration; Ctrl-C as is
             assert item is not None
             where = f" in frame {self.frame.name!r} iteration {frame_iter[1]}"
             raise node_error(item, self.device, exc, where=where) from exc

@@ -263,9 +263,15 @@ def step_error(device: Device, step: Step, error: BaseException | None) -> BaseE
 def node_error(
     item: NodeItem, device: Device, exc: BaseException, *, where: str = ""
 ) -> BaseException:
-    """The error a failed node reports: a ``KernelError`` naming node, op, device and kernel
-    (and ``where``: the loop frame and iteration), chained to the original; the original
-    itself when it already says all that."""
+    """The error a failed node reports: a ``KernelError`` naming node, op, device, kernel
+    and the plugin that registered it (and ``where``: the loop frame and iteration),
+    chained to the original; the original itself when it already says all that, or when
+    it is a ``KeyboardInterrupt`` (Ctrl-C is the caller's, not the kernel's failure: it
+    must reach them as itself, not as an ``Exception`` that ``except Exception``
+    swallows). ``SystemExit`` from a kernel stays a ``KernelError``: a plugin must never
+    end the host."""
+    if isinstance(exc, KeyboardInterrupt):
+        return exc
     if isinstance(exc, KernloomError) and repr(item.node.name) in str(exc) and not where:
         return exc
     # A hint stays a hint (each interface spells its settings), not text in the message.
@@ -275,7 +281,7 @@ def node_error(
         asked = f" ({wanted} bytes)" if isinstance(wanted, int) else ""
         exhausted: BaseException = ResourceExhaustedError(
             f"{item.where}{where} on {device.name} ran out of memory{asked} in kernel "
-            f"{type(item.kernel).__qualname__}: {text}",
+            f"{_kernel_named(item)}: {text}",
             hint=hint,
         )
         exhausted.__cause__ = exc
@@ -292,11 +298,19 @@ def node_error(
     else:
         error = kind(
             f"{item.where}{where} on {device.name} failed in kernel "
-            f"{type(item.kernel).__qualname__}: {type(exc).__name__}: {text}",
+            f"{_kernel_named(item)}: {type(exc).__name__}: {text}",
             hint=hint,
         )
     error.__cause__ = exc
     return error
+
+
+def _kernel_named(item: NodeItem) -> str:
+    """The failed kernel, for a message: its class and the plugin that registered it (a
+    crash is that plugin's to fix)."""
+    origin = item.kernel.origin
+    registered = f" registered by {origin}" if origin is not None else ""
+    return f"{type(item.kernel).__qualname__}{registered}"
 
 
 def _named_by(item: NodeItem, exc: BaseException, text: str) -> str | None:

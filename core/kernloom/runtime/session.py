@@ -13,6 +13,7 @@ the fetches. ``run`` is safe to call from many threads at once.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import sys
@@ -28,6 +29,7 @@ import numpy as np
 from kernloom.errors import (
     CancelledError,
     DeadlineExceededError,
+    DeviceError,
     Hint,
     InvalidArgumentError,
     KernloomError,
@@ -136,7 +138,12 @@ def _results(
             retvals[index] = None
             results.append(value)
         else:
-            host = device.copy_to_host(value)
+            try:
+                host = device.copy_to_host(value)
+            except KernloomError:
+                raise
+            except Exception as exc:
+                raise _copy_error(compiled, "fetch", index, exc) from exc
             if copies is not None:
                 copies.record(device.name, CLIENT, int(host.nbytes))
             if type(host) is not np.ndarray or not _is_own_buffer(host):
@@ -198,6 +205,24 @@ def _feed_out_of_memory(
     return ResourceExhaustedError(
         f"feed for {compiled.step_graph.feeds[index]!r}: out of memory on {device.name} "
         f"copying its {int(fed[index].nbytes)} bytes: {exc}"
+    )
+
+
+def _copy_error(compiled: _Compiled, kind: str, index: int, exc: Exception) -> DeviceError:
+    """A feed (``kind`` "feed") or fetch ("fetch") whose copy the device's own code failed:
+    the device plugin's fault, named with the device and its plugin."""
+    if kind == "feed":
+        name, device = compiled.step_graph.feeds[index], compiled.arg_devices[index]
+        call, moving = "copy_from_host", f"copying it onto {device.name}"
+    else:
+        name, device = compiled.step_graph.fetches[index], compiled.retval_devices[index]
+        call, moving = "copy_to_host", f"copying it off {device.name}"
+    plugin = str(device.origin) if device.origin is not None else "the plugin that provides it"
+    return DeviceError(
+        f"{kind} {name!r}: {moving} failed: the device's {call} of {plugin} raised "
+        f"{type(exc).__name__}: {exc}. This is a fault of the device plugin, not of the graph "
+        f"or the {kind}: report it to the plugin's authors (`kernloom plugins` names its "
+        f"distribution), or run without that device (SessionConfig(device_filters=[...]))"
     )
 
 
@@ -615,6 +640,10 @@ class Session:
                 args.append(device.copy_from_host(value))
         except MemoryError as exc:
             raise _feed_out_of_memory(compiled, len(args), fed, exc) from exc
+        except KernloomError:
+            raise
+        except Exception as exc:
+            raise _copy_error(compiled, "feed", len(args), exc) from exc
         frame = CallFrame(args, len(compiled.retval_devices))
         executors = compiled.executors
         step = Step(
@@ -642,6 +671,14 @@ class Session:
                 executor.run_async(run_args, barrier.executor_done)
             launched = True
             step.wait()
+        except KeyboardInterrupt as interrupt:
+            # Ctrl-C while this thread waited (or ran a task's bookkeeping): stop the step
+            # so its kernels are cancelled and its executors end at their next node, give
+            # them wait's grace to do so, then let the interrupt reach the caller.
+            step.stop(interrupt)
+            with contextlib.suppress(BaseException):  # its error is the interrupt, or older
+                step.wait()
+            raise
         finally:
             step.close()
             if not launched:
@@ -675,6 +712,10 @@ class Session:
                 args.append(device.copy_from_host(value))  # (no comprehension: its own frame)
         except MemoryError as exc:
             raise _feed_out_of_memory(compiled, len(args), fed, exc) from exc
+        except KernloomError:
+            raise
+        except Exception as exc:
+            raise _copy_error(compiled, "feed", len(args), exc) from exc
         frame = CallFrame(args, len(compiled.retval_devices))
         self._begin(step)
         try:

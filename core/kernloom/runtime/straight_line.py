@@ -290,7 +290,9 @@ class StraightLine:
                         if take:
                             values[a] = None
         except BaseException as exc:
-            if node < 0:  # before the first node: the device's compute scope failed
+            if isinstance(exc, KeyboardInterrupt):
+                error = exc  # Ctrl-C: the caller's, wherever it landed (node_error says why)
+            elif node < 0:  # before the first node: the device's compute scope failed
                 error = KernelError(f"{device.name}: entering the compute scope: {exc}")
                 error.__cause__ = exc
             else:

@@ -12,6 +12,13 @@ each op and dtype also fetches each input again, from the device, after the node
 kernel that wrote into its input's device buffer without the runtime forwarding it shows
 there. Error cases (``kit_edges.error_cases``) run with placeholders of unknown shape and
 must fail with ``InvalidArgumentError``.
+
+A kernel that declares an in-place form (``OpKernel.inplace_form``) is also called through
+it, as the compiled straight line calls it (``kernloom.runtime.compiled_line``): on fresh
+device buffers of the case's inputs, ``out`` one of them (each that has the result's shape
+and dtype, in turn), positional (a keyword for ``OUT_BY_KEYWORD``'s functions), a numpy
+ufunc without ``out`` where the result has one element. The single-node graph never runs
+it, while a chain of such nodes runs little else.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import numpy as np
 from kernloom.dtypes import as_dtype
 from kernloom.errors import InvalidArgumentError, KernelError, KernloomError
 from kernloom.framework.node_def import KERNEL_LABEL_ATTR
+from kernloom.framework.numpy_elementwise import OUT_BY_KEYWORD
 from kernloom.graph.builder import apply_op, placeholder
 from kernloom.graph.graph import Graph
 from kernloom.graph.tensor import Tensor
@@ -158,6 +166,7 @@ def check_kernel_case(plan: KitPlan, kernel_case: KernelCase, *, probe: bool = F
                     f"{where(plan, kernel_case)}: the device's value_shape reports {list(shape)} "
                     f"for output {index}, whose array has shape {list(value.shape)}"
                 )
+    _check_inplace_form(plan, kernel_case, graph, values[0] if len(values) == 1 else None)
     if plan.device.memory_is_host and case.op not in ALIASING_OPS:
         for o, value in enumerate(values):
             for i, array in enumerate(fed):
@@ -167,6 +176,86 @@ def check_kernel_case(plan: KitPlan, kernel_case: KernelCase, *, probe: bool = F
                         f"(the caller's feed): a {case.op} must return a new buffer, or one the "
                         f"runtime forwarded (ctx.forward_input_or_allocate_output)"
                     )
+
+
+def _check_inplace_form(
+    plan: KitPlan, kernel_case: KernelCase, graph: Graph, result: Array | None
+) -> None:
+    """The kernel's in-place form, if it declares one, gives the case's reference into each
+    input it may be given as ``out`` (those of the result's shape and dtype), leaving the
+    other inputs alone (see the module's docstring)."""
+    case = kernel_case.case
+    if result is None or any(isinstance(item, list) for item in case.inputs):
+        return  # a form serves kernels of one output and plain inputs only
+    hosts = [np.asarray(item) for item in case.inputs]
+    targets = [
+        i for i, x in enumerate(hosts) if x.shape == result.shape and x.dtype == result.dtype
+    ]
+    if not targets:
+        return
+    device = plan.device
+    try:
+        kernel = plan.registry.create_kernel(graph.node(NODE).to_node_def(), device)
+    except KernloomError as exc:
+        raise KitFailure(
+            f"{where(plan, kernel_case)}: the kernel could not be built: {exc}"
+        ) from exc
+    form: Any = kernel.inplace_form  # (not narrowed to a ufunc by OUT_BY_KEYWORD)
+    if form is None:
+        return
+    expected = case.expected()
+    for target in targets:
+        args = [device.copy_value(device.copy_from_host(np.array(x, copy=True))) for x in hosts]
+        call = _form_call(form, len(args), target, result)
+        try:
+            with device.compute_scope():
+                if result.size == 1 and isinstance(form, np.ufunc):
+                    value = device.copy_to_host(form(*args))
+                else:
+                    if form in OUT_BY_KEYWORD:
+                        form(*args, out=args[target])
+                    else:
+                        form(*args, args[target])
+                    value = device.copy_to_host(args[target])
+        except Exception as exc:
+            raise KitFailure(
+                f"{where(plan, kernel_case)}: the kernel's in-place form (inplace_form "
+                f"{_name(form)}), called as {call}, raised {type(exc).__name__}: {exc}"
+            ) from exc
+        problem = mismatch([np.asarray(value)], expected[:1])
+        if problem is not None:
+            raise KitFailure(
+                f"{where(plan, kernel_case)}: the kernel's in-place form (inplace_form "
+                f"{_name(form)}), called as {call} (as the compiled straight line calls it "
+                f"where input {target} is a buffer nothing else holds), gives a wrong result: "
+                f"{problem}. inplace_form(*inputs, out) must write the op's output into out, "
+                f"as compute does"
+            )
+        for index, (host, arg) in enumerate(zip(hosts, args, strict=True)):
+            if index != target and _changed(host, device.copy_to_host(arg)):
+                raise KitFailure(
+                    f"{where(plan, kernel_case)}: the kernel's in-place form (inplace_form "
+                    f"{_name(form)}), called as {call}, wrote into input {index}, which is "
+                    f"not its out"
+                )
+
+
+def _form_call(form: Any, count: int, target: int, result: Array) -> str:
+    """How the compiled straight line calls ``form``, in words: ``f(x0, x1, out=x0)``."""
+    operands = [f"x{i}" for i in range(count)]
+    if result.size == 1 and isinstance(form, np.ufunc):
+        return f"{_name(form)}({', '.join(operands)}) (one element: no out)"
+    out = f"out=x{target}" if form in OUT_BY_KEYWORD else f"x{target}"
+    return f"{_name(form)}({', '.join([*operands, out])})"
+
+
+def _name(form: Any) -> str:
+    """A form for a message: ``np.add`` for a ufunc, else its module and qualified name."""
+    name = getattr(form, "__qualname__", None) or getattr(form, "__name__", None)
+    module = getattr(form, "__module__", None)
+    if isinstance(form, np.ufunc):
+        return f"np.{form.__name__}"
+    return f"{module}.{name}" if module and name else repr(form)
 
 
 def check_error_case(plan: KitPlan, kernel_case: KernelCase) -> None:
