@@ -34,11 +34,13 @@ timed the same way in the same run.
   (``tanh`` of a fed float32[16]) through ``make_callable``, wall-clock median, against
   ``np.tanh`` and, where installed, an ONNX Runtime session of one Tanh.
 - threads: the same graphs in sessions of one and of two inter-op threads (the default
-  here, one per core), graph optimizer off, wall-clock (the pool's threads work too),
-  best of 7 runs after 5 warm-up runs (which is when measured kernel costs settle,
+  here, one per core), graph optimizer off, through ``make_callable``, wall-clock (the
+  pool's threads work too),
+  best of 7 runs after 20 warm-up runs (which is when measured kernel costs settle,
   ``kernel_costs``): loops of one, two and three variables (``i + 1``; ``(i + 1, s +
-  1.0)``; ``(i + 1, s + 1.0, t * 1.5)``), 2000 iterations, µs an iteration; two small
-  branches ``tanh(exp(x)) + sin(cos(x))`` on float32[16], µs a step; and two chains of 4
+  1.0)``; ``(i + 1, s + 1.0, t * 1.5)``), 2000 iterations, µs an iteration; two
+  branches ``tanh(exp(x)) + sin(cos(x))`` on float32[16] to [1048576], µs a step (where
+  a second thread starts to pay: ``kernel_costs``'s threshold); and two chains of 4
   768x768 MatMul+Tanh (intra-op threads 1), ms a step, where the second thread should
   halve the time.
 """
@@ -351,12 +353,14 @@ def _thread_graphs() -> list[tuple[str, kl.Graph, Any, dict[Any, Any], float, st
             n = kl.placeholder(kl.int32, [], name="n")
             out = kl.while_loop(lambda i, *rest, n=n: i < n, body, start)
         graphs.append((label, g, out, {n: ITERATIONS}, 1e6 / ITERATIONS, "us/iteration"))
-    g = kl.Graph()
-    with g.as_default():
-        x = kl.placeholder(kl.float32, [16], name="x")
-        y = kl.ops.add(kl.ops.tanh(kl.ops.exp(x)), kl.ops.sin(kl.ops.cos(x)))
-    xv = np.linspace(-1, 1, 16, dtype=np.float32)
-    graphs.append(("tanh(exp(x)) + sin(cos(x)), [16]", g, y, {x: xv}, 1e6, "us/step"))
+    for size in (16, 16384, 65536, 262144, 1048576):
+        g = kl.Graph()
+        with g.as_default():
+            x = kl.placeholder(kl.float32, [size], name="x")
+            y = kl.ops.add(kl.ops.tanh(kl.ops.exp(x)), kl.ops.sin(kl.ops.cos(x)))
+        xv = np.linspace(-1, 1, size, dtype=np.float32)
+        label = f"tanh(exp(x)) + sin(cos(x)), [{size}]"
+        graphs.append((label, g, y, {x: xv}, 1e6, "us/step"))
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((768, 768)) / np.sqrt(768)).astype(np.float32)
     g = kl.Graph()
@@ -383,8 +387,8 @@ def threads() -> int:
                 inter_op_threads=count, intra_op_threads=1, graph_optimizer=False
             )
             with kl.Session(g, config) as sess:
-                run = functools.partial(sess.run, fetch, feed)
-                times.append(cpu_best_of(run, 7, 5, time.perf_counter) * scale)
+                run = functools.partial(sess.make_callable(fetch, list(feed)), *feed.values())
+                times.append(cpu_best_of(run, 7, 20, time.perf_counter) * scale)
         print(
             f"{label:36s} 1 thread {times[0]:8.2f} {unit}; 2 threads {times[1]:8.2f} "
             f"-> {times[0] / times[1]:5.2f}x"

@@ -163,23 +163,38 @@ def item(expensive: bool = True) -> Any:
     return SimpleNamespace(id=0, is_expensive=expensive)
 
 
-def test_a_cheap_average_turns_the_mark_and_the_generation() -> None:
+def test_a_cheap_time_turns_the_mark_and_the_generation() -> None:
     costs = KernelCosts(1)
     node = item()
-    costs.record(node, CHEAP_S / 2)  # the first time is the average
+    costs.record(node, CHEAP_S / 2)  # the first time is the estimate
     assert not node.is_expensive and costs.generation == 1
-    assert costs.average(0) == pytest.approx(CHEAP_S / 2)
+    assert costs.estimate(0) == pytest.approx(CHEAP_S / 2)
+
+
+def test_a_shorter_time_replaces_the_estimate_a_longer_one_moves_it_a_tenth() -> None:
+    """Times read beside another thread holding the GIL are longer than the node's cost:
+    the shortest one counts at once; a longer one moves the estimate a tenth of the way."""
+    costs = KernelCosts(1)
+    node = item()
+    for seconds in (5 * EXPENSIVE_S / 4, EXPENSIVE_S):  # 75 then 60 µs: still expensive
+        costs.record(node, seconds)
+    assert costs.estimate(0) == pytest.approx(EXPENSIVE_S) and node.is_expensive
+    costs.record(node, CHEAP_S / 3)  # one uncontended run
+    assert costs.estimate(0) == pytest.approx(CHEAP_S / 3) and not node.is_expensive
+    costs.record(node, 2 * EXPENSIVE_S)  # contended again: a tenth of the way
+    assert costs.estimate(0) == pytest.approx(CHEAP_S / 3 + (2 * EXPENSIVE_S - CHEAP_S / 3) / 10)
+    assert not node.is_expensive
 
 
 def test_the_mark_comes_back_only_above_the_upper_threshold() -> None:
     """Between the two thresholds the mark stays as it is; one long time (a wait for the
-    GIL) counts at most 4 x EXPENSIVE_S, a tenth of it into the average."""
+    GIL) counts at most 4 x EXPENSIVE_S, a tenth of it into the estimate."""
     costs = KernelCosts(1)
     node = item()
     costs.record(node, 0.0)
     assert not node.is_expensive
     costs.record(node, 1.0)  # one second: capped, 0.1 x 4 x EXPENSIVE_S
-    assert costs.average(0) == pytest.approx(0.4 * EXPENSIVE_S)
+    assert costs.estimate(0) == pytest.approx(0.4 * EXPENSIVE_S)
     assert not node.is_expensive
     for _ in range(30):
         costs.record(node, (CHEAP_S + EXPENSIVE_S) / 2)
@@ -189,5 +204,5 @@ def test_the_mark_comes_back_only_above_the_upper_threshold() -> None:
     assert node.is_expensive and costs.generation == 2
 
 
-def test_an_untimed_node_has_no_average() -> None:
-    assert KernelCosts(2).average(1) is None
+def test_an_untimed_node_has_no_estimate() -> None:
+    assert KernelCosts(2).estimate(1) is None

@@ -11,11 +11,16 @@ iteration with two threads against 5 with one, and a small graph of two branches
 a step against 9.
 
 So the general executor times the nodes whose kernels are marked expensive, in steps
-that have a pool (where the mark decides anything), and keeps a moving average per node
-(``record``; a tenth of each new time, as TensorFlow's cost estimate). A node whose
-average falls below ``CHEAP_S`` counts as inexpensive (``NodeItem.is_expensive`` turns
-False: it runs inline); above ``EXPENSIVE_S`` it counts as expensive again. The gap
-between the two keeps a node near the line from flipping on noise. Every change bumps
+that have a pool (where the mark decides anything), and keeps an estimate per node
+(``record``). A longer time moves it a tenth of the way (TensorFlow's cost decay); a
+shorter one replaces it at once: a node timed while another thread held the GIL reads
+several times slower than it is (an ``Exp`` of 16 Ki floats, 10 µs alone, read 50-70 µs
+beside a ``Cos`` on the other thread), and a step that hands such nodes over keeps them
+contending, so an average would keep them expensive for ever; the shortest times are
+their cost. A node whose estimate falls below ``CHEAP_S`` counts as inexpensive
+(``NodeItem.is_expensive`` turns False: it runs inline); above ``EXPENSIVE_S`` it counts
+as expensive again. The gap between the two keeps a node near the line from flipping on
+noise. Every change bumps
 ``generation``, which the executor compares at each step's start to re-derive what it
 decided from the marks: whether the partition, or a loop, can run on its one-thread
 schedule (``Executor.straight_line_for``, ``Executor.loops_for``).
@@ -35,18 +40,18 @@ from kernloom.runtime.graph_view import NodeItem
 __all__ = ["CHEAP_S", "EXPENSIVE_S", "KernelCosts"]
 
 CHEAP_S: Final = 30e-6
-"""Below this average a node runs inline: handing it to another thread costs about as
+"""Below this estimate a node runs inline: handing it to another thread costs about as
 much (``benchmarks/EXECUTOR.md``, "Measured costs")."""
 
 EXPENSIVE_S: Final = 60e-6
-"""Above this average a node measured cheap counts as expensive again."""
+"""Above this estimate a node measured cheap counts as expensive again."""
 
 _LONGEST_SAMPLE_S: Final = 4 * EXPENSIVE_S
 """One time counts at most this much: a node that waited 5 ms for the GIL once (the
 interpreter's switch interval) is not made expensive by that one wait."""
 
 _WEIGHT: Final = 0.1
-"""How much of each new time goes into the average (TensorFlow's ``kCostDecay`` of 10)."""
+"""How much of a longer time goes into the estimate (TensorFlow's ``kCostDecay`` of 10)."""
 
 
 @final
@@ -55,30 +60,33 @@ class KernelCosts:
     Updates from concurrent steps may overwrite each other: a lost sample only delays a
     change of mark, and the marks decide only where nodes run, never what they compute."""
 
-    __slots__ = ("_average", "generation")
+    __slots__ = ("_estimate", "generation")
 
     def __init__(self, size: int) -> None:
-        self._average: list[float] = [-1.0] * size
-        """Per node, its average time in seconds (-1: not timed yet)."""
+        self._estimate: list[float] = [-1.0] * size
+        """Per node, its estimated time in seconds (-1: not timed yet)."""
         self.generation = 0
         """Bumped whenever a node's mark changes."""
 
     def record(self, item: NodeItem, seconds: float) -> None:
-        """Add one timed run of ``item``'s kernel; change its mark where the average
+        """Add one timed run of ``item``'s kernel; change its mark where the estimate
         crosses a threshold."""
         sample = min(seconds, _LONGEST_SAMPLE_S)
-        average = self._average[item.id]
-        average = sample if average < 0 else average + (sample - average) * _WEIGHT
-        self._average[item.id] = average
+        estimate = self._estimate[item.id]
+        if estimate < 0 or sample < estimate:
+            estimate = sample
+        else:
+            estimate += (sample - estimate) * _WEIGHT
+        self._estimate[item.id] = estimate
         if item.is_expensive:
-            if average < CHEAP_S:
+            if estimate < CHEAP_S:
                 item.is_expensive = False
                 self.generation += 1
-        elif average > EXPENSIVE_S:
+        elif estimate > EXPENSIVE_S:
             item.is_expensive = True
             self.generation += 1
 
-    def average(self, node: int) -> float | None:
-        """``node``'s average time in seconds, or None when it has not been timed."""
-        average = self._average[node]
-        return None if average < 0 else average
+    def estimate(self, node: int) -> float | None:
+        """``node``'s estimated time in seconds, or None when it has not been timed."""
+        estimate = self._estimate[node]
+        return None if estimate < 0 else estimate
