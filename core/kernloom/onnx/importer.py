@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -173,17 +173,25 @@ def _type_code(kind: onnx.defs.OpSchema.AttrType) -> int:
     return int(kind)  # type: ignore[call-overload]  # a pybind11 enum; its stub has no __int__
 
 
+def _with_schemas(
+    nodes: list[OnnxNode], opsets: dict[str, int]
+) -> Iterator[tuple[OnnxNode, onnx.defs.OpSchema]]:
+    """Every node (subgraphs' too) with the schema in force for it; a node of an op
+    without one is left out (``_problems`` reports it)."""
+    for node in with_subgraph_nodes(nodes, opsets):
+        try:
+            yield node, onnx.defs.get_schema(node.op_type, node.opset, node.domain)
+        except onnx.defs.SchemaError:
+            continue
+
+
 def _invalid_attributes(nodes: list[OnnxNode], opsets: dict[str, int]) -> list[str]:
     """Every attribute whose type differs from what the op's schema declares, and every
     required attribute that is missing: what ``onnx.checker`` reports, said before a
     converter reads the attribute as something it is not (an INT axis given as FLOAT
     1.5 would silently be 1)."""
     found = []
-    for node in with_subgraph_nodes(nodes, opsets):
-        try:
-            schema = onnx.defs.get_schema(node.op_type, node.opset, node.domain)
-        except onnx.defs.SchemaError:
-            continue  # an op without a schema is reported by _problems
+    for node, schema in _with_schemas(nodes, opsets):
         declared = schema.attributes
         version = f"{node.op_type}-{schema.since_version}"
         for attr in node.proto.attribute:
@@ -212,11 +220,7 @@ def _invalid_arity(nodes: list[OnnxNode], opsets: dict[str, int]) -> list[str]:
     name counts, as ``onnx.checker`` counts it): a converter would ignore an input too
     many, or fail on an output too many without saying why."""
     found = []
-    for node in with_subgraph_nodes(nodes, opsets):
-        try:
-            schema = onnx.defs.get_schema(node.op_type, node.opset, node.domain)
-        except onnx.defs.SchemaError:
-            continue  # an op without a schema is reported by _problems
+    for node, schema in _with_schemas(nodes, opsets):
         version = f"{node.op_type}-{schema.since_version}"
         given = (len(node.proto.input), len(node.proto.output))
         allowed = (
