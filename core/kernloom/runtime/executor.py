@@ -93,9 +93,7 @@ class Executor:
         as an in-place call; None otherwise (the schedule is interpreted)."""
         self.loops: dict[str, LoopSchedule] = compile_loops(view)
         """The loop frames that can run on a static per-iteration schedule, by name."""
-        self._sequential_loops = {
-            name: loop for name, loop in self.loops.items() if loop.sequential
-        }
+        self._sequential_loops = self._loops_without_overlap()
         self.costs = KernelCosts(len(view.items))
         """The nodes' measured costs, which may turn their ``is_expensive`` marks."""
         self._generation = 0
@@ -134,8 +132,7 @@ class Executor:
     def parallel_inline(self) -> LineProgram | None:
         """``straight_line_for`` a step with a pool that nobody observes, after measured
         costs have been taken into account (the session's inline path asks each step)."""
-        if self.costs.generation != self._generation:
-            self._recheck()
+        self._follow_costs()
         return self.straight_line_for(parallel=True, observed=False)
 
     def loops_for(self, *, parallel: bool, observed: bool) -> dict[str, LoopSchedule] | None:
@@ -155,8 +152,8 @@ class Executor:
         the caller must drive); nothing runs on this call's own stack.
         """
         parallel = args.step.pool is not None
-        if parallel and self.costs.generation != self._generation:
-            self._recheck()
+        if parallel:
+            self._follow_costs()
         observed = args.stats is not None or args.node_outputs is not None
         straight = self.straight_line_for(parallel=parallel, observed=observed)
         if straight is not None:
@@ -167,18 +164,23 @@ class Executor:
         loops = self.loops_for(parallel=parallel, observed=observed)
         ExecutorState(self.view, args, done, loops, self.costs if parallel else None).start()
 
-    def _recheck(self) -> None:
-        """Measured costs turned some node's mark: work out again which schedules a
-        parallel step may use (steps racing here compute the same answer)."""
+    def _follow_costs(self) -> None:
+        """Where measured costs have turned some node's mark since the last step, work
+        out again which schedules a parallel step may use (steps racing here compute the
+        same answer)."""
         generation = self.costs.generation
+        if generation == self._generation:
+            return
         if self.schedule is not None:
             self.schedule.recheck()
         for loop in self.loops.values():
             loop.recheck()
-        self._sequential_loops = {
-            name: loop for name, loop in self.loops.items() if loop.sequential
-        }
+        self._sequential_loops = self._loops_without_overlap()
         self._generation = generation
+
+    def _loops_without_overlap(self) -> dict[str, LoopSchedule]:
+        """The loops a step with a pool may run on their schedules (``loops_for``)."""
+        return {name: loop for name, loop in self.loops.items() if loop.sequential}
 
     def run(self, args: RunArgs) -> None:
         """Run synchronously on this thread (and the step's pool); raise the first error."""
