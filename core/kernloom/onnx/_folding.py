@@ -33,7 +33,7 @@ from kernloom.framework.node_def import NodeDef
 from kernloom.graph.node import Node
 from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
-from kernloom.optimizer.analysis import UNTOUCHABLE_OPS, is_random
+from kernloom.optimizer.analysis import may_rewrite
 from kernloom.optimizer.evaluator import KernelEvaluator
 from kernloom.registry import Registry, registry_of
 
@@ -167,13 +167,9 @@ class _Evaluation:
 def _evaluable(node: Node) -> bool:
     """A node computed the same at import as at run time, and whose outputs are small as
     far as shape inference knows."""
-    if (
-        node.op in UNTOUCHABLE_OPS
-        or node.op_def.is_stateful
-        or is_random(node)
-        or node.control_inputs
-        or not node.inputs
-    ):
+    # What the optimizer may replace (not stateful, random, control flow, colocated or
+    # labelled), with no control input to wait on and something to compute from.
+    if not may_rewrite(node, frozenset(), set()) or node.control_inputs or not node.inputs:
         return False
     sizes = [t.shape.num_elements() for t in node.outputs]
     return all(n is None or n <= MAX_FOLDED_ELEMENTS for n in sizes)
