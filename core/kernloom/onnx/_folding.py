@@ -12,8 +12,9 @@ the graph computes -- and the converter's tensors stay in the graph as they are.
 
 Never folded: random ops (two draws are two values), nodes with subgraphs (If, Loop,
 Scan: they decide what is known themselves), sequences and optionals, values over
-``MAX_FOLDED_ELEMENTS`` elements, and kernloom ops that are stateful, random, control
-flow, or wait on a control input (a run-time check: folding must not skip it). A kernel
+``MAX_FOLDED_ELEMENTS`` elements, and kernloom ops the optimizer may not replace
+(stateful, random, control flow, colocated or labelled: ``may_rewrite``) or that wait on
+a control input (a run-time check: folding must not skip it). A kernel
 that fails leaves the value unknown: the run reports the error, as before.
 """
 
