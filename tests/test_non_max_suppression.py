@@ -49,7 +49,10 @@ def iou(a: Any, b: Any) -> float:
 def reference(boxes: Any, scores: Any, size: int, threshold: float, floor: float) -> list[int]:
     """tf.image.non_max_suppression's documented algorithm: by descending score (the lower
     index first on ties), skip a box that overlaps an already selected one by more than
-    the threshold, stop at ``size``; boxes scoring at or below ``floor`` never count."""
+    the threshold, stop at ``size``; boxes scoring at or below ``floor`` never count. The
+    threshold is a float32 tensor there, compared with the float32 IoU: an IoU equal to
+    float32(0.2) (just above 0.2) does not exceed it."""
+    bound = np.float32(threshold)
     order = sorted(
         (i for i in range(len(scores)) if scores[i] > floor), key=lambda i: (-scores[i], i)
     )
@@ -57,7 +60,7 @@ def reference(boxes: Any, scores: Any, size: int, threshold: float, floor: float
     for i in order:
         if len(kept) == size:
             break
-        if all(iou(boxes[i], boxes[j]) <= threshold for j in kept):
+        if all(np.float32(iou(boxes[i], boxes[j])) <= bound for j in kept):
             kept.append(i)
     return kept
 
@@ -88,6 +91,22 @@ def test_matches_the_documented_greedy_algorithm(
     )  # few values: many ties
     expected = reference(boxes, scores, size, threshold, floor)
     assert run(boxes, scores, size, np.float32(threshold), np.float32(floor)) == expected
+
+
+def test_an_iou_equal_to_the_float32_threshold_does_not_suppress() -> None:
+    """Boxes 0 and 1 overlap by 1.4 of a 7.0 union: their float32 IoU is float32(0.2),
+    0.2000000030, which exceeds the float64 0.2 but not the float32 threshold TensorFlow
+    compares it with, so box 1 is kept (a case hypothesis found against a reference that
+    compared in float64)."""
+    boxes = np.array(
+        [[2.3, -1.8, 0.3, 0.0], [-0.6, 0.8, 2.6, -0.7], [0, 0, 0, 0], [0, 0, 0, 0]], np.float32
+    )
+    assert np.float32(iou(boxes[0], boxes[1])) == np.float32(0.2)
+    scores = np.zeros(4, np.float32)
+    assert run(boxes, scores, 2, np.float32(0.2), np.float32(-inf)) == [0, 1]
+    # Just below it, box 1 is suppressed and the next (empty, never overlapping) box is kept.
+    below = np.nextafter(np.float32(0.2), np.float32(0))
+    assert run(boxes, scores, 2, below, np.float32(-inf)) == [0, 2]
 
 
 # Each expected list is what TensorFlow 2.21's NonMaxSuppressionV3 returned for the inputs.
