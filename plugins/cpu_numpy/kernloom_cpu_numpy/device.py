@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, final
+import threading
+from collections.abc import Callable
+from typing import Any, Final, final
 
 import numpy as np
 
@@ -22,6 +24,10 @@ from kernloom_cpu_numpy.float_errors import ignore_float_errors
 from kernloom_cpu_numpy.threadpool import IntraOpPool
 
 __all__ = ["NumpyCPUDevice", "NumpyCPUDeviceFactory"]
+
+_step_ends: Final = threading.local()
+"""Per thread: ``callbacks``, what ``NumpyCPUDevice.at_step_end`` was given during the
+step running there (absent or empty: nothing to run)."""
 
 
 def _physical_memory() -> int:
@@ -111,6 +117,18 @@ class NumpyCPUDevice(kernloom.plugin.Device):
         # intra-op thread count (see blas_threads).
         return _StepScope(self.flush_denormals, self._blas)
 
+    def at_step_end(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once, on this thread, when the kernels of the step running
+        here leave it: before the thread's own floating-point setting is put back. For a
+        kernel library that gives threads of its own the step's setting (the torch
+        plugin's OpenMP team, ``kernloom_gpu_torch.kernels._team_fp``) and must give them
+        back their own after the step, so that user code around ``Session.run`` keeps
+        it. Called outside a step, the callback runs at the end of the next one here."""
+        callbacks = getattr(_step_ends, "callbacks", None)
+        if callbacks is None:
+            callbacks = _step_ends.callbacks = []
+        callbacks.append(callback)
+
     def close(self) -> None:
         self.intra_op_pool.close()
 
@@ -134,11 +152,16 @@ class _StepScope:
         self._blas_saved = self._blas.enter()
 
     def __exit__(self, *exc_info: object) -> None:
-        self._blas.leave(self._blas_saved)
-        saved = self._saved
-        if saved & FLUSH_BITS != FLUSH_BITS:  # a thread that flushes already stays so
-            end_flush(saved)
-        self._errors.__exit__(None, None, None)
+        try:
+            callbacks = getattr(_step_ends, "callbacks", None)
+            while callbacks:  # (at_step_end: first given, first run)
+                callbacks.pop(0)()
+        finally:
+            self._blas.leave(self._blas_saved)
+            saved = self._saved
+            if saved & FLUSH_BITS != FLUSH_BITS:  # a thread that flushes already stays so
+                end_flush(saved)
+            self._errors.__exit__(None, None, None)
 
 
 class NumpyCPUDeviceFactory(kernloom.plugin.DeviceFactory):

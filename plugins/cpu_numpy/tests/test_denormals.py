@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 import kernloom as kl
+import kernloom.plugin as klp
 from kernloom_cpu_numpy import denormals
+from kernloom_cpu_numpy import plugin as cpu_plugin
 from kernloom_cpu_numpy.denormals import FLUSH_BITS, FlushDenormals, read_mxcsr
 
 pytestmark = pytest.mark.skipif(
@@ -136,3 +138,45 @@ def test_a_thread_with_only_one_of_the_two_bits_gets_exactly_that_back() -> None
     finally:
         denormals._restore(before)
     assert read_mxcsr() & FLUSH_BITS == 0
+
+
+def test_at_step_end_runs_once_on_the_step_s_thread_before_the_flag_is_put_back() -> None:
+    """``NumpyCPUDevice.at_step_end``: a kernel library that gave threads of its own the
+    step's setting (the torch plugin's OpenMP team) gives them theirs back there. The
+    callback runs once, at the end of the step that asked, on that step's thread, while
+    the thread still flushes; a step that does not ask does not run it again."""
+    seen: list[tuple[str, int]] = []
+
+    def ask(ctx: klp.OpKernelContext) -> None:
+        def callback() -> None:
+            seen.append((threading.current_thread().name, read_mxcsr() & FLUSH_BITS))
+
+        ctx.device.at_step_end(callback)  # type: ignore[attr-defined]
+        ctx.set_output(0, ctx.input(0))
+
+    class Plugin:
+        @klp.hookimpl
+        def kernloom_register(self, registry: klp.Registrar) -> None:
+            lib = klp.KernelLibrary()
+            lib.kernel("Identity", device="CPU", backend="numpy", label="ask")(ask)
+            registry.register_kernels(lib)
+
+    registry = klp.Registry()
+    registry.register_plugin(cpu_plugin, name="cpu_numpy")
+    registry.register_plugin(Plugin(), name="asks")
+    graph = kl.Graph(registry)
+    with graph.as_default():
+        x = kl.placeholder(kl.float32, [1], name="x")
+        with kl.kernel_label("ask"):
+            y = kl.ops.identity(x, name="y")
+        plain = kl.ops.neg(x, name="plain")
+    before = read_mxcsr() & FLUSH_BITS
+    one = np.ones(1, np.float32)
+    with kl.Session(graph, config=kl.SessionConfig(inter_op_threads=1)) as session:
+        session.run(y, {x: one})
+        assert seen == [(threading.current_thread().name, FLUSH_BITS)]
+        session.run(plain, {x: one})
+        assert len(seen) == 1
+        session.run(y, {x: one})
+        assert len(seen) == 2
+    assert read_mxcsr() & FLUSH_BITS == before

@@ -26,7 +26,7 @@ import kernloom as kl
 from kernloom.plugin import NUMPY_ELEMENTWISE
 from kernloom.testing import run_kernel
 from kernloom_cpu_numpy.denormals import FLUSH_SUPPORTED, FlushDenormals
-from kernloom_gpu_torch.kernels import fused
+from kernloom_gpu_torch.kernels import _team_fp, fused
 from kernloom_gpu_torch.kernels.fused import SMALL_ELEMENTWISE
 
 UNARY: dict[str, Callable[[Any], Any]] = {
@@ -396,7 +396,7 @@ def test_torch_s_threads_can_take_the_caller_s_environment_here() -> None:
     torch's threads; elsewhere it falls back to one thread where it must flush."""
     if sys.platform == "linux" and platform.machine() == "x86_64":
         assert "OpenMP" in torch.__config__.parallel_info()
-        assert fused.TEAM_ENVIRONMENT is not None
+        assert _team_fp.TEAM_ENVIRONMENT is not None
 
 
 @pytest.mark.parametrize("activation", ["Relu", "Relu6", "Elu", "LeakyRelu"])
@@ -434,7 +434,7 @@ def test_subnormals_are_flushed_on_torch_s_path_as_unfused(
     if not FLUSH_SUPPORTED:
         pytest.skip("this machine cannot flush subnormals")
     if not team:
-        monkeypatch.setattr(fused, "TEAM_ENVIRONMENT", None)
+        monkeypatch.setattr(_team_fp, "TEAM_ENVIRONMENT", None)
     _warm_torch_threads(threads)
     xv = np.full(LARGE * 4, 1e-39, np.float32)
     xv[1] = -1e-39

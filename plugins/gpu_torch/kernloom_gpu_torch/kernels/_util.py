@@ -17,6 +17,7 @@ import torch
 from kernloom.plugin import KernelLibrary, OpKernelContext, on_inter_op_worker
 from kernloom_gpu_torch.device import host_tensor
 from kernloom_gpu_torch.dtypes import torch_dtype
+from kernloom_gpu_torch.kernels._team_fp import follow_step
 
 __all__ = [
     "SHAPE_CACHE",
@@ -96,30 +97,54 @@ def use_session_threads(ctx: OpKernelContext) -> None:
     an OpenMP team per calling thread, and a worker's team would spin on the cores the
     caller's team needs (``kernloom.plugin.on_inter_op_worker``). Two sessions with
     different counts in one process take turns setting it."""
-    use_threads(intra_op_threads(ctx))
+    use_threads(intra_op_threads(ctx), ctx.device)
 
 
-def use_threads(threads: int | None) -> None:
+def use_threads(threads: int | None, device: Any = None) -> None:
     """``use_session_threads`` for a kernel that has its device's count already (None:
-    the device does not say; leave torch's)."""
+    the device does not say; leave torch's). Where ``device`` flushes subnormals, torch's
+    team flushes them too for the rest of the step (``_team_fp.follow_step``), or torch
+    runs on the calling thread alone where the team cannot be made to."""
     if threads is not None and on_inter_op_worker():
         threads = 1
     if threads is not None and torch.get_num_threads() != threads:
         with _thread_lock:
             torch.set_num_threads(threads)
+    if device is not None and getattr(device, "flush_denormals", False):
+        team = torch.get_num_threads()
+        if team > 1 and not follow_step(device, team):
+            with _thread_lock:
+                torch.set_num_threads(1)
 
 
 def cpu_kernel(lib: KernelLibrary, op: str, kernel: Any, **keywords: Any) -> None:
     """Register ``kernel`` for ``op`` on the numpy CPU device. Every torch call there runs on
     the session's intra-op threads (``use_session_threads``), so the kernel is
-    ``intra_op_parallel``: a function is marked here, a class must say so itself."""
+    ``intra_op_parallel``: a function is marked here and called after
+    ``use_session_threads``; a class must say so itself and call ``use_threads`` with its
+    device before torch runs."""
     cpu: dict[str, Any] = {"device": "CPU", "backend": "numpy", **keywords}
     if isinstance(kernel, type):
         if not getattr(kernel, "intra_op_parallel", False):
             raise TypeError(f"{kernel.__qualname__} runs torch on the CPU: set intra_op_parallel")
         lib.kernel(op, **cpu)(kernel)
     else:
-        lib.kernel(op, intra_op_parallel=True, **cpu)(kernel)
+        lib.kernel(op, intra_op_parallel=True, **cpu)(_on_session_threads(kernel))
+
+
+def _on_session_threads(kernel: Callable[[OpKernelContext], None]) -> Any:
+    """``kernel`` with ``use_session_threads`` first (the standard table's functions serve
+    the GPU device too, where torch's CPU threads are not theirs to set)."""
+
+    def on_cpu(ctx: OpKernelContext) -> None:
+        use_session_threads(ctx)
+        kernel(ctx)
+
+    on_cpu.__name__ = getattr(kernel, "__name__", "kernel")
+    on_cpu.__qualname__ = getattr(kernel, "__qualname__", "kernel")
+    on_cpu.__module__ = getattr(kernel, "__module__", __name__)
+    on_cpu.__doc__ = kernel.__doc__
+    return on_cpu
 
 
 def is_constant(value: Any) -> bool:

@@ -145,10 +145,10 @@ class _Layer:
         constants = is_constant(raw_b) and is_constant(raw_bias)
         transposed = may_transpose and constants and self._on_transpose(h, raw_b, shape, threads)
         if transposed:
-            use_threads(threads)
+            use_threads(threads, ctx.device)
             product = self.transposed.call(raw_b, raw_bias, self.gemm.transpose_b)
         else:
-            product = self._product(h, raw_b, raw_bias, shape, threads)
+            product = self._product(h, raw_b, raw_bias, shape, threads, ctx.device)
         out = product(tensor(h))
         if self.activation:
             apply_activation(self.activation, out, self.alpha)
@@ -166,7 +166,9 @@ class _Layer:
             and not for_numpy(h, raw_b, shape, threads)
         )
 
-    def _product(self, h: Any, raw_b: Any, raw_bias: Any, shape: Any, threads: Any) -> Product:
+    def _product(
+        self, h: Any, raw_b: Any, raw_bias: Any, shape: Any, threads: Any, device: Any
+    ) -> Product:
         """The product with the bias: numpy's GEMM for small products, else the GEMM
         library's packed path, else torch's ordinary GEMM (``PackedMatMul``'s choice)."""
         weight = raw_b.T if self.gemm.transpose_b else raw_b
@@ -178,7 +180,7 @@ class _Layer:
                 return tensor(y)
 
             return small
-        use_threads(threads)
+        use_threads(threads, device)
         bias = self.bias.get(raw_bias)
         call = self.gemm.call(raw_b, bias, shape)
         if call is None:  # empty, or not packed on MKL's path: torch's ordinary GEMM
@@ -254,7 +256,7 @@ class DenseChain(OpKernel):
         head = self._head
         replay = self._replay
         if replay is not None and REPLAY and replay.matches(ctx, x):
-            use_threads(threads)
+            use_threads(threads, ctx.device)
             h = tensor(x)
             for product, layer in zip(replay.products, layers, strict=True):
                 h = product(h)

@@ -31,7 +31,6 @@ from kernloom.plugin import (
     plan_fused_expression,
 )
 from kernloom_gpu_torch import dtypes as d
-from kernloom_gpu_torch.kernels._team_fp import TEAM_ENVIRONMENT
 from kernloom_gpu_torch.kernels._util import (
     ConstantInput,
     cpu_kernel,
@@ -41,7 +40,6 @@ from kernloom_gpu_torch.kernels._util import (
     tensor_input,
     tensor_inputs,
     use_session_threads,
-    use_threads,
 )
 from kernloom_gpu_torch.kernels.conv import CPU_PRIORITY, conv2d
 
@@ -197,15 +195,8 @@ class CpuFusedElementwise(OpKernel):
         # where the first slot only ever holds full-shape values and the output is not an
         # input: an elementwise step reads and writes each element in place.
         in_out = full and not any(np.may_share_memory(out, x) for x in raw)
-        threads = _torch_threads(ctx)
-        if threads == 1 or TEAM_ENVIRONMENT is None:
-            self._run_torch(inputs, tensor(out), in_out)
-            return
-        env = TEAM_ENVIRONMENT.share(threads)  # torch's threads flush as this one does
-        try:
-            self._run_torch(inputs, tensor(out), in_out)
-        finally:
-            TEAM_ENVIRONMENT.release(env, threads)
+        use_session_threads(ctx)  # (torch's threads flush as this one does: _team_fp)
+        self._run_torch(inputs, tensor(out), in_out)
 
     def _run_torch(self, inputs: list[torch.Tensor], target: torch.Tensor, in_out: bool) -> None:
         """The steps, one torch call (or numpy ufunc, ``ON_NUMPY``) each, over the whole
@@ -239,17 +230,6 @@ class CpuFusedElementwise(OpKernel):
             if slot >= 0:
                 slot_shapes[slot] = mine
         return True
-
-
-def _torch_threads(ctx: OpKernelContext) -> int:
-    """torch's thread count for this call (``use_session_threads``); 1 where the device
-    flushes subnormals and torch's other threads cannot be made to (``_team_fp``)."""
-    use_session_threads(ctx)
-    threads = torch.get_num_threads()
-    if threads > 1 and TEAM_ENVIRONMENT is None and getattr(ctx.device, "flush_denormals", False):
-        use_threads(1)
-        return 1
-    return threads
 
 
 def fused_matmul(ctx: OpKernelContext) -> None:

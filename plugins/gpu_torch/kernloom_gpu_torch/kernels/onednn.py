@@ -195,7 +195,7 @@ class OneDnnConv2D(OpKernel):
             if plan is None:
                 return  # the general kernel ran
         else:
-            use_threads(plan.threads)
+            use_threads(plan.threads, ctx.device)
         x = tensor(raw_x)
         nchw = x.permute(0, 3, 1, 2) if plan.channels_last else x
         if plan.pre_pad is not None:
@@ -227,7 +227,7 @@ class OneDnnConv2D(OpKernel):
             self._fallback(ctx)
             return None
         threads = intra_op_threads(ctx)
-        use_threads(threads)
+        use_threads(threads, ctx.device)
         attrs = self._attrs
         x = tensor(raw_x)
         channels = int(x.shape[attrs.channel_axis])

@@ -311,7 +311,7 @@ class PackedMatMul(OpKernel):
         if for_numpy(raw_a, raw_b, shape, self._threads):
             self._small_product(ctx, raw_a, raw_b, shape)
             return
-        use_threads(self._threads)
+        use_threads(self._threads, ctx.device)
         a = tensor(raw_a)
         bias = self._bias(ctx, shape[1])
         a = a.T if self._transpose_a else a
