@@ -28,12 +28,13 @@ SCRIPT = textwrap.dedent(
     if sys.argv[1] == "torch-first":  # user code starts torch's threads outside any step
         torch.set_num_threads(2)
         (torch.ones(512, 512) @ torch.ones(512, 512)).sum()
-    a = np.full((256, 256), 1e-39, np.float32)
-    b = np.full((256, 256), 1e20, np.float32)
+    n = int(sys.argv[2])
+    a = np.full((n, n), 1e-39, np.float32)
+    b = np.full((n, n), 1e20, np.float32)
     g = kl.Graph()
     with g.as_default():
-        x = kl.placeholder(kl.float32, [256, 256])
-        y = kl.placeholder(kl.float32, [256, 256])
+        x = kl.placeholder(kl.float32, [n, n])
+        y = kl.placeholder(kl.float32, [n, n])
         z = kl.ops.mat_mul(x, y)
 
     def nonzero(flush):
@@ -50,10 +51,11 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.skipif(not FLUSH_SUPPORTED, reason="this machine cannot flush subnormals")
+@pytest.mark.parametrize("size", [64, 256])  # (torch splits a 64x64x64 product already)
 @pytest.mark.parametrize("history", ["fresh", "torch-first"])
-def test_torch_s_threads_follow_each_step_s_flush_mode(history: str) -> None:
+def test_torch_s_threads_follow_each_step_s_flush_mode(history: str, size: int) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, history],
+        [sys.executable, "-c", SCRIPT, history, str(size)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -61,5 +63,5 @@ def test_torch_s_threads_follow_each_step_s_flush_mode(history: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    everything = 256 * 256
+    everything = size * size
     assert result == {"counts": [0, everything, 0], "after": everything}

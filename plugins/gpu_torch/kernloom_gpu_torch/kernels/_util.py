@@ -120,24 +120,42 @@ def use_threads(threads: int | None, device: Any = None) -> None:
 def cpu_kernel(lib: KernelLibrary, op: str, kernel: Any, **keywords: Any) -> None:
     """Register ``kernel`` for ``op`` on the numpy CPU device. Every torch call there runs on
     the session's intra-op threads (``use_session_threads``), so the kernel is
-    ``intra_op_parallel``: a function is marked here and called after
-    ``use_session_threads``; a class must say so itself and call ``use_threads`` with its
-    device before torch runs."""
+    ``intra_op_parallel``: a function is marked here and called after ``use_threads``
+    (``_on_session_threads``); a class must say so itself and call ``use_threads`` with
+    its device before torch computes."""
     cpu: dict[str, Any] = {"device": "CPU", "backend": "numpy", **keywords}
     if isinstance(kernel, type):
         if not getattr(kernel, "intra_op_parallel", False):
             raise TypeError(f"{kernel.__qualname__} runs torch on the CPU: set intra_op_parallel")
         lib.kernel(op, **cpu)(kernel)
     else:
-        lib.kernel(op, intra_op_parallel=True, **cpu)(_on_session_threads(kernel))
+        lib.kernel(op, intra_op_parallel=True, **cpu)(_on_session_threads(op, kernel))
 
 
-def _on_session_threads(kernel: Callable[[OpKernelContext], None]) -> Any:
-    """``kernel`` with ``use_session_threads`` first (the standard table's functions serve
-    the GPU device too, where torch's CPU threads are not theirs to set)."""
+PRODUCT_OPS: Final = frozenset(
+    {"MatMul", "BatchMatMulV2", "Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput"}
+)
+"""Ops whose torch kernel is a GEMM or a convolution: torch splits them over its threads
+from small operands on (a [64, 64] by [64, 64] float32 MatMul ran on two threads here)."""
+PARALLEL_PRODUCT: Final = 4096
+PARALLEL_ELEMENTWISE: Final = 32768
+"""The largest input (elements) from which a product's torch kernel, and any other's
+(``at::internal::GRAIN_SIZE``), may use torch's other threads: below it the team is not
+given the step's flush mode (``_team_fp``; a wake-up of its threads cost 17 µs at the
+median and 24 ms at the 90th percentile on this loaded 2-core machine)."""
+
+
+def _on_session_threads(op: str, kernel: Callable[[OpKernelContext], None]) -> Any:
+    """``kernel`` after ``use_threads``, the team following the step's flush mode where the
+    largest input is large enough for torch to use it (the standard table's functions
+    serve the GPU device too, where torch's CPU threads are not theirs to set)."""
+    parallel_from = PARALLEL_PRODUCT if op in PRODUCT_OPS else PARALLEL_ELEMENTWISE
 
     def on_cpu(ctx: OpKernelContext) -> None:
-        use_session_threads(ctx)
+        large = any(
+            getattr(ctx.input(i), "size", 0) >= parallel_from for i in range(ctx.num_inputs)
+        )
+        use_threads(intra_op_threads(ctx), ctx.device if large else None)
         kernel(ctx)
 
     on_cpu.__name__ = getattr(kernel, "__name__", "kernel")

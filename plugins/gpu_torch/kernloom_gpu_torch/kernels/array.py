@@ -25,13 +25,14 @@ from kernloom.plugin import (
 from kernloom_gpu_torch.dtypes import torch_dtype
 from kernloom_gpu_torch.kernels._util import (
     host_input,
+    intra_op_threads,
     kept_per_shapes,
     output,
     result,
     tensor,
     tensor_input,
     tensor_inputs,
-    use_session_threads,
+    use_threads,
 )
 
 __all__ = [
@@ -120,7 +121,7 @@ class CpuConcat(OpKernel):
         if size < SMALL_CONCAT:
             join = _numpy_cat
         else:
-            use_session_threads(ctx)
+            use_threads(intra_op_threads(ctx))  # a copy: the team's flush mode is moot
             join = _torch_cat
         if not (KEEP_LAYOUT and concat_output(ctx, values, axis, shape, join)):
             join(values, axis, ctx.allocate_output(0, shape))
@@ -151,7 +152,7 @@ def cpu_transpose(ctx: OpKernelContext) -> None:
     perm = check_permutation(ctx, x.ndim, ctx.input(1))
     copy = None
     if x.size >= SMALL_TRANSPOSE:
-        use_session_threads(ctx)
+        use_threads(intra_op_threads(ctx))  # a copy: the team's flush mode is moot
         copy = _torch_copy
     transpose_output(ctx, x, perm, KEEP_LAYOUT, copy)
 
