@@ -260,3 +260,20 @@ def test_an_allocator_that_returns_another_dtype_is_blamed() -> None:
         "float32 allocation" in message
     )
     assert "a fault of the device plugin" in message
+
+
+def test_a_const_whose_copy_onto_the_device_fails_names_the_device_s_plugin() -> None:
+    """A Const's value goes onto its device when its kernel is built: a device whose
+    copy_from_host raises there is named with its plugin (the core's Const kernel is not
+    at fault), and with the node and device."""
+    g = kl.Graph(_faulty_accel_registry("from"))
+    with g.as_default(), kl.device("/device:FAKE_ACCEL:0"):
+        c = kl.constant(np.ones((2, 3), np.float32), name="c")
+        y = kl.ops.relu(c, name="y")
+    config = kl.SessionConfig(graph_optimizer=False)  # (no folding of the Const away)
+    with kl.Session(g, config) as sess, pytest.raises(kl.KernelError) as info:
+        sess.run(y)
+    message = str(info.value)
+    assert message.startswith("node 'c' (op Const): constructing kernel ")
+    assert "device:FAKE_ACCEL:0 (of plugin 'acme_dev')" in message
+    assert "RuntimeError: DMA engine timed out" in message

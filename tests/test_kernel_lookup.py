@@ -340,8 +340,8 @@ def test_construction_failures_name_the_node_device_and_kernel() -> None:
     device = registry.create_devices().lookup("FAKE:0")
     with pytest.raises(
         kl.KernelError,
-        match=r"node 'n' \(op Relu\): constructing kernel .*Broken on .*FAKE:0 failed: "
-        r"RuntimeError: no tuning table",
+        match=r"node 'n' \(op Relu\): constructing kernel .*Broken \(registered by plugin 'p'\) "
+        r"on .*FAKE:0 \(of plugin 'p'\) failed: RuntimeError: no tuning table",
     ):
         registry.create_kernel(node(), device)
     assert kernloom.testing is not None

@@ -434,8 +434,8 @@ class KernelRegistry:
         except Exception as exc:
             raise KernelError(
                 f"node {node.name!r} (op {node.op}): constructing kernel "
-                f"{registration.implementation} on {device.name} failed: "
-                f"{type(exc).__name__}: {exc}"
+                f"{registration.implementation}{_by(registration.origin)} on {device.name}"
+                f"{_by(device.origin, 'of')} failed: {type(exc).__name__}: {exc}"
             ) from exc
         kernel.signature = signature
         kernel.origin = registration.origin
@@ -520,3 +520,9 @@ def run_compute(kernel: OpKernel, ctx: OpKernelContext) -> None:
         raise ctx.fail(
             f"kernel {type(kernel).__qualname__} failed: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def _by(origin: Origin | None, word: str = "registered by") -> str:
+    """`` registered by plugin 'p' (dist 1.0)`` (or ``of``) where the origin is known: a
+    constructor's crash is its plugin's to fix, or the device's (a Const's copy onto it)."""
+    return f" ({word} {origin})" if origin is not None else ""
