@@ -41,10 +41,18 @@ def is_onnx_path(path: str) -> bool:
     return path.lower().endswith(".onnx")
 
 
-def load_onnx_graph(path: str) -> Graph:
-    """The kernloom graph of an ONNX file: inputs and outputs keep their ONNX names."""
-    graph: Graph = _frontend().import_model(path).graph
-    return graph
+def load_onnx_graph(path: str) -> tuple[Graph, dict[str, str]]:
+    """The kernloom graph of an ONNX file, and the tensor name of each ONNX input and
+    output whose node could not keep its ONNX name (tf2onnx's ``x:0``, torch's
+    ``onnx::Add_3``), so that ``kernloom run`` takes them by their ONNX names."""
+    imported = _frontend().import_model(path)
+    names = {
+        onnx_name: tensor.name
+        for table in (imported.inputs, imported.outputs)
+        for onnx_name, tensor in table.items()
+        if onnx_name not in (tensor.name, tensor.node.name)
+    }
+    return imported.graph, names
 
 
 def _convert(args: argparse.Namespace) -> int:

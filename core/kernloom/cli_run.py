@@ -220,8 +220,13 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
     labels = settings_from_pairs(args.label, "--label", "MatMul=einsum")
     memory_limit = _memory_limits(registry, args.memory_limit)
     disabled = disabled_passes(registry, args)
+    renamed: dict[str, str] = {}  # an ONNX name -> the tensor it became
     if is_onnx_path(args.graph):  # an ONNX model imports to a graph (kernloom[onnx])
-        graph = load_onnx_graph(args.graph)
+        graph, renamed = load_onnx_graph(args.graph)
+        if renamed:
+            feed_files = settings_from_pairs(
+                args.feed, "--feed", "x=x.npy", key=lambda n: _tensor_key(renamed.get(n, n))
+            )
     elif args.graph.lower().endswith((".pb", ".pbtxt")):  # a TensorFlow GraphDef: kernloom[tf]
         from kernloom.tf import import_graph_def
 
@@ -236,6 +241,7 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
             max_bytes=args.max_input_size,
             limit_hint=_LIMIT_HINT,
         )
+    shown, fetches = fetches, [renamed.get(name, name) for name in fetches]
     for name in fetches:
         _check_fetch(graph, name, init=args.init, writing=bool(args.out))
     feeds = {
@@ -258,7 +264,7 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
     if args.trace is not None:
         metadata.write_trace(args.trace)
         console.print(f"trace written to {args.trace} (open it in https://ui.perfetto.dev)")
-    _write_results(console, plan, fetches, values)
+    _write_results(console, plan, shown, values)
     copied = metadata.total_bytes_copied()
     console.print(f"ran in {elapsed * 1e3:.2f} ms; {copied} bytes moved between memories")
     return EXIT_OK

@@ -36,6 +36,14 @@ def test_supports_device_asks_the_installed_factories() -> None:
     assert not backend.supports_device("TPU")
 
 
+def test_supports_device_is_false_for_an_installed_gpu_plugin_without_a_gpu() -> None:
+    """The torch plugin (installed for the tests) registers a GPU factory; without a CUDA
+    GPU visible to torch it gives no device, so the backend does not support "CUDA" (onnx's
+    BackendTest then skips the *_cuda cases instead of failing each in ``prepare``)."""
+    torch = pytest.importorskip("torch")
+    assert backend.supports_device("CUDA") == torch.cuda.is_available()
+
+
 def test_an_unknown_device_fails_naming_it() -> None:
     proto = model(
         [helper.make_node("Relu", ["x"], ["y"])], {"x": (FLOAT, [2])}, {"y": (FLOAT, [2])}

@@ -52,6 +52,30 @@ def test_run_an_onnx_model_by_its_input_and_output_names(tmp_path: Path) -> None
     np.testing.assert_array_equal(np.load(out), np.maximum(x @ w, 0))
 
 
+def test_run_takes_onnx_names_that_became_other_node_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tf2onnx's ``x:0`` and torch's ``onnx::Add_3`` are not kernloom node names (the
+    importer renames them); ``--feed`` and ``--fetch`` take them by their ONNX names all the
+    same, as the README says, and the result is shown under the name given."""
+    proto = model(
+        [helper.make_node("Add", ["x:0", "onnx::Add_3"], ["out:0"])],
+        {"x:0": (FLOAT, [2]), "onnx::Add_3": (FLOAT, [2])},
+        {"out:0": (FLOAT, [2])},
+    )
+    path = tmp_path / "renamed.onnx"
+    onnx.save(proto, str(path))
+    np.save(tmp_path / "a.npy", np.array([1, 2], np.float32))
+    np.save(tmp_path / "b.npy", np.array([10, 20], np.float32))
+    out = tmp_path / "out.npy"
+    args = ["run", str(path), "--feed", f"x:0={tmp_path / 'a.npy'}"]
+    args += ["--feed", f"onnx::Add_3={tmp_path / 'b.npy'}", "--fetch", "out:0"]
+    assert main(args) == 0
+    assert "out:0 (float32, shape [2])" in capsys.readouterr().out
+    assert main([*args, "--out", str(out)]) == 0
+    np.testing.assert_array_equal(np.load(out), [11, 22])
+
+
 def test_convert_writes_a_graph_that_loads_and_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

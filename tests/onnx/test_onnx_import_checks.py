@@ -58,6 +58,27 @@ def test_a_model_proto_without_a_graph_is_an_error() -> None:
         ko.import_model(b"")
 
 
+def test_corrupt_bytes_are_the_same_error_as_a_corrupt_file(tmp_path: Path) -> None:
+    """A truncated model given as bytes: an OnnxImportError saying so (protobuf's own
+    DecodeError named no model and no fix), as for the same bytes in a file."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    whole = onnx.helper.make_model(graph).SerializeToString()
+    truncated = whole[: len(whole) // 2]
+    path = tmp_path / "truncated.onnx"
+    path.write_bytes(truncated)
+    with pytest.raises(OnnxImportError, match="is not a readable ONNX model"):
+        ko.import_model(path)
+    for entry in (ko.import_model, ko.InferenceSession):
+        with pytest.raises(
+            OnnxImportError,
+            match=rf"the ONNX model \({len(truncated)} bytes\) is not a readable ONNX "
+            r"model: .*export or download the model again",
+        ):
+            entry(truncated)
+
+
 @pytest.mark.parametrize("command", ["convert", "run"])
 def test_the_cli_says_so_in_one_line_and_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str

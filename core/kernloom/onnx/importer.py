@@ -79,7 +79,15 @@ def load_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> onnx.
     if isinstance(model, onnx.ModelProto):
         return _with_graph(model, "the ONNX model")
     if isinstance(model, bytes):
-        return _with_graph(onnx.load_from_string(model), f"the ONNX model ({len(model)} bytes)")
+        what = f"the ONNX model ({len(model)} bytes)"
+        try:
+            proto = onnx.load_from_string(model)
+        except Exception as exc:  # protobuf's DecodeError, and others
+            raise OnnxImportError(
+                f"{what} is not a readable ONNX model: {exc}; it may be truncated or "
+                "corrupt: export or download the model again"
+            ) from exc
+        return _with_graph(proto, what)
     path = Path(model)
     if not path.is_file():
         raise OnnxImportError(f"ONNX model file {str(path)!r} does not exist or is not a file")
