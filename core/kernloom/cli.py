@@ -34,7 +34,11 @@ from kernloom.demo import add_demo_parser
 from kernloom.errors import InvalidArgumentError, KernloomError, PluginError
 from kernloom.framework.attr import format_attr_value
 from kernloom.framework.device import DeviceOptions
-from kernloom.framework.device_factory_registry import ResolvedFactory, create_devices_checked
+from kernloom.framework.device_factory_registry import (
+    ResolvedFactory,
+    create_devices_checked,
+    probe_unavailable,
+)
 from kernloom.framework.origin import Origin
 from kernloom.hooks import KERNLOOM_API_VERSION, PluginState
 from kernloom.registry import Registry
@@ -106,7 +110,7 @@ def _device_rows(resolved: ResolvedFactory) -> tuple[list[_DeviceRow], str | Non
         return [row(status="error", reason=cli_message(exc))], cli_message(exc)
     try:
         if not devices:
-            why = reg.factory.unavailable_reason() or "the factory found no device"
+            why = probe_unavailable(reg.factory) or "the factory found no device"
             return [row(status="unavailable", reason=why)], None
         return [
             row(

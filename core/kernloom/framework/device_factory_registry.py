@@ -54,6 +54,7 @@ __all__ = [
     "FactoryStatus",
     "ResolvedFactory",
     "create_devices_checked",
+    "probe_unavailable",
 ]
 
 
@@ -172,7 +173,7 @@ class DeviceFactoryRegistry:
             if override is None:
                 # The highest priority that can create a device: an installed CuPy plugin
                 # without CuPy must not hide the GPU that torch's factory finds.
-                usable = (r for r in regs if r.factory.unavailable_reason() is None)
+                usable = (r for r in regs if probe_unavailable(r.factory) is None)
                 chosen[device_type] = next(usable, regs[0])
             else:
                 chosen[device_type] = next(r for r in regs if r.origin.answers_to(override.plugin))
@@ -207,7 +208,7 @@ class DeviceFactoryRegistry:
                     reason = f"{override.source} selects {in_use.origin}"
                 elif reg.priority > in_use.priority:
                     reason = (
-                        f"finds no device ({reg.factory.unavailable_reason()}), so "
+                        f"finds no device ({probe_unavailable(reg.factory)}), so "
                         f"{in_use.origin} (priority {in_use.priority}) provides {device_type}"
                     )
                 else:
@@ -279,7 +280,7 @@ class DeviceFactoryRegistry:
                 continue
             devices.extend(created)
             if not created:
-                reason = registration.factory.unavailable_reason() or "it found no device"
+                reason = probe_unavailable(registration.factory) or "it found no device"
                 unavailable[registration.device_type] = f"{registration.origin}: {reason}"
         if not devices:
             raise NotFoundError(
@@ -302,10 +303,7 @@ class DeviceFactoryRegistry:
             for other in self._by_type.get(device_type, ()):
                 if other is in_use:
                     continue
-                try:
-                    reason = other.factory.unavailable_reason()
-                except Exception as exc:  # a probe that fails says so much
-                    reason = f"its unavailable_reason() raised {type(exc).__name__}: {exc}"
+                reason = probe_unavailable(other.factory)
                 reasons.append(f"{other.origin}: {reason or f'not in use ({in_use.origin} is)'}")
             parts.append(f"{device_type} ({'; '.join(reasons)})")
         return "; ".join(parts)
@@ -346,6 +344,18 @@ def _no_device_advice(disabled: Sequence[str]) -> str:
     )
 
 
+def probe_unavailable(factory: DeviceFactory) -> str | None:
+    """``factory.unavailable_reason()``, where a probe that raises (``SystemExit`` too: a
+    plugin must not end the host) says so as its reason: the factory counts as
+    unavailable, and every other device still works."""
+    try:
+        return factory.unavailable_reason()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return f"its unavailable_reason() raised {type(exc).__name__}: {exc}"
+
+
 def create_devices_checked(
     registration: FactoryRegistration, options: DeviceOptions
 ) -> list[Device]:
@@ -354,11 +364,12 @@ def create_devices_checked(
     where = f"device factory {factory.description} of {origin}"
     try:
         devices = factory.create_devices(options)
-    except KernloomError:
+    except (KernloomError, KeyboardInterrupt):
         raise
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit too: a plugin must not end the host
         raise KernloomError(
-            f"{where} failed to create {registration.device_type} devices: {exc}"
+            f"{where} failed to create {registration.device_type} devices: "
+            f"{type(exc).__name__}: {exc}"
         ) from exc
     if not isinstance(devices, list | tuple):
         raise KernloomError(
@@ -374,6 +385,13 @@ def create_devices_checked(
                 f"{where} is registered for {registration.device_type} but created {device.name} "
                 f"of type {device.device_type}"
             )
+    names = [device.name for device in devices]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise KernloomError(
+            f"{where} created two devices named {twice[0]!r}: each device of a factory needs "
+            "its own index (full_device_name(prefix, type, index))"
+        )
     for device in devices:
         device.origin = origin
     return list(devices)

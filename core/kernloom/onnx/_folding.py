@@ -29,7 +29,7 @@ import onnx
 
 from kernloom.errors import KernloomError
 from kernloom.framework.device import DeviceOptions
-from kernloom.framework.device_factory_registry import create_devices_checked
+from kernloom.framework.device_factory_registry import create_devices_checked, probe_unavailable
 from kernloom.framework.node_def import NodeDef
 from kernloom.graph.node import Node
 from kernloom.graph.tensor import Tensor
@@ -189,7 +189,7 @@ def _evaluator(registry: Registry) -> KernelEvaluator | None:
     None where no CPU factory makes one: the import then folds nothing."""
     options = DeviceOptions(intra_op_threads=1)
     for registration in registry.device_factories.registrations("CPU"):
-        if registration.factory.unavailable_reason() is not None:
+        if probe_unavailable(registration.factory) is not None:
             continue
         try:
             devices = create_devices_checked(registration, options)

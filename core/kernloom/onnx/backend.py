@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
+from kernloom.framework.device_factory_registry import probe_unavailable
 from kernloom.onnx.session import InferenceSession
 from kernloom.registry import default_registry
 from kernloom.runtime.session_options import SessionConfig
@@ -101,8 +102,10 @@ class KernloomBackend(Backend):
 def _can_create(factory: Any) -> bool:
     """Whether ``factory`` says it is usable and lists a physical device (a plugin's code
     that raises counts as no)."""
+    if probe_unavailable(factory) is not None:
+        return False
     try:
-        return factory.unavailable_reason() is None and bool(factory.list_physical_devices())
+        return bool(factory.list_physical_devices())
     except Exception:
         return False
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from kernloom.environment import DEVICE_FACTORY
 from kernloom.errors import KernloomError
-from kernloom.framework.device_factory_registry import FactoryRegistration
+from kernloom.framework.device_factory_registry import FactoryRegistration, probe_unavailable
 from kernloom.registry import Registry, default_registry
 
 __all__ = ["installed_registry", "shadowed_factory"]
@@ -65,7 +65,7 @@ def installed_registry(
             f"{selected.plugin!r} for {device_type}, so the kit would check that plugin's "
             f"devices; unset it, or set it to {device_type}={only_plugin}"
         )
-    reason = wanted.factory.unavailable_reason()
+    reason = probe_unavailable(wanted.factory)
     if reason is not None:
         raise KernloomError(
             f"--kernloom-plugin {only_plugin}: its {device_type} factory finds no device "
