@@ -197,6 +197,8 @@ def difference(labelled: Any, default: Any) -> tuple[float, float]:
     if a.dtype.kind == "b" or b.dtype.kind == "b":
         differs = a != b
         return float(differs.max()), float(differs.max())
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        return _integer_difference(a, b)
     wide = np.complex128 if "c" in (a.dtype.kind, b.dtype.kind) else np.float64
     x, y = a.astype(wide), b.astype(wide)
     both_nan = np.isnan(x) & np.isnan(y)
@@ -206,6 +208,23 @@ def difference(labelled: Any, default: Any) -> tuple[float, float]:
         scale = np.maximum(np.nan_to_num(np.abs(y), nan=_TINY), _TINY)
         relative = np.where(absolute == 0, 0.0, absolute / scale)
     return float(absolute.max()), float(np.nan_to_num(relative, nan=np.inf, posinf=np.inf).max())
+
+
+def _integer_difference(a: Any, b: Any) -> tuple[float, float]:
+    """``difference`` of integer outputs, exact: through float64 the int64 values
+    2**60 + 1 and 2**60 + 4 were equal (a kernel that computes int64 in float64 loses
+    exactly such low bits, which an A/B must show). ``|a - b|`` is taken as the unsigned
+    64-bit ``max - min`` (two's complement makes that exact for any two int64 or uint64
+    values)."""
+    if a.dtype.kind != b.dtype.kind:  # signed against unsigned: Python's integers
+        gap = np.abs(a.astype(object) - b.astype(object))
+    else:
+        wide = np.int64 if a.dtype.kind == "i" else np.uint64
+        x, y = a.astype(wide), b.astype(wide)
+        gap = np.maximum(x, y).astype(np.uint64) - np.minimum(x, y).astype(np.uint64)
+    absolute = gap.astype(np.float64)
+    scale = np.maximum(np.abs(b.astype(np.float64)), _TINY)
+    return float(absolute.max()), float((absolute / scale).max())
 
 
 def _labelled_nodes(stats: StepStats, labels: Mapping[str, str]) -> dict[str, tuple[str, str]]:
