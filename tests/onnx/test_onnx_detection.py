@@ -208,6 +208,62 @@ def test_scatter_elements_reductions(reduction: str, axis: int, static: bool) ->
     check_against_oracle(proto, {"data": data, "indices": indices, "updates": updates})
 
 
+NEGATIVE_TUPLES = [
+    # Tuples of length 1 (slices [3, 2]), 2 (rows [2]) and 3 (elements: scalar updates),
+    # none repeated once wrapped (reduction none leaves repeats undefined), and no tuple.
+    np.array([[-1], [1], [-4]]),
+    np.array([[[0, -1], [-4, 1]], [[-2, 0], [3, -3]]]),
+    np.array([[-1, -1, -1], [0, -3, 1], [2, 1, -2]]),
+    np.array([-3, 2, -1]),
+    np.zeros((0, 2), np.int64),
+]
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+@pytest.mark.parametrize("known", ["import", "runtime", "initializer", "rank"])
+def test_scatter_nd_negative_indices(reduction: str, known: str) -> None:
+    """ONNX's indices may count from the end (-1 is the last) for every reduction; none and
+    add failed at run time on them (mul, max and min: test_scatter_nd_reductions).
+    ``known``: data's and indices' sizes known at import, at run time only, indices an
+    initializer, or indices of a rank unknown at import."""
+    data = _values((4, 3, 2), np.float32)
+    for indices in NEGATIVE_TUPLES:
+        if known == "rank" and indices.ndim == 1:
+            continue  # one tuple, a scalar update: told from a batch by the rank only
+        updates = _values(indices.shape[:-1] + data.shape[indices.shape[-1] :], np.float32)
+        feeds = {"data": data, "indices": indices.astype(np.int64), "updates": updates}
+        node = helper.make_node(
+            "ScatterND", ["data", "indices", "updates"], ["y"], name="sc", reduction=reduction
+        )
+        runtime = known != "import"
+        inputs: dict[str, Any] = {
+            name: (FLOAT, [None] * value.ndim if runtime else list(value.shape))
+            for name, value in feeds.items()
+            if name != "indices"
+        }
+        inits = None
+        if known == "initializer":
+            inits = {"indices": feeds.pop("indices")}
+        else:
+            declared = {"import": list(indices.shape), "runtime": [None] * indices.ndim}
+            inputs["indices"] = (INT64, declared.get(known))
+        proto = model([node], inputs, {"y": (FLOAT, None)}, initializers=inits, opset=18)
+        check_against_oracle(proto, feeds)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_nd_into_the_last_row(reduction: str) -> None:
+    """The QA case: index -1 of a [4, 2] data is row 3 (a KernelArgumentError before)."""
+    proto = _scatter("ScatterND", reduction, [4, 2], [1, 1], [1, 2])
+    feeds = {
+        "data": np.zeros((4, 2), np.float32),
+        "indices": np.array([[-1]], np.int64),
+        "updates": np.array([[5, 6]], np.float32),
+    }
+    (y,) = check_against_oracle(proto, feeds)
+    assert y.tolist() == [[0, 0], [0, 0], [0, 0], [5, 6]]
+
+
 def test_scatter_reduction_with_no_updates_keeps_the_data() -> None:
     data = np.array([[1.0, -2.0], [np.inf, -np.inf]], np.float32)
     proto = _scatter("ScatterND", "max", [2, 2], [0, 1], [0, 2])

@@ -1,7 +1,9 @@
 """Elementwise ONNX ops: arithmetic, comparisons, logic, activations, Cast, Clip, Where.
 
 ONNX broadcasts as numpy from opset 7 on, which is TensorFlow's rule: the binary ops
-map one to one. Opsets before 7 (the ``broadcast`` attribute) are not converted.
+map one to one. Opsets before 7 (the ``broadcast`` attribute) are not converted. The
+variadic Sum, Max, Min and Mean broadcast from version 8; version 6 (opsets 6 and 7) wants
+inputs of one shape, for which broadcasting changes nothing.
 """
 
 from __future__ import annotations
@@ -121,12 +123,14 @@ def _variadic(op_type: str, first: int, fn: Callable[[Tensor, Tensor], Tensor]) 
         return [reduce(fn, values[1:], ops.identity(values[0]))]
 
 
-_variadic("Sum", 8, ops.add_v2)
-_variadic("Max", 8, ops.maximum)
-_variadic("Min", 8, ops.minimum)
+# From version 6 (opsets 6 and 7), whose inputs must have one shape: broadcasting them as
+# version 8 does gives those the same result, so one converter serves both.
+_variadic("Sum", 6, ops.add_v2)
+_variadic("Max", 6, ops.maximum)
+_variadic("Min", 6, ops.minimum)
 
 
-@converter("Mean", 8)
+@converter("Mean", 6)
 def _mean(node: OnnxNode, ctx: ConversionContext) -> Result:
     values = ctx.inputs()
     total = reduce(ops.add_v2, values[1:], values[0])

@@ -14,7 +14,11 @@ applies the updates one after another, a float product may differ from it in the
 (the updates are multiplied together first, then into the data).
 
 GatherND with batch_dims b prefixes each index tuple with its b batch coordinates (a grid
-of Ranges) and gathers from the whole tensor.
+of Ranges) and gathers from the whole tensor. Every index ONNX lets count from the end is
+wrapped (i < 0 becomes i + dim) before the kernloom op, which refuses it.
+
+TopK's smallest k (largest=0) are TopKV2's largest of a key that reverses the order
+exactly: ~x for integers, a key made of the bits for floats (NaN last, as onnxruntime).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from kernloom.graph.tensor import Tensor
 from kernloom.onnx._context import ConversionContext, OnnxNode
 from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import converter
-from kernloom.onnx.ops._helpers import axis_of, rank_of, shape_of, static_dims
+from kernloom.onnx.ops._helpers import axis_of, flatten2d, rank_of, shape_of, static_dims
 
 Result = Sequence[Tensor | None]
 
@@ -159,23 +163,32 @@ def _scatter(node: OnnxNode, ctx: ConversionContext) -> Result:
 
 @converter("ScatterND", 11, attrs=("reduction",))
 def _scatter_nd(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """Every reduction wraps the index tuples first: ONNX allows negative indices (-1 is
+    the last), which kernloom's ScatterNd (none, add) and segment ops (mul, max, min)
+    refuse at run time. Indices of rank 1 are one tuple, whose update may be a scalar,
+    which ScatterNd refuses: the tuple and its update get a leading axis of 1."""
     data, indices, updates = ctx.input(0), ctx.input(1), ctx.input(2)
-    where = ops.cast(indices, DstT=d.int64)
-    if str(node.attr("reduction", "none")) in _SEGMENT_REDUCTIONS:
-        where = _wrap_tuples(ctx, node, where, data, 0)
+    where = _wrap_tuples(ctx, indices, data, 0)
+    if indices.shape.rank == 1:
+        where, updates = (
+            ops.expand_dims(where, _i32(ctx, 0)),
+            ops.expand_dims(updates, _i32(ctx, 0)),
+        )
     return [_scatter_into(ctx, node, data, where, updates)]
 
 
-def _wrap_tuples(
-    ctx: ConversionContext, node: OnnxNode, indices: Tensor, data: Tensor, skip: int
-) -> Tensor:
-    """ONNX index tuples [..., q] may count from the end (-1 is the last); GatherNd's and
-    the segment ops' may not: each wraps by data's q dimensions after the first ``skip``."""
+def _wrap_tuples(ctx: ConversionContext, indices: Tensor, data: Tensor, skip: int) -> Tensor:
+    """ONNX index tuples [..., q] may count from the end (-1 is the last); GatherNd's,
+    ScatterNd's and the segment ops' may not: each wraps by data's q dimensions after the
+    first ``skip``. q is read as the last dimension of indices' shape (a StridedSlice from
+    the end), so indices of a rank unknown at import wrap too."""
     indices = ops.cast(indices, DstT=d.int64) if indices.dtype != d.int64 else indices
-    depth = ops.slice(
+    depth = ops.strided_slice(
         ops.shape(indices, out_type=d.int64),
-        ctx.int64s([rank_of(node, indices, "indices") - 1]),
+        ctx.int64s([-1]),
+        ctx.int64s([0]),
         ctx.int64s([1]),
+        end_mask=1,
     )
     sizes = ops.slice(shape_of(ctx, data), ctx.int64s([skip]), depth)
     return _wrap_negative(ctx, indices, sizes)
@@ -209,7 +222,7 @@ def _batch_coordinates(
 def _gather_nd(node: OnnxNode, ctx: ConversionContext) -> Result:
     data, indices = ctx.input(0), ctx.input(1)
     batch_dims = int(node.attr("batch_dims", 0))
-    wrapped = _wrap_tuples(ctx, node, indices, data, batch_dims)
+    wrapped = _wrap_tuples(ctx, indices, data, batch_dims)
     if batch_dims == 0:
         return [ops.gather_nd(data, wrapped)]
     batches = _batch_coordinates(ctx, node, wrapped, batch_dims)
@@ -229,27 +242,81 @@ def _one_hot(node: OnnxNode, ctx: ConversionContext) -> Result:
     return [ops.one_hot(wrapped, _scalar(ctx, depth, d.int32), on, off, axis=axis)]
 
 
+@converter("TopK", 1, 9, attrs=("axis", "k"))
+def _top_k_1(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """TopK-1 (opsets 1 to 9): k is an attribute (a required one: the importer's schema
+    check names a node without it); always the largest, sorted."""
+    return _top_k_along(node, ctx, _i32(ctx, int(node.attr("k"))), largest=True)
+
+
 @converter("TopK", 10, attrs=("axis", "largest", "sorted"))
 def _top_k(node: OnnxNode, ctx: ConversionContext) -> Result:
+    k = _scalar(ctx, ctx.input(1), d.int32)
+    return _top_k_along(node, ctx, k, largest=bool(int(node.attr("largest", 1))))
+
+
+def _top_k_along(node: OnnxNode, ctx: ConversionContext, k: Tensor, largest: bool) -> Result:
+    """TopKV2 (which works on the last axis) with ``axis`` moved last and back; kernloom
+    always returns the sorted order, which ONNX's sorted=0 allows too."""
     x = ctx.input(0)
     rank = rank_of(node, x)
     axis = axis_of(node, int(node.attr("axis", -1)), rank)
-    k = _scalar(ctx, ctx.input(1), d.int32)
-    largest = bool(int(node.attr("largest", 1)))
     perm = [i for i in range(rank) if i != axis] + [axis]
     moved = x if axis == rank - 1 else ops.transpose(x, ctx.int32s(perm))
-    if not largest:
-        if x.dtype.is_unsigned:
-            raise node.fail("largest=0 is not supported for unsigned types")
-        moved = ops.neg(moved)
-    values, indices = ops.top_kv2(moved, k, sorted=True, index_type=d.int64)
-    if not largest:
-        values = ops.neg(values)
+    if largest:
+        values, indices = ops.top_kv2(moved, k, sorted=True, index_type=d.int64)
+    else:
+        values, indices = _smallest_k(node, ctx, moved, k, rank)
     if axis != rank - 1:
         inverse = [int(i) for i in np.argsort(perm)]
         values = ops.transpose(values, ctx.int32s(inverse))
         indices = ops.transpose(indices, ctx.int32s(inverse))
     return [values, indices]
+
+
+def _smallest_k(
+    node: OnnxNode, ctx: ConversionContext, x: Tensor, k: Tensor, rank: int
+) -> tuple[Tensor, Tensor]:
+    """The k smallest along the last axis, ascending, ties to the lower index, NaN last
+    (as onnxruntime and onnx's reference): TopKV2 (largest first, ties to the lower index)
+    of a key that reverses the order exactly. -x does not: -INT_MIN wraps to INT_MIN, an
+    unsigned type has no negation, and -NaN is still the largest NaN. An integer's key is
+    ~x (-x - 1: no overflow, and order-reversing for unsigned types too), whose own ~ gives
+    the values back; a float's key is built from its bits and the values are gathered from
+    x by the indices (keeping -0.0 and NaN's payload)."""
+    if x.dtype.is_integer:
+        keys, indices = ops.top_kv2(ops.invert(x), k, sorted=True, index_type=d.int64)
+        return ops.invert(keys), indices
+    key = _descending_float_key(node, ctx, x)
+    _, indices = ops.top_kv2(key, k, sorted=True, index_type=d.int64)
+    values = ops.gather_v2(x, indices, _i32(ctx, rank - 1), batch_dims=rank - 1)
+    return values, indices
+
+
+_FLOAT_BITS: dict[d.DType, d.DType] = {
+    d.float16: d.int16,
+    d.float32: d.int32,
+    d.float64: d.int64,
+}
+"""The signed integer of each float dtype's width (bfloat16 reaches converters as float32)."""
+
+
+def _descending_float_key(node: OnnxNode, ctx: ConversionContext, x: Tensor) -> Tensor:
+    """A signed integer per float whose descending order is x's ascending order with every
+    NaN after +inf and -0.0 equal to 0.0 (their order then comes from the index). With b x's
+    bits as a signed integer: b >= 0 (x >= +0.0) gives ~b = -b - 1, decreasing as x grows;
+    b < 0 (x <= -0.0) gives its magnitude bits less one, (b & MAX) - 1, which grows as x
+    falls and is -1 for -0.0, as ~0 is for +0.0; every NaN gets the integer minimum, which
+    no number's key reaches (+inf's is -(bits of inf) - 1)."""
+    bits_type = _FLOAT_BITS.get(x.dtype)
+    if bits_type is None:
+        raise node.fail(f"largest=0 is defined for integer and float types, not {x.dtype}")
+    info = np.iinfo(bits_type.numpy_dtype)
+    bits = ops.bitcast(x, type=bits_type)
+    magnitude = ops.bitwise_and(bits, ctx.const(info.max, bits_type))
+    below_zero = ops.sub(magnitude, ctx.const(1, bits_type))
+    key = ops.select_v2(ops.less(bits, ctx.const(0, bits_type)), below_zero, ops.invert(bits))
+    return ops.select_v2(ops.is_nan(x), ctx.const(info.min, bits_type), key)
 
 
 @converter("CumSum", 11, attrs=("exclusive", "reverse"))
@@ -308,16 +375,37 @@ def _non_zero(node: OnnxNode, ctx: ConversionContext) -> Result:
     return [ops.transpose(ops.where(truth), ctx.int32s([1, 0]))]
 
 
+@converter("Hardmax", 1, 12, attrs=("axis",))
+def _hardmax_1(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """Hardmax-1 and -11 (opsets 1 to 12): x coerced to a matrix at ``axis`` (default 1;
+    negative from the end, which Hardmax-11 allows), the hardmax taken over each row -- all
+    the dimensions from ``axis`` on at once -- and the result shaped as x again."""
+    x = ctx.input(0)
+    rows = flatten2d(ctx, node, x, axis_of(node, int(node.attr("axis", 1)), rank_of(node, x)))
+    return [ops.reshape(_one_hot_of_max(ctx, rows, 1), shape_of(ctx, x))]
+
+
 @converter("Hardmax", 13, attrs=("axis",))
 def _hardmax(node: OnnxNode, ctx: ConversionContext) -> Result:
     x = ctx.input(0)
-    rank = rank_of(node, x)
-    axis = axis_of(node, int(node.attr("axis", -1)), rank)
+    axis = axis_of(node, int(node.attr("axis", -1)), rank_of(node, x))
+    return [_one_hot_of_max(ctx, x, axis)]
+
+
+def _one_hot_of_max(ctx: ConversionContext, x: Tensor, axis: int) -> Tensor:
+    """1 at the first maximum along ``axis`` (ArgMax's choice), 0 elsewhere. ArgMax refuses
+    an empty axis, whose hardmax is empty: where the axis may be empty (its length unknown
+    at import, or 0), x gets one -inf after it, which no element loses to (ties go to the
+    first), and an empty axis' index 0 is then past OneHot's depth 0."""
     dims = static_dims(x)
     depth = _scalar(ctx, _dim(ctx, x, axis), d.int32) if dims is None else _i32(ctx, dims[axis])
+    if dims is None or dims[axis] == 0:
+        paddings = np.zeros((x.shape.rank or 0, 2), np.int64)
+        paddings[axis, 1] = 1
+        x = ops.pad_v2(x, ctx.const(paddings), ctx.const_like(-np.inf, x))
     index = ops.arg_max(x, _i32(ctx, axis), output_type=d.int64)
     one, zero = ctx.const_like(1, x), ctx.const_like(0, x)
-    return [ops.one_hot(index, depth, one, zero, axis=axis)]
+    return ops.one_hot(index, depth, one, zero, axis=axis)
 
 
 def _window(node: OnnxNode, ctx: ConversionContext, terms: Sequence[float]) -> Result:

@@ -3,7 +3,8 @@
 Each axis is resized on its own: the output coordinates (a Range) are mapped back to
 input coordinates by the ``coordinate_transformation_mode``, then ``nearest`` gathers
 one index, ``linear`` blends two and ``cubic`` four. Scales and sizes may be computed at
-run time: every step is a kernloom op.
+run time: every step is a kernloom op. Upsample (7 and 9, its scales an attribute, then an
+input) is Resize-10: the asymmetric coordinates, nearest rounding down.
 """
 
 from __future__ import annotations
@@ -324,6 +325,18 @@ def _resize_11(node: OnnxNode, ctx: ConversionContext) -> Result:
 def _static(ctx: ConversionContext, index: int, present: Tensor | None) -> Any:
     """Input ``index`` as numpy when it is present and known at import, else None."""
     return None if present is None else ctx.static_input(index)
+
+
+@converter("Upsample", 7, 8, attrs=("mode", "scales"))
+def _upsample_7(node: OnnxNode, ctx: ConversionContext) -> Result:
+    """Upsample-7 (opsets 7 and 8): Upsample-9 with its scales an attribute, one per axis
+    of x (the output's dimensions floor(input * scale))."""
+    scales = list(node.attr("scales"))
+    rank = rank_of(node, ctx.input(0))
+    if len(scales) != rank:
+        raise node.fail(f"scales has {len(scales)} values; x has rank {rank}")
+    scales_t = ctx.const(np.asarray(scales, np.float32))
+    return _resize(node, ctx, scales_t, None, None, legacy_floor=True)
 
 
 @converter("Upsample", 9, 9, attrs=("mode",))
