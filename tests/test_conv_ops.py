@@ -408,3 +408,222 @@ def test_random_geometries_match_the_loop_references(data: st.DataObject) -> Non
         for registry in (numpy_only, klp.default_registry()):
             (out,) = run_kernel(op, [x], pool, registry=registry).outputs
             np.testing.assert_allclose(out, reference(pool)(x), rtol=1e-10, atol=1e-10)
+
+
+KINDS = ["numpy-cpu", "torch-cpu", "torch-gpu", "cupy-gpu"]
+"""The kernels the grouped and epsilon-0 tests run: numpy's, the torch plugin's CPU kernel
+(label ``torch``), torch's GPU kernel on the CPU-bound stand-in, CuPy's over numpy."""
+
+
+def _run_on(kind: str, op: str, inputs: list[Any], attrs: dict[str, Any], **kw: Any) -> Any:
+    if kind == "torch-cpu":
+        from kernloom_cpu_numpy import plugin as cpu_plugin
+        from kernloom_gpu_torch import plugin as torch_plugin
+
+        registry = klp.Registry()
+        registry.register_plugin(cpu_plugin, name="cpu_numpy")
+        registry.register_plugin(torch_plugin, name="gpu_torch")
+        return run_kernel(op, inputs, attrs, registry=registry, label="torch", **kw)
+    device = "CPU:0" if kind == "numpy-cpu" else "GPU:0"
+    return run_kernel(op, inputs, attrs, registry=_registry(kind), device=device, **kw)
+
+
+# TensorFlow 2.21 (tf.raw_ops.Conv2DBackpropInput, its default oneDNN CPU kernel; NCHW gave
+# the same values transposed) for GROUPED_W and GROUPED_DY below: SAME padding, stride 1
+# into input_sizes [1, 3, 4, 4], stride 2 into [1, 5, 7, 4]. Integer-valued, so exact.
+GROUPED_W = (np.arange(32) % 7 - 3).astype(np.float32).reshape(2, 2, 2, 4)  # 2 groups
+GROUPED_DY = (np.arange(48) % 5 - 2).astype(np.float32).reshape(1, 3, 4, 4)
+TF_GROUPED_DX = {  # stride: dx [1, H, W, 4] flattened, a row of the image per line
+    1: (
+        "8 -4 0 -3 3 -9 2 -5 -9 3 2 0 -6 10 -3 20 "
+        "5 -4 1 -4 7 14 4 -8 0 -14 -4 1 -7 -7 -7 0 "
+        "-1 -1 3 8 4 2 7 -7 7 14 4 -8 0 -14 -4 1"
+    ),
+    2: (
+        "8 -4 0 -3 5 -7 1 -2 -2 -2 1 -3 -2 -2 0 3 -7 5 2 -3 -4 8 -1 8 -2 2 -2 12 "
+        "2 -3 2 -1 -1 8 3 0 -2 12 -1 2 -2 -2 -2 1 -1 -3 -4 5 2 -7 -7 2 0 -3 -2 -2 "
+        "3 -1 -1 -3 2 -2 2 -7 8 -4 0 -3 5 -7 1 -2 -2 -2 1 -3 -2 -2 0 3 -7 5 2 -3 "
+        "1 -3 5 -4 0 3 8 -1 2 -3 2 -1 -1 8 3 0 -2 12 -1 2 -2 -2 -2 1 -1 -3 -4 5 "
+        "-2 2 -2 12 -1 3 -2 -2 3 -1 -1 -3 2 -2 2 -7 8 -4 0 -3 5 -7 1 -2 -2 -2 1 -3"
+    ),
+}
+
+
+def _grouped_dx_loop(sizes: list[int], w: np.ndarray, dy: np.ndarray, stride: int) -> Any:
+    """The gradient of grouped Conv2D (SAME) w.r.t. its input, element by element: group g's
+    input channels get dy's group-g channels times the filter's group-g columns."""
+    n, h, wd, c = sizes
+    kh, kw, group_depth, out_depth = w.shape
+    groups = c // group_depth
+    per = out_depth // groups
+    oh, ow = dy.shape[1:3]
+    top = max((oh - 1) * stride + kh - h, 0) // 2
+    left = max((ow - 1) * stride + kw - wd, 0) // 2
+    dx = np.zeros((n, h, wd, c))
+    for i, j, p, q, g in np.ndindex(oh, ow, kh, kw, groups):
+        r, s = i * stride + p - top, j * stride + q - left
+        if 0 <= r < h and 0 <= s < wd:
+            for ci, co in np.ndindex(group_depth, per):
+                dx[:, r, s, g * group_depth + ci] += (
+                    dy[:, i, j, g * per + co] * w[p, q, ci, g * per + co]
+                )
+    return dx
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_grouped_backprop_input_matches_tensorflow(
+    kind: str, data_format: str, stride: int
+) -> None:
+    """Conv2DBackpropInput of a grouped convolution (input depth 4, filter [2, 2, 2, 4]: 2
+    groups), which Conv2D accepts and TensorFlow computes; kernloom refused it."""
+    sizes = [1, 3, 4, 4] if stride == 1 else [1, 5, 7, 4]
+    expected = np.array(TF_GROUPED_DX[stride].split(), np.float32).reshape(1, sizes[1], sizes[2], 4)
+    np.testing.assert_array_equal(_grouped_dx_loop(sizes, GROUPED_W, GROUPED_DY, stride), expected)
+    attrs: dict[str, Any] = {"strides": [1, stride, stride, 1], "padding": "SAME"}
+    dy = GROUPED_DY
+    if data_format == "NCHW":
+        attrs = {"strides": [1, 1, stride, stride], "padding": "SAME", "data_format": "NCHW"}
+        sizes = [sizes[0], sizes[3], sizes[1], sizes[2]]
+        dy, expected = dy.transpose(0, 3, 1, 2), expected.transpose(0, 3, 1, 2)
+    for dtype in (np.float32, np.float64, np.float16):
+        inputs = [np.array(sizes, np.int32), GROUPED_W.astype(dtype), dy.astype(dtype)]
+        (out,) = _run_on(kind, "Conv2DBackpropInput", inputs, attrs).outputs
+        assert out.dtype == dtype
+        np.testing.assert_array_equal(out, expected.astype(dtype))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_grouped_backprop_input_matches_the_loop_reference(kind: str) -> None:
+    """Random values, 3 groups of 2 input and 3 output channels, stride 2 with SAME's odd pad:
+    against the element-by-element loop, and the transpose of grouped Conv2D (<dx, x> ==
+    <dy, conv(x)>)."""
+    rng = np.random.default_rng(7)
+    sizes = [2, 6, 5, 6]
+    w = rng.standard_normal((3, 2, 2, 9))
+    dy = rng.standard_normal((2, 3, 3, 9))
+    x = rng.standard_normal(sizes)
+    attrs = {"strides": [1, 2, 2, 1], "padding": "SAME"}
+    expected = _grouped_dx_loop(sizes, w, dy, 2)
+    (conv,) = run_kernel("Conv2D", [x, w], attrs, registry=_registry("numpy-cpu")).outputs
+    assert np.isclose((expected * x).sum(), (dy * conv).sum(), rtol=1e-12)
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+        inputs = [np.array(sizes, np.int32), w.astype(dtype), dy.astype(dtype)]
+        (out,) = _run_on(kind, "Conv2DBackpropInput", inputs, attrs).outputs
+        np.testing.assert_allclose(out, expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(
+    ("depth", "f_shape", "message"),
+    [
+        (5, (3, 3, 2, 6), r"input depth 5 must be a multiple of the filter's input depth 2"),
+        (2, (3, 3, 4, 6), r"input depth 2 must be a multiple of the filter's input depth 4"),
+        (4, (3, 3, 2, 5), r"the filter's output depth 5 must be a multiple of the number of gr"),
+    ],
+)
+def test_backprop_input_groups_rule_fails_when_the_node_is_built(
+    g: kl.Graph, depth: int, f_shape: tuple[int, ...], message: str
+) -> None:
+    with pytest.raises(kl.InvalidArgumentError, match=rf"node 'b' .*{message}"):
+        kl.ops.conv2d_backprop_input(
+            kl.constant(np.array([1, 4, 4, depth], np.int32)),
+            kl.constant(np.zeros(f_shape, np.float32)),
+            kl.placeholder(F32, [1, 4, 4, f_shape[3]]),
+            strides=[1, 1, 1, 1],
+            padding="SAME",
+            name="b",
+        )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("depth", "f_shape"), [(5, (3, 3, 2, 6)), (2, (3, 3, 4, 6)), (4, (3, 3, 2, 5))]
+)
+def test_backprop_input_groups_rule_fails_in_the_kernel(
+    kind: str, depth: int, f_shape: tuple[int, ...]
+) -> None:
+    inputs = [
+        np.array([1, 4, 4, depth], np.int32),
+        np.zeros(f_shape, np.float32),
+        np.zeros((1, 4, 4, f_shape[3]), np.float32),
+    ]
+    rule = (
+        rf"node 'grad'.*input depth {depth} must be a multiple of the filter's input depth "
+        rf"{f_shape[2]}, and the filter's output depth {f_shape[3]} of the group count"
+    )
+    with pytest.raises(kl.KernelError, match=rule):
+        _run_on(
+            kind,
+            "Conv2DBackpropInput",
+            inputs,
+            {"strides": [1] * 4, "padding": "SAME"},
+            name="grad",
+        )
+
+
+# TensorFlow 2.21 (tf.raw_ops.FusedBatchNormV3, is_training=True, epsilon=0.0, CPU; float16
+# x gave y rounded to float16, NCHW the same values transposed) for BN_X, BN_SCALE, BN_OFFSET,
+# BN_MEAN, BN_VARIANCE below. Channel 0 is constant: variance 0, y NaN (0 / 0).
+BN_X = np.array(
+    [[[[1.5, 0.25, -1.0], [1.5, 2.0, 0.5]], [[1.5, -0.75, 3.0], [1.5, 1.0, -2.5]]]], np.float32
+)
+BN_SCALE, BN_OFFSET = np.array([1, 2, 0.5], np.float32), np.array([0.5, -1, 0], np.float32)
+BN_MEAN, BN_VARIANCE = np.array([0.5, -1, 2], np.float32), np.array([1, 2, 3], np.float32)
+TF_BN_Y = {  # y [1, 2, 2, 3] flattened
+    np.float32: (
+        "nan -1.7442083358764648 -0.24618297815322876 nan 1.7287640571594238 "
+        "0.12309148907661438 nan -3.728764057159424 0.7385489344596863 "
+        "nan -0.2557916045188904 -0.6154574155807495"
+    ),
+    np.float16: (
+        "nan -1.744140625 -0.2462158203125 nan 1.728515625 0.12310791015625 "
+        "nan -3.728515625 0.73876953125 nan -0.255859375 -0.615234375"
+    ),
+}
+TF_BN_RUNNING = {  # exponential_avg_factor: (batch_mean, batch_variance (Bessel-corrected))
+    1.0: ([1.5, 0.625, 0.0], [0.0, 1.3541667461395264, 5.5]),
+    0.25: ([0.75, -0.59375, 1.5], [0.75, 1.8385417461395264, 3.625]),
+}
+
+
+@pytest.mark.parametrize("kind", ["torch-cpu", "torch-gpu", "cupy-gpu"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("factor", [1.0, 0.25])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_training_batch_norm_with_epsilon_0_matches_tensorflow(
+    kind: str, data_format: str, factor: float, dtype: Any
+) -> None:
+    """epsilon 0 in training: y = (x - mean) / sqrt(variance), NaN where the variance is 0,
+    as TensorFlow and the numpy kernel (run beside each, the two must agree); torch's
+    batch_norm refuses eps 0 in training."""
+    x = BN_X.astype(dtype)
+    y = np.array(TF_BN_Y[dtype].split(), dtype).reshape(BN_X.shape)
+    # numpy directly (float64): the same values, and NaN in the constant channel.
+    m, v = BN_X.astype(np.float64).mean(axis=(0, 1, 2)), BN_X.astype(np.float64).var(axis=(0, 1, 2))
+    with np.errstate(invalid="ignore"):
+        direct = (BN_X - m) / np.sqrt(v) * BN_SCALE + BN_OFFSET
+    tf_y = np.array(TF_BN_Y[np.float32].split(), np.float32).reshape(BN_X.shape)
+    np.testing.assert_allclose(direct, tf_y, rtol=1e-6, equal_nan=True)
+    if data_format == "NCHW":
+        x, y = x.transpose(0, 3, 1, 2), y.transpose(0, 3, 1, 2)
+    attrs = {
+        "epsilon": 0.0,
+        "is_training": True,
+        "exponential_avg_factor": factor,
+        "data_format": data_format,
+    }
+    inputs = [x, BN_SCALE, BN_OFFSET, BN_MEAN, BN_VARIANCE]
+    numpy_out = _run_on("numpy-cpu", "FusedBatchNormV3", inputs, attrs).outputs
+    out = _run_on(kind, "FusedBatchNormV3", inputs, attrs).outputs
+    tol = 1e-3 if dtype == np.float16 else 1e-6
+    for got in (numpy_out, out):
+        assert got[0].dtype == dtype
+        np.testing.assert_allclose(got[0], y, rtol=tol, atol=tol)  # NaN where TF's is NaN
+        mean, variance = TF_BN_RUNNING[factor]
+        np.testing.assert_allclose(got[1], mean, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got[2], variance, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got[3], [1.5, 0.625, 0.0], rtol=1e-6, atol=1e-7)  # mean
+        np.testing.assert_allclose(got[4], v, rtol=1e-6, atol=1e-7)  # biased variance
+    for got, want in zip(out, numpy_out, strict=True):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

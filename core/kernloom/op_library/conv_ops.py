@@ -450,6 +450,16 @@ def _backprop_input_shape(ctx: InferenceContext) -> None:
         batch = size_batch
     else:
         hw, channels = [values[0], values[1]], f[2]
+    if channels and f[2] is not None:  # Conv2D's groups; no channels take any filter
+        if f[2] == 0 or channels % f[2]:
+            raise ctx.fail(
+                f"input depth {channels} must be a multiple of the filter's input depth {f[2]}"
+            )
+        if f[3] is not None and f[3] % (channels // f[2]):
+            raise ctx.fail(
+                f"the filter's output depth {f[3]} must be a multiple of the number of "
+                f"groups {channels // f[2]}"
+            )
     _, dy_hw, _ = _dims(attrs, dy)
     expected = attrs.output_dims(ctx, hw, [f[0], f[1]])
     for axis in range(2):
@@ -668,7 +678,10 @@ def define(lib: OpLibrary) -> None:
             "The gradient of Conv2D with respect to its input (a transposed convolution): "
             "output has shape input_sizes.",
             "input_sizes (host memory) holds the 4 sizes of the input, or only its H and W "
-            "(batch from out_backprop, channels from the filter).",
+            "(batch from out_backprop, channels from the filter). Grouped as Conv2D when the "
+            "input depth C is a multiple of the filter's input depth (filter "
+            "[KH, KW, C / groups, C_out], C_out a multiple of groups): the gradient of the "
+            "grouped Conv2D, as TensorFlow 2.21's default (oneDNN) CPU kernel computes it.",
         )
     )
     pool_padding = "padding: {'SAME', 'VALID', 'EXPLICIT'}"

@@ -137,17 +137,25 @@ def depthwise_reference(attrs: dict[str, Any]) -> Any:
 
 
 def backprop_input_reference(attrs: dict[str, Any]) -> Any:
-    """The adjoint of the forward correlation, scattered element by element."""
+    """The adjoint of the forward correlation, scattered element by element; grouped as
+    ``conv2d_reference`` (group g's input channels get the transposed correlation of its
+    output channels with its filter columns)."""
     fmt = attrs.get("data_format", "NHWC")
 
     def reference(sizes: Array, f: Array, dy: Array) -> Array:
         full = [int(v) for v in sizes]
         n, h, w, c = full if fmt == "NHWC" else (full[0], full[2], full[3], full[1])
         dys = _nhwc(dy, fmt).astype(np.float64)
-        kh, kw = f.shape[:2]
+        kh, kw, group_depth, out_depth = f.shape
+        groups = c // group_depth
+        per_group = out_depth // groups
         dx = np.zeros((n, h, w, c))
         for i, j, p, q, r, s in _taps(attrs, (h, w), (kh, kw)):
-            dx[:, r, s, :] += dys[:, i, j, :] @ f[p, q].T
+            for g in range(groups):
+                outs = slice(g * per_group, (g + 1) * per_group)
+                dx[:, r, s, g * group_depth : (g + 1) * group_depth] += (
+                    dys[:, i, j, outs] @ f[p, q, :, outs].T
+                )
         return _back(dx, fmt).astype(dy.dtype)
 
     return reference
@@ -425,6 +433,54 @@ def _backprop_cases() -> Iterator[Case]:
         backprop_input_reference(attrs),
         id="Conv2DBackpropInput-NCHW",
     )
+    yield from _grouped_backprop_cases()
+
+
+def _grouped_backprop_cases() -> Iterator[Case]:
+    """The gradient of a grouped Conv2D (input depth a multiple of the filter's): each
+    group's input channels from its own output channels. Inputs from a local generator, so
+    that the cases after these keep their inputs."""
+    rng = np.random.default_rng(2024)
+    settings: list[tuple[str, list[int], tuple[int, ...], dict[str, Any]]] = [
+        ("grouped", [1, 4, 4, 4], (3, 3, 2, 6), strided((1, 1), "SAME")),
+        ("grouped3-same-stride2", [2, 7, 6, 6], (3, 2, 2, 6), strided((2, 2), "SAME")),
+        (
+            "grouped-per-channel-dilated",
+            [1, 6, 5, 3],
+            (2, 2, 1, 6),
+            strided((1, 1), "VALID", dilations=[1, 2, 1, 1]),
+        ),
+    ]
+    for name, sizes, f_shape, attrs in settings:
+        geometry = _geometry(attrs, (sizes[1], sizes[2]), (f_shape[0], f_shape[1]))
+        dy_shape = (sizes[0], geometry[0][0], geometry[1][0], f_shape[3])
+        for dtype in (kl.float32, kl.float64, kl.float16, kl.int32):
+            if dtype in (kl.float16, kl.int32) and name != "grouped":
+                continue
+            np_dtype = dtype.numpy_dtype
+            if dtype.is_integer:
+                f = rng.integers(-3, 4, size=f_shape).astype(np_dtype)
+                dy = rng.integers(-3, 4, size=dy_shape).astype(np_dtype)
+            else:
+                f = rng.standard_normal(f_shape).astype(np_dtype)
+                dy = rng.standard_normal(dy_shape).astype(np_dtype)
+            yield Case(
+                "Conv2DBackpropInput",
+                [np.array(sizes, np.int32), f, dy],
+                attrs,
+                backprop_input_reference(attrs),
+                id=f"Conv2DBackpropInput-{name}-{dtype}",
+            )
+    attrs = {"strides": [1, 1, 2, 2], "padding": "SAME", "data_format": "NCHW"}
+    f = rng.standard_normal((3, 3, 2, 4)).astype(np.float32)
+    dy = rng.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    yield Case(
+        "Conv2DBackpropInput",
+        [np.array([1, 4, 5, 6], np.int32), f, dy],
+        attrs,
+        backprop_input_reference(attrs),
+        id="Conv2DBackpropInput-grouped-NCHW",
+    )
 
 
 def window(
@@ -585,6 +641,35 @@ def _batch_norm_cases() -> Iterator[Case]:
         batch_norm_reference(attrs),
         id="FusedBatchNormV3-one-element",
     )
+    yield from _batch_norm_epsilon0_cases()
+
+
+def _batch_norm_epsilon0_cases() -> Iterator[Case]:
+    """Training with epsilon 0 (TensorFlow takes it): y = (x - mean) / sqrt(variance), NaN
+    in channel 1, whose elements are all equal (0 / 0). Inputs from a local generator, so
+    that the cases after these keep their inputs."""
+    rng = np.random.default_rng(2025)
+    for fmt, shape in (("NHWC", (2, 3, 4, 5)), ("NCHW", (2, 5, 3, 4))):
+        channel_axis = 3 if fmt == "NHWC" else 1
+        for factor in (1.0, 0.25):
+            for dtype in (kl.float32, kl.float16):
+                attrs = {
+                    "data_format": fmt,
+                    "is_training": True,
+                    "exponential_avg_factor": factor,
+                    "epsilon": 0.0,
+                }
+                x = rng.standard_normal(shape)
+                np.moveaxis(x, channel_axis, -1)[..., 1] = 1.5
+                stats = [rng.standard_normal(5).astype(np.float32) for _ in range(3)]
+                stats.append((np.abs(rng.standard_normal(5)) + 0.5).astype(np.float32))
+                yield Case(
+                    "FusedBatchNormV3",
+                    [x.astype(dtype.numpy_dtype), *stats],
+                    attrs,
+                    batch_norm_reference(attrs),
+                    id=f"FusedBatchNormV3-epsilon0-{fmt}-{factor}-{dtype}",
+                )
 
 
 def _lrn_cases() -> Iterator[Case]:

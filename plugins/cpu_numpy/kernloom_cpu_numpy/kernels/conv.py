@@ -192,7 +192,8 @@ def _input_sizes(ctx: OpKernelContext, attrs: WindowAttrs, f: Array, dy: Array) 
 
 def conv2d_backprop_input(ctx: OpKernelContext) -> None:
     """dx = the transpose of the forward correlation: each filter tap scatters dy @ w[tap]^T
-    back onto the padded input (a loop over the KH * KW taps, each a strided add)."""
+    back onto the padded input (a loop over the KH * KW taps, each a strided add); grouped
+    as Conv2D when the input depth is a multiple of the filter's input depth."""
     attrs = window_attrs(ctx)
     f, dy = ctx.input(1), ctx.input(2)
     _input4(ctx, dy, "out_backprop")
@@ -206,29 +207,56 @@ def conv2d_backprop_input(ctx: OpKernelContext) -> None:
             f"{[n, h, w, c]} and filter {list(f.shape)} give "
             f"{[n, *window.output_hw, f.shape[3]]}"
         )
-    if c != f.shape[2]:
-        raise ctx.fail(f"input depth {c} must equal the filter's input depth {f.shape[2]}")
+    _check_groups(ctx, c, f.shape[2], f.shape[3])
     _store(ctx, attrs, transpose_correlate(dy, f, attrs, window, (n, h, w, c)))
+
+
+def _check_groups(ctx: OpKernelContext, depth: int, group_depth: int, out_depth: int) -> None:
+    """Conv2DBackpropInput's grouping rule (TensorFlow's): the input depth a multiple of the
+    filter's input depth, and the filter's output depth a multiple of the group count. An
+    input of no channels has nothing to compute (TensorFlow accepts any filter then)."""
+    if not (depth or group_depth):
+        return
+    if group_depth == 0 or depth % group_depth or out_depth % (depth // group_depth or 1):
+        raise ctx.fail(
+            f"input depth {depth} must be a multiple of the filter's input depth "
+            f"{group_depth}, and the filter's output depth {out_depth} of the group count"
+        )
 
 
 def transpose_correlate(
     dy: Array, f: Array, attrs: WindowAttrs, window: Window, x_shape: tuple[int, ...]
 ) -> Array:
-    """The adjoint of ``correlate`` (no groups): the gradient, channels last, of the
-    convolution of an input of shape ``x_shape`` ([N, *spatial, C]) with filter
-    [*window, C, C_out], given channels-last ``dy``. One product gives every tap's
-    contribution, [N * out, C_out] @ [C_out, taps * C]; each tap then scatters its share
-    onto a canvas as big as the padded input with one strided add (a loop over the
-    KH * KW, or KD * KH * KW, taps), and the padding is cropped off."""
+    """The adjoint of ``correlate``: the gradient, channels last, of the convolution of an
+    input of shape ``x_shape`` ([N, *spatial, C]) with filter [*window, C / G, C_out] (G
+    groups, 1 unless C is a multiple of the filter's input depth), given channels-last
+    ``dy``. One product gives every tap's contribution, [N * out, C_out] @ [C_out,
+    taps * C] (grouped: one per group, [N * out, C_out / G] @ [C_out / G, taps * C / G],
+    stacked); each tap then scatters its share onto a canvas as big as the padded input
+    with one strided add (a loop over the KH * KW, or KD * KH * KW, taps), and the padding
+    is cropped off."""
     n, *spatial, c = x_shape
-    *kernel, _, out_depth = f.shape
+    *kernel, group_depth, out_depth = f.shape
     dtype = _compute_dtype(dy.dtype)
     out = window.output_hw
     canvas = np.zeros((n, *attrs.gradient_canvas(window, kernel, spatial), c), dtype)
-    if dy.size and f.size:
-        product: Array = dy.astype(dtype, copy=False).reshape(-1, out_depth) @ (
-            f.astype(dtype, copy=False).reshape(-1, out_depth).T
-        )
+    if dy.size and f.size and canvas.size:
+        grads = dy.astype(dtype, copy=False).reshape(-1, out_depth)
+        weights = f.astype(dtype, copy=False)
+        groups = c // group_depth
+        if groups == 1:
+            product: Array = grads @ weights.reshape(-1, out_depth).T
+        else:
+            # Group g: its C_out / G columns of dy times its filter columns, giving its
+            # C / G input channels at every tap: [G, rows, C_out / G] @ [G, C_out / G,
+            # taps * C / G], then laid out as [rows, taps, G, C / G] (channel g * C / G + j).
+            per_group, taps_count = out_depth // groups, int(np.prod(kernel))
+            stacked = grads.reshape(-1, groups, per_group).transpose(1, 0, 2) @ (
+                weights.reshape(taps_count, group_depth, groups, per_group)
+                .transpose(2, 3, 0, 1)
+                .reshape(groups, per_group, taps_count * group_depth)
+            )
+            product = stacked.reshape(groups, -1, taps_count, group_depth).transpose(1, 2, 0, 3)
         taps = product.reshape(n, *out, *kernel, c)
         lead = (slice(None),) * (1 + len(out))
         for position, view in zip(

@@ -194,29 +194,51 @@ class _Kernels:
                 f"out_backprop has shape {list(dy.shape)} (NHWC), but input_sizes {sizes} and "
                 f"filter {list(f.shape)} give {[n, oh, ow, int(f.shape[3])]}"
             )
-        if c != f.shape[2]:
-            raise ctx.fail(f"input depth {c} must equal the filter's input depth {f.shape[2]}")
+        group_depth, out_depth = int(f.shape[2]), int(f.shape[3])
+        # TensorFlow's rule (Conv2D's groups); an input of no channels takes any filter.
+        if (c or group_depth) and (
+            group_depth == 0 or c % group_depth or out_depth % (c // group_depth or 1)
+        ):
+            raise ctx.fail(
+                f"input depth {c} must be a multiple of the filter's input depth "
+                f"{group_depth}, and the filter's output depth {out_depth} of the group count"
+            )
         self._store(ctx, attrs, self._transpose_correlate(dy, f, attrs, window, (n, h, w, c)))
 
     def _transpose_correlate(
         self, dy: Any, f: Any, attrs: WindowAttrs, window: Window, x_shape: tuple[int, ...]
     ) -> Any:
-        """The input gradient, channels last, of a convolution (no groups) of an input of
-        shape ``x_shape`` ([N, *spatial, C]) with filter [*window, C, C_out], from
-        channels-last ``dy``: one matmul gives every tap's contribution; each tap adds its
-        share onto a canvas as big as the padded input through one strided slice, and the
-        padding is cropped off."""
+        """The input gradient, channels last, of a convolution of an input of shape
+        ``x_shape`` ([N, *spatial, C]) with filter [*window, C / G, C_out] (G groups, 1
+        unless C is a multiple of the filter's input depth), from channels-last ``dy``: one
+        matmul gives every tap's contribution (grouped: one batched matmul, a product per
+        group); each tap adds its share onto a canvas as big as the padded input through
+        one strided slice, and the padding is cropped off."""
         xp = self.xp
         n, *spatial, c = x_shape
-        *kernel, _, out_depth = (int(s) for s in f.shape)
+        *kernel, group_depth, out_depth = (int(s) for s in f.shape)
         dtype = _compute_dtype(dy.dtype)
         out = window.output_hw
         canvas = xp.zeros((n, *attrs.gradient_canvas(window, kernel, spatial), c), dtype)
-        if dy.size and f.size:
-            taps = xp.matmul(
-                dy.astype(dtype, copy=False).reshape(-1, out_depth),
-                f.astype(dtype, copy=False).reshape(-1, out_depth).T,
-            ).reshape(n, *out, *kernel, c)
+        if dy.size and f.size and canvas.size:
+            grads = dy.astype(dtype, copy=False).reshape(-1, out_depth)
+            weights = f.astype(dtype, copy=False)
+            groups = c // group_depth
+            if groups == 1:
+                product = xp.matmul(grads, weights.reshape(-1, out_depth).T)
+            else:
+                # Group g: its C_out / G columns of dy times its filter columns give its
+                # C / G input channels at every tap: [G, rows, C_out / G] @ [G, C_out / G,
+                # taps * C / G], laid out as [rows, taps, G, C / G] (channel g * C / G + j).
+                per_group, taps_count = out_depth // groups, int(np.prod(kernel))
+                stacked = xp.matmul(
+                    grads.reshape(-1, groups, per_group).transpose(1, 0, 2),
+                    weights.reshape(taps_count, group_depth, groups, per_group)
+                    .transpose(2, 3, 0, 1)
+                    .reshape(groups, per_group, taps_count * group_depth),
+                )
+                product = stacked.reshape(groups, -1, taps_count, group_depth).transpose(1, 2, 0, 3)
+            taps = product.reshape(n, *out, *kernel, c)
             lead = (slice(None),) * (1 + len(out))
             for position, tap in self._taps(canvas, tuple(kernel), attrs, out):
                 tap += taps[(*lead, *position)]
@@ -340,8 +362,11 @@ class _Kernels:
         else:
             mean, variance = ctx.input(3), ctx.input(4)
             running = (mean, variance)
-        gain = (scale / xp.sqrt(variance + epsilon)).astype(np.float32)
-        y = (xf - mean.reshape(shape)) * gain.reshape(shape) + offset.reshape(shape)
+        # variance + epsilon of 0 (epsilon 0 allowed, as TF): inf gain, NaN where x - mean
+        # is 0 too. numpy in tests would warn (an error there); CuPy never warns.
+        with np.errstate(all="ignore"):
+            gain = (scale / xp.sqrt(variance + epsilon)).astype(np.float32)
+            y = (xf - mean.reshape(shape)) * gain.reshape(shape) + offset.reshape(shape)
         ctx.allocate_output(0, x.shape)[...] = y
         for index, value in enumerate((*running, mean, variance), start=1):
             ctx.allocate_output(index, (depth,))[...] = value

@@ -276,7 +276,8 @@ def depthwise_conv2d(ctx: OpKernelContext) -> None:
 
 def conv2d_backprop_input(ctx: OpKernelContext) -> None:
     """``conv_transpose2d`` without padding gives the whole padded input's gradient; TF's
-    (asymmetric) padding is then cropped off, and rows no window reached are zeros."""
+    (asymmetric) padding is then cropped off, and rows no window reached are zeros. Grouped
+    as Conv2D when the input depth is a multiple of the filter's input depth."""
     attrs = window_attrs(ctx)
     f, dy = _filter(ctx, 1), tensor_input(ctx, 2)
     _input4(ctx, dy, "out_backprop")
@@ -295,12 +296,20 @@ def conv2d_backprop_input(ctx: OpKernelContext) -> None:
             f"out_backprop has shape {list(dy.shape)}, but input_sizes {sizes} and filter "
             f"{list(f.shape)} give N={n}, H, W={list(window.output_hw)}, C={f.shape[3]}"
         )
-    if c != f.shape[2]:
-        raise ctx.fail(f"input depth {c} must equal the filter's input depth {f.shape[2]}")
-    if dy.numel() == 0 or f.numel() == 0 or h * w == 0:
+    group_depth, out_depth = int(f.shape[2]), int(f.shape[3])
+    # TensorFlow's rule (Conv2D's groups); an input of no channels takes any filter.
+    if (c or group_depth) and (
+        group_depth == 0 or c % group_depth or out_depth % (c // group_depth or 1)
+    ):
+        raise ctx.fail(
+            f"input depth {c} must be a multiple of the filter's input depth {group_depth}, "
+            f"and the filter's output depth {out_depth} of the group count"
+        )
+    if dy.numel() == 0 or f.numel() == 0 or h * w == 0 or c == 0:
         _zeros(ctx, attrs, n, (h, w), c)
         return
-    _store(ctx, attrs, _transpose_conv(dy, filter_weights(f), attrs, window, (h, w)))
+    weights = filter_weights(f)  # [C_out, C / G, KH, KW]: conv_transpose2d's grouped layout
+    _store(ctx, attrs, _transpose_conv(dy, weights, attrs, window, (h, w), c // group_depth))
 
 
 def _transpose_conv(
@@ -309,14 +318,19 @@ def _transpose_conv(
     attrs: WindowAttrs,
     window: Window,
     spatial: Sequence[int],
+    groups: int = 1,
 ) -> torch.Tensor:
     """The input gradient, NCHW (NCDHW), of a convolution with torch's ``weights``
-    [C_out, C, *window]: ``conv_transpose2d``/``3d`` without padding gives the whole padded
-    input's gradient; TF's (asymmetric) padding is then cropped off, and rows no window
-    reached (a stride that skips the last ones) are padded back as zeros."""
+    [C_out, C / groups, *window]: ``conv_transpose2d``/``3d`` without padding gives the
+    whole padded input's gradient; TF's (asymmetric) padding is then cropped off, and rows
+    no window reached (a stride that skips the last ones) are padded back as zeros."""
     transpose = F.conv_transpose2d if attrs.rank == 2 else F.conv_transpose3d
     full = transpose(
-        _compute(_nchw(dy, attrs)), weights, stride=attrs.strides, dilation=attrs.dilations
+        _compute(_nchw(dy, attrs)),
+        weights,
+        stride=attrs.strides,
+        dilation=attrs.dilations,
+        groups=groups,
     )
     pads: list[int] = []  # F.pad: the last dimension's (before, after) first
     for before, size, have in reversed(
@@ -505,7 +519,7 @@ def fused_batch_norm(ctx: OpKernelContext) -> None:
     shape = [1] * rank
     shape[channel_axis] = depth
     count = x.numel() // depth if depth else 0
-    if training and count > 1:
+    if training and count > 1 and epsilon > 0:
         # torch's fused training pass, with momentum 1 so that its running statistics are
         # the batch's mean and unbiased variance; TF's averages are then per-channel sums.
         mean = torch.zeros(depth, device=x.device)
@@ -521,23 +535,26 @@ def fused_batch_norm(ctx: OpKernelContext) -> None:
                 (1 - factor) * tensor_input(ctx, 3) + factor * mean,
                 (1 - factor) * tensor_input(ctx, 4) + factor * unbiased,
             )
-    elif training:  # one element per channel (unbiased = biased), or none (NaN, as TF)
+    elif training:
+        # One element per channel (unbiased = biased), none (NaN, as TF), or an epsilon of
+        # 0 (or below), which torch's batch_norm refuses in training: the statistics from
+        # var_mean, y as the numpy kernel's (inf and NaN where variance + epsilon is 0).
         axes = [a for a in range(rank) if a != channel_axis]
         if count == 0:
             mean = torch.full((depth,), float("nan"), device=x.device)
             variance = mean.clone()
         else:
             variance, mean = torch.var_mean(xf, dim=axes, correction=0)
+        unbiased = variance * (count / (count - 1)) if count > 1 else variance
         if factor == 1:
-            running = (mean, variance)
+            running = (mean, unbiased)
         else:
             old_mean, old_var = tensor_input(ctx, 3), tensor_input(ctx, 4)
             running = (
                 (1 - factor) * old_mean + factor * mean,
-                (1 - factor) * old_var + factor * variance,
+                (1 - factor) * old_var + factor * unbiased,
             )
-        y = (xf - mean.reshape(shape)) * (scale * torch.rsqrt(variance + epsilon)).reshape(shape)
-        y += offset.reshape(shape)
+        y = _normalize(xf, (mean, variance, scale, offset), epsilon, shape)
     else:
         mean, variance = tensor_input(ctx, 3), tensor_input(ctx, 4)
         running = (mean, variance)
