@@ -435,8 +435,11 @@ def test_corrupt_bytes_name_the_file_and_say_why(tmp_path: Path) -> None:
     path.write_bytes(b"\x0a\x05abc")  # a node of 5 bytes, 3 present
     with pytest.raises(kl.InvalidArgumentError, match=rf"^{re.escape(str(path))}: not a binary"):
         import_graph_def(path)
-    path.write_bytes(b"\x08\x01")  # field 1 (node) as a varint
-    with pytest.raises(kl.InvalidArgumentError, match=r"field 'node' \(number 1\) is encoded as"):
+    path.write_bytes(b"\x10\x01")  # field 2 (library) as a varint
+    with pytest.raises(kl.InvalidArgumentError, match=r"field 'library' \(number 2\) is encoded"):
+        import_graph_def(path)
+    path.write_bytes(b"\x0a\x02\x08\x01")  # a node whose field 1 (name) is a varint
+    with pytest.raises(kl.InvalidArgumentError, match=r"field 'name' \(number 1\) is encoded as"):
         import_graph_def(path)
     text = tmp_path / "model.pbtxt"
     text.write_text('node { name: "x" op: 3 }')
@@ -708,6 +711,44 @@ def test_kernloom_run_takes_a_tensorflow_graph(
     )
     assert code == 0, capsys.readouterr().err
     np.testing.assert_allclose(np.load(out), expected["Identity:0"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ("mlp.pb", "frozen_graph"),
+        ("mlp.pb", "model.graphdef"),
+        ("mlp.pbtxt", "model.prototxt"),
+        ("mlp.pbtxt", "model.pbtext"),
+    ],
+)
+def test_kernloom_run_takes_a_tensorflow_graph_under_other_names(
+    source: str, name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Names import_graph_def reads (by suffix or by content) run from the command line
+    too: they were read as kernloom's JSON ("not valid JSON", "not UTF-8 text")."""
+    feeds, expected = _reference("mlp")
+    graph_file = tmp_path / name
+    graph_file.write_bytes((FIXTURES / source).read_bytes())
+    np.save(tmp_path / "x.npy", feeds["x:0"])
+    out = tmp_path / "y.npy"
+    args = ["run", str(graph_file), "--feed", f"x={tmp_path / 'x.npy'}", "--fetch", "Identity"]
+    code = main([*args, "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    np.testing.assert_allclose(np.load(out), expected["Identity:0"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_saved_model_file_is_named_as_one_with_how_to_freeze_it(tmp_path: Path) -> None:
+    """A SavedModel's saved_model.pb begins with saved_model_schema_version (field 1, a
+    number), where a GraphDef has its nodes: the error says it is a SavedModel and how to
+    freeze it, not that field 'node' is corrupt."""
+    saved = tmp_path / "saved_model.pb"
+    saved.write_bytes(b"\x08\x01" + b"\x12\x00")  # schema version 1, one empty MetaGraphDef
+    with pytest.raises(kl.InvalidArgumentError) as info:
+        import_graph_def(saved)
+    message = str(info.value)
+    assert "a SavedModel's saved_model.pb" in message
+    assert "convert_variables_to_constants_v2" in message and "field 'node'" not in message
 
 
 def test_kernloom_run_reports_a_broken_tensorflow_graph_as_a_usage_error(

@@ -14,6 +14,7 @@ import argparse
 import math
 import os
 import time
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
@@ -211,6 +212,25 @@ def _write_results(
         console.print(np.array2string(value, threshold=50))
 
 
+def _is_graph_def(path: str) -> bool:
+    """Whether ``kernloom run`` reads ``path`` as a TensorFlow GraphDef: a ``.pb`` or
+    ``.pbtxt`` name, or any name but ``.json`` whose content is not kernloom's JSON (which
+    starts with ``{``): a frozen graph saved as ``frozen_graph``, ``model.graphdef`` or
+    ``model.prototxt`` loads as ``kernloom.tf.import_graph_def`` loads it, instead of
+    failing as JSON."""
+    suffix = Path(path).suffix.lower()
+    if suffix in (".pb", ".pbtxt"):
+        return True
+    if suffix == ".json":
+        return False
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(256).lstrip()
+    except OSError:
+        return False  # (the graph loader names the file that cannot be read)
+    return bool(head) and not head.startswith(b"{")
+
+
 def _run(registry: Registry, args: argparse.Namespace) -> int:
     # (plain_console: names, paths and values are the user's, never rich markup)
     console = plain_console()
@@ -227,7 +247,7 @@ def _run(registry: Registry, args: argparse.Namespace) -> int:
             feed_files = settings_from_pairs(
                 args.feed, "--feed", "x=x.npy", key=lambda n: _tensor_key(renamed.get(n, n))
             )
-    elif args.graph.lower().endswith((".pb", ".pbtxt")):  # a TensorFlow GraphDef: kernloom[tf]
+    elif _is_graph_def(args.graph):  # a TensorFlow GraphDef: kernloom[tf]
         from kernloom.tf import import_graph_def
 
         graph = import_graph_def(
@@ -284,7 +304,10 @@ def add_run_parser(sub: Any) -> None:
         "tensors by name.",
     )
     run.add_argument(
-        "graph", metavar="GRAPH.json", help="a graph saved with Graph.save(), or a TF .pb/.pbtxt"
+        "graph",
+        metavar="GRAPH.json",
+        help="a graph saved with Graph.save(), a TF GraphDef (.pb, .pbtxt, or any file "
+        "that is not kernloom JSON) or an ONNX model (.onnx)",
     )
     run.add_argument(
         "--feed",

@@ -25,6 +25,14 @@ _EXPORT_HINT: Final = (
     "write the GraphDef again with tf.io.write_graph(graph_def, directory, name, "
     "as_text=False) (or graph_def.SerializeToString())"
 )
+_SAVED_MODEL: Final = (
+    "not a GraphDef: a SavedModel's saved_model.pb (its first field, "
+    "saved_model_schema_version, is a number where a GraphDef has its nodes); kernloom "
+    "loads frozen graphs: freeze the SavedModel's signature with "
+    "convert_variables_to_constants_v2(tf.saved_model.load(DIR).signatures["
+    "'serving_default']) and write frozen.graph.as_graph_def() with tf.io.write_graph "
+    "(docs/tensorflow.md)"
+)
 _WIRE_TYPES: Final = ("varint", "64-bit", "length-delimited", "group start", "group end", "32-bit")
 
 
@@ -96,6 +104,8 @@ def check_wire_types(message: Any, where: str = "") -> None:
         field = descriptor.fields_by_number.get(unknown.field_number)
         if field is not None:
             wire = unknown.wire_type
+            if not where and field.number == 1 and wire == 0:
+                raise ConversionError(_SAVED_MODEL)
             kind = _WIRE_TYPES[wire] if 0 <= wire < len(_WIRE_TYPES) else f"wire type {wire}"
             raise ConversionError(
                 f"{where}field {field.name!r} (number {field.number}) is encoded as {kind}, "
