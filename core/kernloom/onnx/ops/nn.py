@@ -15,6 +15,13 @@ and a VALID AvgPool, divided by the count of the elements each window covers (an
 a padded mask) where ``count_include_pad`` says so; pads that are TensorFlow's SAME padding,
 not counted, are SAME. MaxPool's Indices output (undilated 1-D and 2-D only) is built in
 ``detection`` (MaxPoolWithArgmax, its NHWC indices turned into ONNX's).
+
+Pads that depend on spatial sizes the model leaves dynamic (auto_pad=SAME_UPPER or
+SAME_LOWER, or ceil_mode, at a stride above 1: torch's exports with dynamic H and W,
+tf2onnx's with dynamic image sizes) are computed at run time from the input's Shape and
+applied as a Pad before a VALID op (``_run_time_paddings``); a SAME_UPPER Conv, and an
+undilated SAME_UPPER pool that leaves the padding out, is TensorFlow's SAME, which computes
+the same pads itself. At stride 1 those pads never depend on the sizes.
 """
 
 from __future__ import annotations
@@ -42,6 +49,66 @@ _WINDOW_ATTRS = ("auto_pad", "kernel_shape", "pads", "strides", "dilations")
 # -- windows --------------------------------------------------------------------------------
 
 
+_SAME = ("SAME_UPPER", "SAME_LOWER")
+
+Pads = tuple[list[int], list[int]]
+"""Pads at the start and at the end of each spatial axis, known at import time."""
+
+
+def _auto_pad(node: OnnxNode) -> str:
+    auto_pad = str(node.attr("auto_pad", "NOTSET"))
+    if auto_pad not in (*_SAME, "VALID", "NOTSET"):
+        raise node.fail(
+            f"auto_pad={auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"
+        )
+    return auto_pad
+
+
+def _declared_pads(node: OnnxNode, auto_pad: str, n: int) -> tuple[list[int], list[int]]:
+    """The ``pads`` attribute as (starts, ends) under auto_pad=NOTSET; zeros under VALID,
+    and under SAME, whose pads ``_axis_pads`` computes."""
+    if auto_pad != "NOTSET":
+        return [0] * n, [0] * n
+    pads = ints(node.attr("pads", [0] * (2 * n)))
+    if len(pads) != 2 * n:
+        raise node.fail(f"pads has {len(pads)} values; {2 * n} expected")
+    return pads[:n], pads[n:]
+
+
+def _axis_pads(
+    auto_pad: str,
+    size: int | None,
+    window: tuple[int, int, int],
+    declared: tuple[int, int],
+    ceil_mode: bool,
+) -> tuple[int, int] | None:
+    """One spatial axis's (start, end) pads for its ``window`` (kernel, stride, dilation);
+    None where they depend on its size and that is unknown at import time. At stride 1
+    they never do: SAME pads (kernel - 1) * dilation in all, and ceil_mode adds nothing
+    (every window of stride 1 ends inside the padded input)."""
+    kernel, stride, dilation = window
+    effective = (kernel - 1) * dilation + 1
+    if auto_pad in _SAME:
+        if stride == 1:
+            total = effective - 1
+        elif size is None:
+            return None
+        else:
+            total = max((-(-size // stride) - 1) * stride + effective - size, 0)
+        small, large = total // 2, total - total // 2
+        return (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+    begin, end = declared
+    if not ceil_mode or stride == 1:
+        return begin, end
+    if size is None:
+        return None
+    span = size + begin + end - effective
+    out = -(-span // stride) + 1
+    if (out - 1) * stride >= size + begin:
+        out -= 1  # the last window would start in the padding (as onnxruntime)
+    return begin, end + max((out - 1) * stride + effective - (size + begin + end), 0)
+
+
 def _spatial_pads(
     node: OnnxNode,
     in_dims: Sequence[int | None],
@@ -49,45 +116,151 @@ def _spatial_pads(
     strides: Sequence[int],
     dilations: Sequence[int],
     ceil_mode: bool = False,
-) -> tuple[list[int], list[int]]:
-    """ONNX's (pads at the start, pads at the end) per spatial dimension.
+) -> Pads | None:
+    """ONNX's (pads at the start, pads at the end) per spatial dimension, or None where
+    they depend on spatial sizes known at run time only (``_run_time_paddings`` computes
+    them there).
 
     The end pads include what ``ceil_mode`` adds to reach the last, partial window.
     """
-    n = len(kernel)
-    auto_pad = str(node.attr("auto_pad", "NOTSET"))
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begin, end = [], []
-        for size, k, s, dl in zip(in_dims, kernel, strides, dilations, strict=True):
-            if size is None:
-                raise node.fail(f"auto_pad={auto_pad} needs spatial sizes known at import time")
-            out = -(-size // s)
-            total = max((out - 1) * s + (k - 1) * dl + 1 - size, 0)
-            small, large = total // 2, total - total // 2
-            begin.append(small if auto_pad == "SAME_UPPER" else large)
-            end.append(large if auto_pad == "SAME_UPPER" else small)
-        return begin, end
-    if auto_pad == "VALID":
-        begin, end = [0] * n, [0] * n
-    elif auto_pad == "NOTSET":
-        pads = ints(node.attr("pads", [0] * (2 * n)))
-        if len(pads) != 2 * n:
-            raise node.fail(f"pads has {len(pads)} values; {2 * n} expected")
-        begin, end = pads[:n], pads[n:]
-    else:
-        raise node.fail(
-            f"auto_pad={auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"
-        )
-    if ceil_mode:
-        for i, (size, k, s, dl) in enumerate(zip(in_dims, kernel, strides, dilations, strict=True)):
-            if size is None:
-                raise node.fail("ceil_mode=1 needs spatial sizes known at import time")
-            span = size + begin[i] + end[i] - ((k - 1) * dl + 1)
-            out = -(-span // s) + 1
-            if (out - 1) * s >= size + begin[i]:
-                out -= 1  # the last window would start in the padding (as onnxruntime)
-            end[i] += max((out - 1) * s + (k - 1) * dl + 1 - (size + begin[i] + end[i]), 0)
+    auto_pad = _auto_pad(node)
+    starts, ends = _declared_pads(node, auto_pad, len(kernel))
+    begin, end = [], []
+    for size, k, s, dl, b, e in zip(in_dims, kernel, strides, dilations, starts, ends, strict=True):
+        pair = _axis_pads(auto_pad, size, (k, s, dl), (b, e), ceil_mode)
+        if pair is None:
+            return None
+        begin.append(pair[0])
+        end.append(pair[1])
     return begin, end
+
+
+def _run_time_paddings(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    x4: Tensor,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    squeezed: bool,
+) -> Tensor:
+    """Pad's int32 [rank, 2] paddings of ``x4`` (NCHW or NCDHW) where ``_spatial_pads``
+    cannot tell them at import: its arithmetic (SAME, or ceil_mode's end extra) done on
+    x4's run-time shape, so that a model exported with dynamic image sizes imports.
+    ``kernel``, ``strides`` and ``dilations`` are x4's (a 1-D input's unit H first);
+    N, C and that H get no pads."""
+    lead, rank = 2 + int(squeezed), 2 + len(kernel)
+    spatial = slice(int(squeezed), None)
+    shape = ops.shape(x4, out_type=d.int32)
+    sizes = ops.strided_slice(shape, ctx.int32s([lead]), ctx.int32s([rank]), ctx.int32s([1]))
+    effective = [
+        (k - 1) * dl + 1 for k, dl in zip(kernel[spatial], dilations[spatial], strict=True)
+    ]
+    window = (effective, list(strides[spatial]))
+    auto_pad = _auto_pad(node)
+    if auto_pad in _SAME:
+        begin, end = _same_pads_at_run_time(ctx, sizes, window, upper=auto_pad == "SAME_UPPER")
+    else:
+        declared = _declared_pads(node, auto_pad, rank - lead)
+        begin, end = _ceil_pads_at_run_time(ctx, sizes, window, declared)
+    rows = ops.pack([begin, end], axis=1)
+    return ops.concat_v2([ctx.const(np.zeros((lead, 2), np.int32)), rows], _i32(0))
+
+
+def _same_pads_at_run_time(
+    ctx: ConversionContext, sizes: Tensor, window: tuple[list[int], list[int]], *, upper: bool
+) -> tuple[Tensor, Tensor]:
+    """SAME's (starts, ends) for the run-time spatial ``sizes`` under ``window`` (effective
+    kernel sizes, strides): ``_axis_pads``'s, ceil(size / stride) windows and the padding
+    they need, the odd one at the end (UPPER) or at the start (LOWER)."""
+    effective, strides = window
+    stride = ctx.int32s(strides)
+    out = ops.floor_div(ops.add_v2(sizes, ctx.int32s([s - 1 for s in strides])), stride)
+    reach = ops.add_v2(ops.mul(ops.sub(out, ctx.int32s([1])), stride), ctx.int32s(effective))
+    total = ops.maximum(ops.sub(reach, sizes), ctx.int32s([0] * len(strides)))
+    small = ops.floor_div(total, ctx.int32s([2]))
+    large = ops.sub(total, small)
+    return (small, large) if upper else (large, small)
+
+
+def _ceil_pads_at_run_time(
+    ctx: ConversionContext,
+    sizes: Tensor,
+    window: tuple[list[int], list[int]],
+    declared: Pads,
+) -> tuple[Tensor, Tensor]:
+    """ceil_mode's (starts, ends) for the run-time spatial ``sizes`` under ``window``
+    (effective kernel sizes, strides): ``_axis_pads``'s, the ``declared`` pads with the end
+    ones grown to reach the last, partial window, unless that window would start in the
+    end padding (then there is none: onnxruntime's and torch's rule)."""
+    effective, strides = window
+    stride, reach_of = ctx.int32s(strides), ctx.int32s(effective)
+    begin, declared_end = ctx.int32s(declared[0]), ctx.int32s(declared[1])
+    before = ops.add_v2(sizes, begin)  # a window must start before this
+    padded = ops.add_v2(before, declared_end)
+    # the last window's index: ceil((padded - effective) / stride)
+    round_up = ctx.int32s([s - 1 for s in strides])
+    last = ops.floor_div(ops.add_v2(ops.sub(padded, reach_of), round_up), stride)
+    in_pad = ops.greater_equal(ops.mul(last, stride), before)
+    last = ops.sub(last, ops.cast(in_pad, DstT=d.int32))
+    reach = ops.add_v2(ops.mul(last, stride), reach_of)
+    extra = ops.maximum(ops.sub(reach, padded), ctx.int32s([0] * len(strides)))
+    return begin, ops.add_v2(declared_end, extra)
+
+
+def _padded(
+    ctx: ConversionContext,
+    x4: Tensor,
+    paddings: Tensor,
+    squeezed: bool,
+    fill: Tensor | None = None,
+) -> Tensor:
+    """x4 padded by run-time ``paddings`` (with ``fill``, else zeros): its batch, channels
+    and a 1-D input's unit H, which are not padded, stay as known as they were."""
+    y = ops.pad(x4, paddings) if fill is None else ops.pad_v2(x4, paddings, fill)
+    dims = x4.shape.as_list()
+    lead = 2 + int(squeezed)
+    _known_shape(y, [*dims[:lead], *(None,) * (len(dims) - lead)])
+    return y
+
+
+def _run_time_input(
+    ctx: ConversionContext,
+    node: OnnxNode,
+    x4: Tensor,
+    window: tuple[Sequence[int], Sequence[int], Sequence[int]],
+    squeezed: bool,
+    *,
+    same: bool,
+    lowest: bool = False,
+) -> tuple[Tensor, str]:
+    """(input, padding) of a window op whose pads depend on spatial sizes known at run time
+    only. SAME_UPPER is TensorFlow's SAME (the same pads; nothing computed) where the op
+    can run it (``same``); else x4 padded at run time (``_run_time_paddings``; with the
+    lowest value of its dtype where ``lowest``, else zeros), VALID."""
+    if same and _auto_pad(node) == "SAME_UPPER":
+        return x4, "SAME"
+    paddings = _run_time_paddings(ctx, node, x4, *window, squeezed)
+    fill = _lowest(ctx, x4) if lowest else None
+    return _padded(ctx, x4, paddings, squeezed, fill), "VALID"
+
+
+def _x4_pads(
+    node: OnnxNode,
+    x4: Tensor,
+    window: tuple[Sequence[int], Sequence[int], Sequence[int]],
+    squeezed: bool,
+    ceil_mode: bool = False,
+) -> Pads | None:
+    """``_spatial_pads`` of x4's spatial axes for its ``window`` (kernel, strides and
+    dilations, a 1-D input's unit H first, which gets no pads); None where they are known
+    at run time only."""
+    kernel, strides, dilations = (list(v[int(squeezed) :]) for v in window)
+    in_dims = x4.shape.as_list()[2 + int(squeezed) :]
+    pads = _spatial_pads(node, in_dims, kernel, strides, dilations, ceil_mode)
+    if pads is None or not squeezed:
+        return pads
+    return [0, *pads[0]], [0, *pads[1]]
 
 
 def _window_attrs(node: OnnxNode, x: Tensor, kernel: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -125,12 +298,13 @@ def _window_reduce(
     kernel: Sequence[int],
     strides: Sequence[int],
     dilations: Sequence[int],
+    padding: str = "VALID",
 ) -> Tensor:
     """The maximum (``kind="max"``) or mean of each VALID window of the (already padded)
-    NCHW or NCDHW ``x``. Undilated: TF's pool. Dilated (TF's pools have none): the window
-    taps gathered one strided slice each (tap t of axis a starts at t * dilation and ends
-    where the last window's tap does), stacked and reduced: exact, at kernel-volume
-    slices."""
+    NCHW or NCDHW ``x`` (or of each SAME window: undilated only). Undilated: TF's pool.
+    Dilated (TF's pools have none): the window taps gathered one strided slice each (tap t
+    of axis a starts at t * dilation and ends where the last window's tap does), stacked
+    and reduced: exact, at kernel-volume slices."""
     rank = len(kernel)
     if all(dl == 1 for dl in dilations):
         pool = {
@@ -143,9 +317,10 @@ def _window_reduce(
             x,
             ksize=[1, 1, *kernel],
             strides=[1, 1, *strides],
-            padding="VALID",
+            padding=padding,
             data_format="NCHW" if rank == 2 else "NCDHW",
         )
+    assert padding == "VALID", "a dilated pool's pads come as a Pad"
     taps = []
     for tap in np.ndindex(*kernel):
         begin, end, end_mask = [0, 0], [0, 0], 0b11
@@ -210,26 +385,23 @@ def convolve(
     strides, dilations = _window_attrs(node, x, kernel if not squeezed else kernel[1:])
     if squeezed:
         strides, dilations = [1, *strides], [1, *dilations]
-    in_dims = list(x4.shape.as_list()[2:]) if x4.shape.rank == 4 else [None, None]
-    pads_node_kernel = kernel if not squeezed else kernel[1:]
-    begin, end = _spatial_pads(
-        node,
-        in_dims[-len(pads_node_kernel) :],
-        pads_node_kernel,
-        strides[-len(pads_node_kernel) :],
-        dilations[-len(pads_node_kernel) :],
-    )
-    if squeezed:
-        begin, end = [0, *begin], [0, *end]
-    y = ops.conv2d(
-        x4,
-        filt,
-        strides=[1, 1, *strides],
-        padding="EXPLICIT",
-        explicit_paddings=[0, 0, 0, 0, begin[0], end[0], begin[1], end[1]],
-        data_format="NCHW",
-        dilations=[1, 1, *dilations],
-    )
+    window = {"strides": [1, 1, *strides], "data_format": "NCHW", "dilations": [1, 1, *dilations]}
+    pads = _x4_pads(node, x4, (kernel, strides, dilations), squeezed)
+    if pads is None:
+        # SAME_UPPER as TF's SAME (its geometry is ONNX's, dilations included)
+        x_in, padding = _run_time_input(
+            ctx, node, x4, (kernel, strides, dilations), squeezed, same=True
+        )
+        y = ops.conv2d(x_in, filt, padding=padding, **window)
+    else:
+        begin, end = pads
+        y = ops.conv2d(
+            x4,
+            filt,
+            padding="EXPLICIT",
+            explicit_paddings=[0, 0, 0, 0, begin[0], end[0], begin[1], end[1]],
+            **window,
+        )
     if bias is not None:
         y = ops.bias_add(y, bias, data_format="NCHW")
     if squeezed:
@@ -267,13 +439,20 @@ def _convolve3d(
     if declared is not None and ints(declared) != kernel:
         raise node.fail(f"kernel_shape {ints(declared)} differs from the weight's {kernel}")
     strides, dilations = _window_attrs(node, x, kernel)
-    begin, end = _spatial_pads(node, x.shape.as_list()[2:], kernel, strides, dilations)
-    padded = ops.pad(x, _paddings(ctx, begin, end)) if any(begin) or any(end) else x
+    pads = _x4_pads(node, x, (kernel, strides, dilations), False)
+    if pads is None:
+        padded, padding = _run_time_input(
+            ctx, node, x, (kernel, strides, dilations), False, same=True
+        )
+    else:
+        begin, end = pads
+        padded = ops.pad(x, _paddings(ctx, begin, end)) if any(begin) or any(end) else x
+        padding = "VALID"
     y = ops.conv3d(
         padded,
         filt,
         strides=[1, 1, *strides],
-        padding="VALID",
+        padding=padding,
         data_format="NCDHW",
         dilations=[1, 1, *dilations],
     )
@@ -285,9 +464,10 @@ def _convolve3d(
 
 def _pool_setup(
     node: OnnxNode, ctx: ConversionContext
-) -> tuple[Tensor, bool, list[int], list[int], list[int], list[int], list[int]]:
+) -> tuple[Tensor, bool, list[int], list[int], list[int], Pads | None]:
     """(input as NCHW or NCDHW, whether a 1-D input was given a unit H, kernel, strides,
-    dilations, pads at the start, pads at the end (with what ceil_mode adds))."""
+    dilations, pads at the start and at the end (with what ceil_mode adds): None where
+    they are known at run time only)."""
     x4, squeezed = _to_4d(node, ctx.input(0), "input X")
     rank = x4.shape.rank
     kernel = ints(node.attr("kernel_shape"))
@@ -296,37 +476,48 @@ def _pool_setup(
         kernel, strides, dilations = [1, *kernel], [1, *strides], [1, *dilations]
     if rank is None or len(kernel) != rank - 2:
         raise node.fail(f"kernel_shape {kernel} does not match the input's rank {rank}")
-    in_dims = x4.shape.as_list()[2:]
     ceil_mode = bool(node.attr("ceil_mode", 0))
-    k_ = kernel[1:] if squeezed else kernel
-    begin, end = _spatial_pads(
-        node, in_dims[-len(k_) :], k_, strides[-len(k_) :], dilations[-len(k_) :], ceil_mode
-    )
-    if squeezed:
-        begin, end = [0, *begin], [0, *end]
-    return x4, squeezed, kernel, strides, dilations, begin, end
+    pads = _x4_pads(node, x4, (kernel, strides, dilations), squeezed, ceil_mode)
+    return x4, squeezed, kernel, strides, dilations, pads
 
 
 def _unsqueezed(y: Tensor, squeezed: bool) -> Tensor:
     return ops.squeeze(y, squeeze_dims=[2]) if squeezed else y
 
 
+def _lowest(ctx: ConversionContext, x: Tensor) -> Tensor:
+    """The lowest value of x's dtype, what MaxPool pads with (no window's maximum)."""
+    lowest = (
+        -np.inf
+        if x.dtype.is_floating
+        else x.dtype.numpy_dtype.type(np.iinfo(x.dtype.numpy_dtype).min)
+    )
+    return ctx.const_like(lowest, x)
+
+
 @converter("MaxPool", 1, attrs=(*_WINDOW_ATTRS, "ceil_mode", "storage_order"))
 def _max_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
-    x4, squeezed, kernel, strides, dilations, begin, end = _pool_setup(node, ctx)
+    x4, squeezed, kernel, strides, dilations, pads = _pool_setup(node, ctx)
     plain = len(kernel) == 2 and all(dl == 1 for dl in dilations)
     if len(node.outputs) > 1 and node.outputs[1]:
         if not plain:
             raise node.fail("the Indices output is supported for undilated 1-D and 2-D pooling")
-        y, indices = max_pool_indices(node, ctx, x4, kernel, strides, begin, end)
+        if pads is None:
+            y, indices = _max_pool_indices_run_time(node, ctx, x4, kernel, strides, squeezed)
+        else:
+            y, indices = max_pool_indices(node, ctx, x4, kernel, strides, *pads)
         return [_unsqueezed(y, squeezed), _unsqueezed(indices, squeezed)]
-    if not plain:  # TF's 3-D pool has no EXPLICIT padding: pad with the lowest value
-        lowest = (
-            -np.inf
-            if x4.dtype.is_floating
-            else x4.dtype.numpy_dtype.type(np.iinfo(x4.dtype.numpy_dtype).min)
+    if pads is None:
+        undilated = all(dl == 1 for dl in dilations)
+        window = (kernel, strides, dilations)
+        x_in, padding = _run_time_input(
+            ctx, node, x4, window, squeezed, same=undilated, lowest=True
         )
-        padded = ops.pad_v2(x4, _paddings(ctx, begin, end), ctx.const_like(lowest, x4))
+        y = _window_reduce(ctx, x_in, "max", kernel, strides, dilations, padding)
+        return [_unsqueezed(y, squeezed)]
+    begin, end = pads
+    if not plain:  # TF's 3-D pool has no EXPLICIT padding: pad with the lowest value
+        padded = ops.pad_v2(x4, _paddings(ctx, begin, end), _lowest(ctx, x4))
         return [
             _unsqueezed(_window_reduce(ctx, padded, "max", kernel, strides, dilations), squeezed)
         ]
@@ -341,9 +532,51 @@ def _max_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
     return [_unsqueezed(y, squeezed)]
 
 
+def _max_pool_indices_run_time(
+    node: OnnxNode,
+    ctx: ConversionContext,
+    x4: Tensor,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    squeezed: bool,
+) -> tuple[Tensor, Tensor]:
+    """MaxPool's (Y, Indices) where the pads are known at run time only:
+    ``max_pool_indices`` (which takes pads known at import) of x4 padded at run time with
+    the lowest value, its indices into that padded input mapped back onto x4's."""
+    paddings = _run_time_paddings(ctx, node, x4, kernel, strides, [1, 1], squeezed)
+    padded = _padded(ctx, x4, paddings, squeezed, _lowest(ctx, x4))
+    y, flat = max_pool_indices(node, ctx, padded, kernel, strides, [0, 0], [0, 0])
+    _, _, height_p, width_p = _dims_64(ctx, padded)
+    _, _, height, width = _dims_64(ctx, x4)
+    top = ops.cast(ops.slice(paddings, ctx.int32s([2, 0]), ctx.int32s([1, 1])), DstT=d.int64)
+    left = ops.cast(ops.slice(paddings, ctx.int32s([3, 0]), ctx.int32s([1, 1])), DstT=d.int64)
+    area = ops.mul(height_p, width_p)
+    plane, within = ops.floor_div(flat, area), ops.floor_mod(flat, area)
+    row_major = int(node.attr("storage_order", 0)) == 0  # (max_pool_indices checked it)
+    if row_major:
+        row, column = ops.floor_div(within, width_p), ops.floor_mod(within, width_p)
+    else:
+        row, column = ops.floor_mod(within, height_p), ops.floor_div(within, height_p)
+    row, column = ops.sub(row, top), ops.sub(column, left)
+    if row_major:
+        within = ops.add_v2(ops.mul(row, width), column)
+    else:
+        within = ops.add_v2(row, ops.mul(column, height))
+    return y, ops.add_v2(ops.mul(plane, ops.mul(height, width)), within)
+
+
+def _dims_64(ctx: ConversionContext, x: Tensor) -> list[Tensor]:
+    """x's dimensions as [1] int64 tensors: constants where known at import time."""
+    return [ctx.int64s([v]) if isinstance(v, int) else v for v in _dims(ctx, x)]
+
+
 @converter("AveragePool", 1, attrs=(*_WINDOW_ATTRS, "ceil_mode", "count_include_pad"))
 def _average_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
-    x4, squeezed, kernel, strides, dilations, begin, end = _pool_setup(node, ctx)
+    x4, squeezed, kernel, strides, dilations, pads = _pool_setup(node, ctx)
+    if pads is None:
+        y = _average_pool_run_time(node, ctx, x4, (kernel, strides, dilations), squeezed)
+        return [_unsqueezed(y, squeezed)]
+    begin, end = pads
 
     def mean(x: Tensor) -> Tensor:
         return _window_reduce(ctx, x, "mean", kernel, strides, dilations)
@@ -363,14 +596,11 @@ def _average_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
         # 3x3/1 pools with pads of 1).
         return [_unsqueezed(ops.avg_pool(x4, padding="SAME", **window), squeezed)]
     # The declared pads (what count_include_pad may count) and the ceil_mode extra (never).
-    n_ = len(kernel) - int(squeezed)
     declared_end = list(end)
     if bool(node.attr("ceil_mode", 0)):
-        in_dims = x4.shape.as_list()[2:]
-        _, plain_end = _spatial_pads(
-            node, in_dims[-n_:], kernel[-n_:], strides[-n_:], dilations[-n_:], False
-        )
-        declared_end = ([0] if squeezed else []) + plain_end
+        declared = _x4_pads(node, x4, (kernel, strides, dilations), squeezed)
+        assert declared is not None  # (known where the pads with ceil_mode's extra are)
+        declared_end = declared[1]
     paddings = _paddings(ctx, begin, end)
     summed = mean(ops.pad(x4, paddings))
     if include and declared_end == end:
@@ -383,6 +613,44 @@ def _average_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
     else:
         mask = ops.pad(ones, paddings)
     return [_unsqueezed(ops.real_div(summed, mean(mask)), squeezed)]
+
+
+def _average_pool_run_time(
+    node: OnnxNode,
+    ctx: ConversionContext,
+    x4: Tensor,
+    window: tuple[Sequence[int], Sequence[int], Sequence[int]],
+    squeezed: bool,
+) -> Tensor:
+    """AveragePool whose pads depend on spatial sizes known at run time only. Undilated
+    SAME_UPPER without count_include_pad is TensorFlow's SAME AvgPool (which leaves the
+    padding out of each window's count); else, as with pads known at import, the mean of
+    the padded input over the mean of a padded mask of what each window counts: the
+    input, and with count_include_pad the declared pads (all of SAME's), never what
+    ceil_mode adds."""
+    kernel, strides, dilations = window
+    include = bool(node.attr("count_include_pad", 0))
+    auto_pad = _auto_pad(node)
+
+    def mean(x: Tensor, padding: str = "VALID") -> Tensor:
+        return _window_reduce(ctx, x, "mean", kernel, strides, dilations, padding)
+
+    if not include and auto_pad == "SAME_UPPER" and all(dl == 1 for dl in dilations):
+        return mean(x4, "SAME")
+    full = _run_time_paddings(ctx, node, x4, *window, squeezed)
+    summed = mean(_padded(ctx, x4, full, squeezed))
+    if include and auto_pad in _SAME:
+        return summed
+    ones = ops.ones_like(x4)
+    if include:  # the declared pads count, ceil_mode's extra end pads (full's rest) do not
+        starts, ends = _declared_pads(node, auto_pad, len(kernel) - int(squeezed))
+        lead = [0] * int(squeezed)
+        declared = _paddings(ctx, [*lead, *starts], [*lead, *ends])
+        counted = ops.pad_v2(ones, declared, ctx.const_like(1, x4))
+        mask = _padded(ctx, counted, ops.sub(full, declared), squeezed)
+    else:
+        mask = _padded(ctx, ones, full, squeezed)
+    return ops.real_div(summed, mean(mask))
 
 
 def _same_pads(
@@ -597,14 +865,23 @@ converter("DepthToSpace", 1, attrs=("blocksize", "mode"))(
 @converter("LpPool", 11, attrs=(*_WINDOW_ATTRS, "ceil_mode", "p"))
 def _lp_pool(node: OnnxNode, ctx: ConversionContext) -> Result:
     """(sum over the window of |x| ** p) ** (1 / p): a VALID AvgPool of the zero-padded
-    powers, times the window's area."""
-    x4, squeezed, kernel, strides, dilations, begin, end = _pool_setup(node, ctx)
+    powers, times the window's area. Also LpPool-1 (p a float) and LpPool-2 (p an int),
+    which have no dilations or ceil_mode, for opsets 1 to 10."""
+    x4, squeezed, kernel, strides, dilations, pads = _pool_setup(node, ctx)
     p = float(node.attr("p", 2))
     powered = ops.pow(ops.abs(x4), ctx.const_like(p, x4))
-    padded = ops.pad(powered, _paddings(ctx, begin, end))
+    if pads is None:
+        window = (kernel, strides, dilations)
+        paddings = _run_time_paddings(ctx, node, x4, *window, squeezed)
+        padded = _padded(ctx, powered, paddings, squeezed)
+    else:
+        padded = ops.pad(powered, _paddings(ctx, *pads))
     mean = _window_reduce(ctx, padded, "mean", kernel, strides, dilations)
     total = ops.mul(mean, ctx.const_like(float(np.prod(kernel)), mean))
     return [_unsqueezed(ops.pow(total, ctx.const_like(1 / p, total)), squeezed)]
+
+
+converter("LpPool", 1, 10, attrs=("auto_pad", "kernel_shape", "pads", "strides", "p"))(_lp_pool)
 
 
 @converter("GlobalLpPool", 2, attrs=("p",))
