@@ -376,6 +376,11 @@ def max_pool(ctx: OpKernelContext) -> None:
     xc = _nchw(x, attrs)
     if xc.dtype == torch.float16 and xc.device.type == "cpu":
         xc = xc.float()
+    elif xc.dtype in _NARROW_INTEGERS and xc.device.type == "cpu":
+        # torch's CPU max pooling keeps its argmax in the input's type: past 127 positions
+        # per image an int8 input failed ("input_depth * input_height * input_width <=
+        # integer_t max"). A maximum is exact in int32; _store casts it back.
+        xc = xc.to(torch.int32)
     own = _torch_padding(attrs, window, _spatial(x, attrs))
     if own is not None:  # no padded copy: torch's padding never wins either
         padding, ceil_mode = own
@@ -388,6 +393,7 @@ def max_pool(ctx: OpKernelContext) -> None:
     _store(ctx, attrs, y)
 
 
+_NARROW_INTEGERS: Final = frozenset({torch.int8, torch.uint8, torch.int16})
 _MAX_POOL: Final[dict[int, Any]] = {2: F.max_pool2d, 3: F.max_pool3d}
 _AVG_POOL: Final[dict[int, Any]] = {2: F.avg_pool2d, 3: F.avg_pool3d}
 
