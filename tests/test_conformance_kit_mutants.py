@@ -104,6 +104,8 @@ class AcmeDevice(klp.Device):
                 value, _POOL.setdefault((value.shape, value.dtype), []).append, value.array
             )
             return value.array
+        if bug("unified_copy_to_host"):
+            return value.array  # host-visible device memory, handed out without a copy
         if bug("async_copy_to_host"):
             host = np.zeros(value.array.shape, value.array.dtype)
             source = value.array.copy()
@@ -416,6 +418,16 @@ MUTANTS: list[Any] = [
     ("strides_ignored", True, "kernels", ["non-contiguous", "differs"]),
     ("pooled_copy_to_host", False, "device", ["copy_to_host", "changed after"]),
     ("async_copy_to_host", False, "device", ["float32 copy of a 3x4 array", "values changed"]),
+    (
+        "unified_copy_to_host",
+        False,
+        "device",
+        [
+            "copy of a 3x4 array",
+            "copy_to_host returned changed the device's value",
+            "shares memory",
+        ],
+    ),
     pytest.param(
         "shared_copy_from_host",
         False,

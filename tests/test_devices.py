@@ -2,6 +2,7 @@
 
 import gc
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -170,7 +171,11 @@ def _faulty_accel_registry(fault: str) -> klp.Registry:
     """The numpy CPU plugin and a FAKE_ACCEL plugin ('acme_dev') whose device's
     ``copy_from_host`` (fault 'from') or ``copy_to_host`` ('to') raises, or whose
     allocator returns buffers of half the size asked for ('shape') or of another dtype
-    ('dtype')."""
+    ('dtype'); whose ``copy_to_host`` returns a list ('to_list'), a flattened array
+    ('to_flat'), a float64 array ('to_float64') or the device's own memory, no copy
+    ('to_own_buffer': a unified-memory device); or whose ``copy_from_host`` returns a list
+    ('from_list'). Any other fault: a correct device. Its kernels include a ``Shape``
+    whose output is in host memory, as on the GPU plugins."""
     from kernloom.testing.fake_accelerator import (
         FAKE_ACCEL,
         AccelArray,
@@ -187,15 +192,33 @@ def _faulty_accel_registry(fault: str) -> klp.Registry:
                 return AccelArray(np.zeros(shape, np.float64))
             return super()._allocate(shape, dtype)
 
-        def copy_from_host(self, array: np.ndarray) -> AccelArray:
+        def copy_from_host(self, array: np.ndarray) -> Any:
             if fault == "from":
                 raise RuntimeError("DMA engine timed out")
+            if fault == "from_list":
+                return np.asarray(array).tolist()
             return super().copy_from_host(array)
 
-        def copy_to_host(self, value: AccelArray) -> np.ndarray:
+        def copy_to_host(self, value: AccelArray) -> Any:
             if fault == "to":
                 raise RuntimeError("DMA engine timed out")
-            return super().copy_to_host(value)
+            if fault == "to_own_buffer" and isinstance(value, AccelArray):
+                return value.data  # host-visible device memory, handed out as it is
+            host = super().copy_to_host(value)
+            if fault == "to_list":
+                return host.tolist()
+            if fault == "to_flat":
+                return host.reshape(-1)
+            if fault == "to_float64":
+                return host.astype(np.float64)
+            return host
+
+    library = build_library()
+
+    @library.kernel("Shape", device=FAKE_ACCEL, backend="fake", host_memory=["output"])
+    def shape(ctx: klp.OpKernelContext) -> None:
+        dtype = ctx.signature.output_dtypes[0].numpy_dtype
+        ctx.set_output(0, np.asarray(ctx.device.value_shape(ctx.input(0)).as_list(), dtype))
 
     class Plugin:
         KERNLOOM_API = ">=1.0,<2"
@@ -204,7 +227,7 @@ def _faulty_accel_registry(fault: str) -> klp.Registry:
         def kernloom_register(self, registry: klp.Registrar) -> None:
             factory = FakeDeviceFactory(FAKE_ACCEL, count=1, backend="fake", device_class=Device)
             registry.register_device_factory(FAKE_ACCEL, factory, priority=150)
-            registry.register_kernels(build_library())
+            registry.register_kernels(library)
 
     registry = klp.Registry()
     registry.register_plugin(cpu_plugin, name="cpu_numpy")
@@ -277,3 +300,184 @@ def test_a_const_whose_copy_onto_the_device_fails_names_the_device_s_plugin() ->
     assert message.startswith("node 'c' (op Const): constructing kernel ")
     assert "device:FAKE_ACCEL:0 (of plugin 'acme_dev')" in message
     assert "RuntimeError: DMA engine timed out" in message
+
+
+ACCEL0 = "/job:localhost/replica:0/task:0/device:FAKE_ACCEL:0"
+CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("metadata", [False, True])
+@pytest.mark.parametrize("shape", [[2, 3], [None, 3]])
+@pytest.mark.parametrize(
+    ("fault", "problem"),
+    [
+        ("to_list", "returned list [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], not a numpy array"),
+        ("to_flat", "returned an array of shape (6,) for a value whose value_shape is (2, 3)"),
+        ("to_float64", "returned a float64 array for a float32 value"),
+    ],
+    ids=["to_list", "to_flat", "to_float64"],
+)
+def test_a_fetch_copy_that_returns_something_else_is_the_device_plugins_error(
+    fault: str, problem: str, shape: list[int | None], metadata: bool, threads: int
+) -> None:
+    """A copy_to_host that returns a list, or an array of another shape or dtype, is a
+    DeviceError naming the fetch, the device, its plugin and what it returned -- not a
+    float64 or flattened array handed to the caller, nor an AttributeError from inside
+    the session (with run_metadata, which counts the bytes copied)."""
+    g = kl.Graph(_faulty_accel_registry(fault))
+    with g.as_default():
+        x = kl.placeholder(kl.float32, shape, name="x")
+        with kl.device("/device:FAKE_ACCEL:0"):
+            y = kl.ops.relu(x, name="y")
+    run_metadata = kl.RunMetadata() if metadata else None
+    config = kl.SessionConfig(inter_op_threads=threads)
+    with kl.Session(g, config) as sess, pytest.raises(kl.DeviceError) as info:
+        sess.run(y, {x: np.ones((2, 3), np.float32)}, run_metadata=run_metadata)
+    message = str(info.value)
+    assert message.startswith(f"fetch 'y:0': copying it off {ACCEL0} failed: ")
+    assert f"the device's copy_to_host of plugin 'acme_dev' {problem}. " in message
+    assert "a fault of the device plugin" in message
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_host_memory_output_of_an_accelerator_node_is_fetched_as_it_is(threads: int) -> None:
+    """A Shape on the accelerator gives its output in host memory (host_memory=["output"]);
+    fetching it takes that numpy array as it is -- the device's copy_to_host, which takes
+    only its own buffers, is not asked, and no device-to-client copy is counted -- as
+    when the value goes to a CPU node through _Send."""
+    g = kl.Graph(_faulty_accel_registry("none"))
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [None, 3], name="x")
+        with kl.device("/device:FAKE_ACCEL:0"):
+            s = kl.ops.shape(x, name="s")
+        with kl.device("/device:CPU:0"):
+            s_on_cpu = kl.ops.identity(s, name="s_on_cpu")
+    metadata = kl.RunMetadata()
+    config = kl.SessionConfig(inter_op_threads=threads)
+    with kl.Session(g, config) as sess:
+        fetched = sess.run(s, {x: np.zeros((2, 3), np.float32)}, run_metadata=metadata)
+        through_cpu = sess.run(s_on_cpu, {x: np.zeros((2, 3), np.float32)})
+        fetched[0] = 7  # the caller's own array
+        again = sess.run(s, {x: np.zeros((5, 3), np.float32)})
+    assert metadata.placement["s"] == ACCEL0
+    assert fetched.dtype == np.int32 and again.dtype == np.int32
+    np.testing.assert_array_equal(through_cpu, [2, 3])
+    np.testing.assert_array_equal(again, [5, 3])
+    assert (ACCEL0, "client") not in metadata.copies
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_device_that_hands_out_its_own_memory_never_gives_away_the_sessions_state(
+    threads: int,
+) -> None:
+    """A unified-memory style device whose copy_to_host returns its buffer's own memory:
+    every fetch is still an independent, writeable array the caller owns (issue 19).
+    Writing into a fetched Const (or a result) changes no later run."""
+    g = kl.Graph(_faulty_accel_registry("to_own_buffer"))
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [3], name="x")
+        with kl.device("/device:FAKE_ACCEL:0"):
+            c = kl.constant(np.array([1, 2, 3], np.float32), name="c")
+            y = kl.ops.mul(x, c, name="y")
+    ones = np.ones(3, np.float32)
+    config = kl.SessionConfig(inter_op_threads=threads)
+    with kl.Session(g, config) as sess:
+        fetched_c, fetched_y = sess.run([c, y], {x: ones})
+        assert fetched_c.flags.writeable and fetched_y.flags.writeable
+        fetched_c[...] = -7
+        fetched_y[...] = -7
+        np.testing.assert_array_equal(sess.run(c), [1, 2, 3])
+        np.testing.assert_array_equal(sess.run(y, {x: ones}), [1, 2, 3])
+        first, second = sess.run(c), sess.run(c)
+    assert not np.shares_memory(first, second)
+
+
+def _crossing_graph(fault: str) -> tuple[kl.Graph, kl.Tensor, kl.Tensor]:
+    """x -> h (CPU) -> y (FAKE_ACCEL) -> z (CPU): h crosses onto the accelerator, y off it."""
+    g = kl.Graph(_faulty_accel_registry(fault))
+    with g.as_default():
+        with kl.device("/device:CPU:0"):
+            x = kl.placeholder(kl.float32, [2, 3], name="x")
+            h = kl.ops.neg(x, name="h")
+        with kl.device("/device:FAKE_ACCEL:0"):
+            y = kl.ops.relu(h, name="y")
+        with kl.device("/device:CPU:0"):
+            z = kl.ops.neg(y, name="z")
+    return g, x, z
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    ("fault", "crossing", "call", "problem"),
+    [
+        (
+            "to",
+            f"'y:0' sent from {ACCEL0} to {CPU0}: copying it off {ACCEL0}",
+            "copy_to_host",
+            "raised RuntimeError: DMA engine timed out",
+        ),
+        (
+            "to_list",
+            f"'y:0' sent from {ACCEL0} to {CPU0}: copying it off {ACCEL0}",
+            "copy_to_host",
+            "returned list [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], not a numpy array",
+        ),
+        (
+            "to_float64",
+            f"'y:0' sent from {ACCEL0} to {CPU0}: copying it off {ACCEL0}",
+            "copy_to_host",
+            "returned a float64 array for a float32 value",
+        ),
+        (
+            "to_flat",
+            f"'y:0' sent from {ACCEL0} to {CPU0}: copying it off {ACCEL0}",
+            "copy_to_host",
+            "returned an array of shape (6,) for a value whose value_shape is (2, 3)",
+        ),
+        (
+            "from",
+            f"'h:0' sent from {CPU0} to {ACCEL0}: copying it onto {ACCEL0}",
+            "copy_from_host",
+            "raised RuntimeError: DMA engine timed out",
+        ),
+        (
+            "from_list",
+            f"'h:0' sent from {CPU0} to {ACCEL0}: copying it onto {ACCEL0}",
+            "copy_from_host",
+            "returned list [[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]], not an array",
+        ),
+    ],
+    ids=["to", "to_list", "to_float64", "to_flat", "from", "from_list"],
+)
+def test_a_device_copy_between_devices_that_fails_is_the_device_plugins_error(
+    fault: str, crossing: str, call: str, problem: str, threads: int
+) -> None:
+    """A value crossing between devices (_Send/_Recv) whose copy the device's own code
+    fails -- raises, or returns a list or an array of another dtype or shape -- is a
+    DeviceError naming the tensor, both devices, the call and the device's plugin, as for
+    a feed or a fetch: not a KernelError of the internal _Recv node, nor one blaming the
+    core's RecvKernel."""
+    g, x, z = _crossing_graph(fault)
+    config = kl.SessionConfig(inter_op_threads=threads)
+    with kl.Session(g, config) as sess, pytest.raises(kl.DeviceError) as info:
+        sess.run(z, {x: np.ones((2, 3), np.float32)})
+    message = str(info.value)
+    assert message.startswith(f"value {crossing} failed: ")
+    assert f"the device's {call} of plugin 'acme_dev' {problem}. " in message
+    assert "a fault of the device plugin" in message
+    assert "_recv" not in message and "RecvKernel" not in message
+    assert not isinstance(info.value, kl.KernelError)
+    if fault in ("to", "from"):
+        assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_a_correct_device_crosses_both_ways() -> None:
+    """The same graph on a correct device: the checks of each copy pass what they should."""
+    g, x, z = _crossing_graph("none")
+    value = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    metadata = kl.RunMetadata()
+    with kl.Session(g) as sess:
+        result = sess.run(z, {x: value}, run_metadata=metadata)
+    np.testing.assert_array_equal(result, -np.maximum(-value, 0))
+    assert metadata.copies[(CPU0, ACCEL0)] == 1 and metadata.copies[(ACCEL0, CPU0)] == 1

@@ -5,6 +5,10 @@ whichever comes first. The key names both devices (see ``partition.rendezvous_ke
 and the **destination** makes the copy when the value arrives: directly when the
 destination device offers a path (``Device.copy_from_device``), otherwise through host
 memory. Every copy across a device boundary is counted, per device pair, with its bytes.
+A device call of a copy that raises, or returns something else than the value (a list,
+another dtype or shape), is a ``DeviceError`` naming the tensor, both devices, the call
+and the device's plugin (``device_copies``); the session reports it as itself
+(``Rendezvous.fault``), not as an error of the ``_Recv`` that waited for the value.
 
 ``abort(error)`` wakes every waiter with that error and makes every later send and
 receive fail with it: the first failure of a step stops all of its executors promptly.
@@ -23,12 +27,16 @@ import numpy as np
 from kernloom.errors import (
     CancelledError,
     DeadlineExceededError,
+    DeviceError,
     InvalidArgumentError,
+    KernloomError,
     NotFoundError,
+    short_repr,
 )
 from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import Device
 from kernloom.framework.device_mgr import DeviceMgr
+from kernloom.runtime.device_copies import copy_fault, host_copy_problem, raised
 
 __all__ = ["CopyStats", "ParsedKey", "RecvCallback", "Rendezvous", "parse_key"]
 
@@ -115,6 +123,7 @@ class Rendezvous:
         self._sent: dict[str, _Item] = {}
         self._waiting: dict[str, _Waiter] = {}
         self._error: BaseException | None = None
+        self._fault: DeviceError | None = None
 
     @property
     def error(self) -> BaseException | None:
@@ -245,9 +254,20 @@ class Rendezvous:
         try:
             value = item.value if item.is_dead else self._copy(key, item, waiter)
         except Exception as exc:  # a failed copy is the receiver's error, naming the key
+            if isinstance(exc, DeviceError):
+                with self._lock:
+                    if self._fault is None:
+                        self._fault = exc
             waiter.callback(exc, None, False)
             return
         waiter.callback(None, value, item.is_dead)
+
+    @property
+    def fault(self) -> DeviceError | None:
+        """The first copy a device's own code failed in this step (``_copy``), or None: the
+        session reports it as itself, not as an error of the ``_Recv`` that waited for it
+        (an internal node, whose kernel is the core's)."""
+        return self._fault
 
     def _copy(self, key: str, item: _Item, waiter: _Waiter) -> Any:
         parsed = parse_key(key)
@@ -262,12 +282,121 @@ class Rendezvous:
             return value
         if in_host and to_host:
             return np.asarray(value)  # host memory both sides: nothing moves
+        crossing = _Crossing(parsed.tensor, src, dst)
+        out: Any
         if to_host:
-            out = src.copy_to_host(value)
+            out = crossing.to_host(value)
         elif in_host:
-            out = dst.copy_from_host(np.asarray(value))
+            out = crossing.from_host(np.asarray(value))
         else:
-            direct = dst.copy_from_device(src, value)
-            out = direct if direct is not None else dst.copy_from_host(src.copy_to_host(value))
+            out = crossing.direct(value)
+            if out is None:  # no direct path: through the host
+                out = crossing.from_host(crossing.to_host(value))
         self.stats.record(src.name, dst.name, src.value_nbytes(value))
         return out
+
+
+@final
+class _Crossing:
+    """One value's copy from ``src`` to ``dst``, each device call checked: a call that
+    raises, or returns anything but the value (a list, another dtype or shape), is a
+    ``DeviceError`` naming the tensor, both devices, the call and the plugin at fault.
+    kernloom's own errors and ``MemoryError`` pass as they are (out of memory is no bug
+    of the plugin's: the ``_Recv``'s node error reports it as ``ResourceExhaustedError``).
+
+    ``way``, in each method: the copy a call is part of: "off" ``src`` to the host,
+    "onto" ``dst`` from the host, or "direct" (``dst.copy_from_device``)."""
+
+    __slots__ = ("dst", "src", "tensor")
+
+    def __init__(self, tensor: str, src: Device, dst: Device) -> None:
+        self.tensor, self.src, self.dst = tensor, src, dst
+
+    def to_host(self, value: Any) -> np.ndarray[Any, Any]:
+        src = self.src
+        try:
+            host = src.copy_to_host(value)
+        except (KernloomError, MemoryError):
+            raise
+        except Exception as exc:
+            raise self._fault("off", src, "copy_to_host", raised(exc)) from exc
+        dtype = self._ask("off", src, "value_dtype", src.value_dtype, value).numpy_dtype
+        if (
+            type(host) is not np.ndarray
+            or host.dtype != dtype
+            or not self._has_shape("off", src, value, host.shape)
+        ):
+            shape = self._ask("off", src, "value_shape", src.value_shape, value)
+            problem = host_copy_problem(host, dtype, shape.as_tuple())
+            if problem is not None:
+                raise self._fault("off", src, "copy_to_host", problem)
+        return host
+
+    def from_host(self, host: np.ndarray[Any, Any]) -> Any:
+        dst = self.dst
+        try:
+            out = dst.copy_from_host(host)
+        except (KernloomError, MemoryError):
+            raise
+        except Exception as exc:
+            raise self._fault("onto", dst, "copy_from_host", raised(exc)) from exc
+        self._check_received("onto", "copy_from_host", out, host.dtype, host.shape)
+        return out
+
+    def direct(self, value: Any) -> Any | None:
+        """``dst.copy_from_device``'s copy of ``value``, or None: no direct path."""
+        src, dst = self.src, self.dst
+        out = self._ask("direct", dst, "copy_from_device", dst.copy_from_device, src, value)
+        if out is not None:
+            dtype = self._ask("direct", src, "value_dtype", src.value_dtype, value)
+            shape = self._ask("direct", src, "value_shape", src.value_shape, value)
+            expected = (dtype.numpy_dtype, shape.as_tuple())
+            self._check_received("direct", "copy_from_device", out, *expected)
+        return out
+
+    def _check_received(
+        self, way: str, call: str, out: Any, dtype: np.dtype[Any], shape: tuple[int, ...]
+    ) -> None:
+        """``out``, what ``dst``'s ``call`` returned, is a value of ``dst`` (or a host
+        array) of ``dtype`` and ``shape``."""
+        dst = self.dst
+        got = self._ask(way, dst, "output_dtype", dst.output_dtype, out)
+        problem = None
+        if got is None:
+            problem = f"returned {type(out).__name__} {short_repr(out)}, not an array"
+        elif got.numpy_dtype != dtype:
+            problem = f"returned a {got.name} value for a {np.dtype(dtype)} one"
+        elif not self._has_shape(way, dst, out, shape):
+            found = self._ask(way, dst, "value_shape", dst.value_shape, out)
+            problem = f"returned a value whose value_shape is {found} for an array of shape {shape}"
+        if problem is not None:
+            raise self._fault(way, dst, call, problem)
+
+    def _has_shape(self, way: str, device: Device, value: Any, shape: Any) -> bool:
+        """Whether ``device``'s ``value`` has ``shape``: the buffer's ``shape`` attribute
+        says so (cheap: numpy, CuPy, torch), else ``device.value_shape`` decides."""
+        attribute = getattr(value, "shape", None)
+        if isinstance(attribute, tuple) and attribute == shape:
+            return True
+        found = self._ask(way, device, "value_shape", device.value_shape, value)
+        return bool(found.is_fully_defined() and found.as_tuple() == shape)
+
+    def _ask(self, way: str, device: Device, call: str, method: Any, *args: Any) -> Any:
+        """``method(*args)``, ``device``'s ``call``; what it raises is that device's fault."""
+        try:
+            return method(*args)
+        except (KernloomError, MemoryError):
+            raise
+        except Exception as exc:
+            raise self._fault(way, device, call, raised(exc)) from exc
+
+    def _fault(self, way: str, device: Device, call: str, problem: str) -> DeviceError:
+        src, dst = self.src, self.dst
+        if way == "onto":
+            moving = f"copying it onto {dst.name}"
+        elif way == "direct":
+            moving = f"copying it from {src.name} directly"
+        else:
+            moving = f"copying it off {src.name}"
+        subject = f"value {self.tensor!r} sent from {src.name} to {dst.name}"
+        return copy_fault(subject, moving, device, call, problem)

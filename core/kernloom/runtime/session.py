@@ -46,7 +46,8 @@ from kernloom.framework.device_name import parse_device_name
 from kernloom.framework.gc_pause import gc_paused
 from kernloom.framework.op_kernel import CallFrame, OpKernel
 from kernloom.framework.op_segment import OpSegment
-from kernloom.framework.resource_mgr import ResourceMgr
+from kernloom.framework.resource_mgr import DEFAULT_CONTAINER, ResourceMgr
+from kernloom.framework.variable import Var
 from kernloom.graph.graph import Graph, Node, get_default_graph
 from kernloom.graph.tensor import Tensor
 from kernloom.optimizer import OptimizerReport, check_pass_names, optimize_step_graph
@@ -54,6 +55,7 @@ from kernloom.optimizer import unchanged_nodes as _unchanged_nodes
 from kernloom.registry import Registry, registry_of
 from kernloom.runtime.compiled_line import LineProgram
 from kernloom.runtime.control_flow import has_control_flow
+from kernloom.runtime.device_copies import copy_fault, host_copy_problem, raised
 from kernloom.runtime.executor import Executor, ExecutorBarrier, RunArgs
 from kernloom.runtime.fetches import check_graph_of
 from kernloom.runtime.kernel_choice import describe_kernels
@@ -101,6 +103,21 @@ class _Compiled:
     """The one executor of a step that is not ``inline`` only because two of its nodes
     marked expensive could run at once: measured costs may turn them cheap, and the
     step inline (``Executor.parallel_inline``)."""
+    retval_dtypes: tuple[np.dtype[Any], ...] = ()
+    """Per fetch, the numpy dtype of the fetched tensor: what ``copy_to_host`` must give."""
+    retval_shapes: tuple[tuple[int, ...] | None, ...] = ()
+    """Per fetch, the tensor's shape where the graph knows it fully (else None): a
+    ``copy_to_host`` result of that shape needs no question to the device."""
+
+
+def _fetched_types(
+    step_graph: StepGraph,
+) -> tuple[tuple[np.dtype[Any], ...], tuple[tuple[int, ...] | None, ...]]:
+    """``_Compiled.retval_dtypes`` and ``retval_shapes`` of ``step_graph``."""
+    tensors = [step_graph.graph.node(name).inputs[0] for name in step_graph.retval_nodes]
+    dtypes = tuple(t.dtype.numpy_dtype for t in tensors)
+    shapes = tuple(t.shape.as_tuple() if t.shape.is_fully_defined() else None for t in tensors)
+    return dtypes, shapes
 
 
 def _abort_rendezvous(rendezvous: Rendezvous, step: Step) -> None:
@@ -118,7 +135,13 @@ def _results(
     (``Identity(x)``), a view of any of these, a read-only array -- is copied, so that
     writing into a fetched array never changes the session's state or the caller's
     inputs, and a later run never changes a fetched array (TensorFlow's fetches are
-    copies too)."""
+    copies too). A value in host memory on a device whose memory is not the host's (a
+    host-memory output, such as a ``Shape``'s) is taken as it is, as ``_Send`` does.
+
+    What a device's ``copy_to_host`` returns is checked -- a numpy array of the value's
+    dtype and shape -- and handed over only when nothing else can reach its memory: an
+    array that owns its memory, is writeable and is held by nobody but this function (not
+    the device's own buffer, nor a view of it: a unified-memory device may return one)."""
     results = []
     retvals = frame.retvals
     for index, device in enumerate(compiled.retval_devices):
@@ -130,25 +153,32 @@ def _results(
                 f"only on the branch of a kl.cond that was not taken). Fetch the cond's "
                 f"output instead."
             )
-        if device.memory_is_host:
+        if device.memory_is_host or device.is_host_value(value):
             if type(value) is not np.ndarray:
                 value = np.array(value)  # a fresh array (also from a numpy scalar)
             elif _getrefcount(value) > _EXCLUSIVE or not _is_own_buffer(value):
                 value = value.copy()
             retvals[index] = None
             results.append(value)
-        else:
-            try:
-                host = device.copy_to_host(value)
-            except KernloomError:
-                raise
-            except Exception as exc:
-                raise _copy_error(compiled, "fetch", index, exc) from exc
-            if copies is not None:
-                copies.record(device.name, CLIENT, int(host.nbytes))
-            if type(host) is not np.ndarray or not _is_own_buffer(host):
-                host = np.array(host)  # e.g. a zero-copy view of the device's memory
-            results.append(host)
+            continue
+        try:
+            host = device.copy_to_host(value)
+        except KernloomError:
+            raise
+        except Exception as exc:
+            raise _copy_error(compiled, "fetch", index, raised(exc)) from exc
+        dtype = compiled.retval_dtypes[index]
+        if (
+            not isinstance(host, np.ndarray)
+            or (host.dtype is not dtype and host.dtype != dtype)
+            or host.shape != compiled.retval_shapes[index]
+        ):
+            _check_fetched(compiled, index, host, value)
+        if copies is not None:
+            copies.record(device.name, CLIENT, int(host.nbytes))
+        if type(host) is not np.ndarray or _getrefcount(host) > _FRESH or not _is_own_buffer(host):
+            host = np.array(host)  # e.g. the device's own memory, or a view of it
+        results.append(host)
     return results
 
 
@@ -156,6 +186,42 @@ _getrefcount: Final = sys.getrefcount
 _EXCLUSIVE: Final = 3
 """``getrefcount`` of a fetched value that only the step's call frame holds: the frame's
 slot, ``_results``' local and the call's own argument."""
+
+
+def _local_refcount() -> int:
+    fresh = np.empty(0)
+    return _getrefcount(fresh)
+
+
+_FRESH: Final = _local_refcount()
+"""``getrefcount`` of an array that nothing but a function's local holds (the local and
+the call's own argument: 2 on CPython 3.11), measured: the count of a ``copy_to_host``
+result that the device keeps no reference to."""
+
+
+def _check_fetched(compiled: _Compiled, index: int, host: object, value: object) -> None:
+    """Raise the ``DeviceError`` for fetch ``index``'s ``copy_to_host`` of ``value`` that
+    returned ``host``, unless ``host`` is a numpy array of the fetch's dtype and of the
+    shape the device gives ``value`` (``_results`` compares it with the graph's shape
+    first: this runs where that is not fully known, or differs)."""
+    device = compiled.retval_devices[index]
+    try:
+        shape = device.value_shape(value).as_tuple()
+    except KernloomError:
+        raise
+    except Exception as exc:
+        fault = copy_fault(
+            f"fetch {compiled.step_graph.fetches[index]!r}",
+            f"copying it off {device.name}",
+            device,
+            "value_shape",
+            raised(exc),
+            "the fetch",
+        )
+        raise fault from exc
+    problem = host_copy_problem(host, compiled.retval_dtypes[index], shape)
+    if problem is not None:
+        raise _copy_error(compiled, "fetch", index, problem)
 
 
 def _is_own_buffer(value: np.ndarray[Any, Any]) -> bool:
@@ -208,22 +274,17 @@ def _feed_out_of_memory(
     )
 
 
-def _copy_error(compiled: _Compiled, kind: str, index: int, exc: Exception) -> DeviceError:
-    """A feed (``kind`` "feed") or fetch ("fetch") whose copy the device's own code failed:
-    the device plugin's fault, named with the device and its plugin."""
+def _copy_error(compiled: _Compiled, kind: str, index: int, problem: str) -> DeviceError:
+    """A feed (``kind`` "feed") or fetch ("fetch") whose copy the device's own code failed
+    (``problem``: what the call did, ``device_copies.raised(exc)`` for an exception): the
+    device plugin's fault, named with the device and its plugin."""
     if kind == "feed":
         name, device = compiled.step_graph.feeds[index], compiled.arg_devices[index]
         call, moving = "copy_from_host", f"copying it onto {device.name}"
     else:
         name, device = compiled.step_graph.fetches[index], compiled.retval_devices[index]
         call, moving = "copy_to_host", f"copying it off {device.name}"
-    plugin = str(device.origin) if device.origin is not None else "the plugin that provides it"
-    return DeviceError(
-        f"{kind} {name!r}: {moving} failed: the device's {call} of {plugin} raised "
-        f"{type(exc).__name__}: {exc}. This is a fault of the device plugin, not of the graph "
-        f"or the {kind}: report it to the plugin's authors (`kernloom plugins` names its "
-        f"distribution), or run without that device (SessionConfig(device_filters=[...]))"
-    )
+    return copy_fault(f"{kind} {name!r}", moving, device, call, problem, f"the {kind}")
 
 
 def _closed_error() -> KernloomError:
@@ -309,6 +370,13 @@ class Session:
         except BaseException:
             devices.close()
             raise
+        self._owns_devices = True
+        """Whether closing the session closes its devices (not a ``_sibling``'s)."""
+        self._start()
+
+    def _start(self) -> None:
+        """The rest of a new session, once its graph, config, registry, devices and
+        inter-op pool are set; it is open from here on."""
         self.handle = f"session-{next(_handles)}"
         self.resource_mgr = ResourceMgr()
         self._segment = OpSegment()
@@ -449,6 +517,7 @@ class Session:
             inline,
             report,
             executors[0] if inline is None and parallel and len(executors) == 1 else None,
+            *_fetched_types(step_graph),
         )
 
     def _inline_program(
@@ -643,7 +712,7 @@ class Session:
         except KernloomError:
             raise
         except Exception as exc:
-            raise _copy_error(compiled, "feed", len(args), exc) from exc
+            raise _copy_error(compiled, "feed", len(args), raised(exc)) from exc
         frame = CallFrame(args, len(compiled.retval_devices))
         executors = compiled.executors
         step = Step(
@@ -678,6 +747,13 @@ class Session:
             step.stop(interrupt)
             with contextlib.suppress(BaseException):  # its error is the interrupt, or older
                 step.wait()
+            raise
+        except KernloomError as error:
+            # A device's copy that failed while a value crossed to another device is
+            # reported by the _Recv waiting for it: the device plugin's error, as itself.
+            fault = rendezvous.fault if rendezvous is not None else None
+            if fault is not None and (error is fault or error.__cause__ is fault):
+                raise fault from fault.__cause__
             raise
         finally:
             step.close()
@@ -715,7 +791,7 @@ class Session:
         except KernloomError:
             raise
         except Exception as exc:
-            raise _copy_error(compiled, "feed", len(args), exc) from exc
+            raise _copy_error(compiled, "feed", len(args), raised(exc)) from exc
         frame = CallFrame(args, len(compiled.retval_devices))
         self._begin(step)
         try:
@@ -738,11 +814,66 @@ class Session:
         """The labelled kernels (``labels``: op -> label) against the kernels this session
         runs: per node they change, the largest differences of its outputs and its kernel
         time in each; the whole run's time in each over ``runs`` runs, with spread. See
-        ``kernloom.runtime.label_compare``."""
+        ``kernloom.runtime.label_compare``.
+
+        Both variants run on this session's devices, in sessions of their own that start
+        from this session's variables as they are now (a trained model compares as it
+        is). This session's variables are not changed by the comparison: where the
+        fetches (or what they need) assign a variable, each variant's runs assign their
+        own copy of it, as a run of this session would, so the two variants' values move
+        alike over the comparison's runs while this session keeps the values it had."""
+        if self._closed:
+            raise _closed_error()
         wanted = {**self.config.kernel_labels, **labels}
         config = self.config.model_copy(update={"kernel_labels": wanted})
-        with Session(self.graph, config, registry=self.registry) as labelled:
-            return compare_sessions(self, labelled, fetches, feed_dict, labels, runs=runs)
+        with self._sibling(self.config) as default, self._sibling(config) as labelled:
+            return compare_sessions(default, labelled, fetches, feed_dict, labels, runs=runs)
+
+    def _sibling(self, config: SessionConfig) -> Session:
+        """A new session of this session's graph and registry with ``config`` (which asks
+        for the same devices: its kernel labels may differ), on this session's devices,
+        whose variables start as this session's are now (``_copy_variables_to``).
+        Closing it leaves the devices open."""
+        sibling = object.__new__(Session)
+        sibling.graph, sibling.config, sibling.registry = self.graph, config, self.registry
+        sibling._closed = True
+        sibling._check_labels()
+        check_pass_names(config.disabled_passes, self.registry.graph_passes)
+        sibling.devices = self.devices
+        sibling._owns_devices = False
+        sibling._pool = _start_pool(config.resolved_inter_op_threads() - 1)
+        sibling._start()
+        try:
+            self._copy_variables_to(sibling)
+        except BaseException:
+            sibling.close()
+            raise
+        return sibling
+
+    def _copy_variables_to(self, other: Session) -> None:
+        """Each variable this session holds (those its graph's ``VarHandleOp`` nodes name)
+        into ``other``'s resources, as a variable of its own holding the same value. The
+        value itself is shared, not copied: an assignment stores a new value and never
+        writes into the one it replaces (``variable_kernels``), and a kernel never
+        overwrites a value a variable holds, so neither session's runs change the other's
+        variables. ``other`` runs on this session's devices, where the values are."""
+        seen: set[tuple[str, str]] = set()
+        for node in self.graph.nodes:
+            if node.op != "VarHandleOp":
+                continue
+            container = node.attrs.get("container") or DEFAULT_CONTAINER
+            name = node.attrs.get("shared_name") or node.name
+            if (container, name) in seen:
+                continue
+            seen.add((container, name))
+            try:
+                var = self.resource_mgr.lookup(name, Var, container)
+            except (NotFoundError, InvalidArgumentError):  # none yet (or not a variable)
+                continue
+            copy = Var(var.name, var.dtype, var.shape)
+            with var.lock:
+                copy.value = var.value
+            other.resource_mgr.create(name, copy, container)
 
     # -- explaining -------------------------------------------------------------------------------
 
@@ -885,7 +1016,8 @@ class Session:
             self._plans.clear()
         self.resource_mgr.clear()
         self._segment.remove_hold(self.handle)
-        self.devices.close()
+        if self._owns_devices:
+            self.devices.close()
 
     def __enter__(self) -> Session:
         return self

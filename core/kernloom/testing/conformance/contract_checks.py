@@ -83,7 +83,9 @@ def _same(actual: Any, expected: Array) -> str | None:
 
 def check_copies(plan: KitPlan, dtype: DType) -> None:
     """Host -> device -> host keeps shape, dtype and every value of each sample; and the
-    device says it holds the dtype (``Device.holds``), which its kernels claim."""
+    device says it holds the dtype (``Device.holds``), which its kernels claim; on a device
+    whose memory is not host memory, what ``copy_to_host`` returns shares no memory with
+    the device value (``_check_host_copy_is_own``)."""
     device = plan.device
     if not device.holds(dtype):
         raise KitFailure(
@@ -125,6 +127,38 @@ def check_copies(plan: KitPlan, dtype: DType) -> None:
                 f"returned changed after it returned (the device wrote into it later: an "
                 f"asynchronous transfer not waited for, or device memory handed out and reused)"
             )
+    if not device.memory_is_host:
+        for what, host in sample_values(dtype):
+            _check_host_copy_is_own(device, dtype, what, host)
+
+
+def _scribble(before: Array) -> Array:
+    """Values that differ from ``before`` wherever they can (zeros, or ones where
+    ``before`` is all zeros)."""
+    zeros = np.zeros_like(before)
+    return zeros if _same(zeros, before) is not None else np.ones_like(before)
+
+
+def _check_host_copy_is_own(device: Any, dtype: DType, what: str, host: Array) -> None:
+    """On a device whose memory is not host memory: the array ``copy_to_host`` returns is
+    the caller's, not the device value's memory (a unified-memory device handing out its
+    buffer): writing into it leaves the value as it was. (The runtime copies what it
+    cannot prove is the caller's; a fetch of a constant or a variable would otherwise be
+    the session's state, and a later copy of the value would see the caller's writes.)"""
+    before = host.copy()
+    value = device.copy_from_host(host)
+    back = device.copy_to_host(value)
+    if not back.flags.writeable or back.size == 0:
+        return  # nothing to write into: the runtime copies a read-only array
+    back[...] = _scribble(before)
+    again = device.copy_to_host(value)
+    if _same(again, before) is not None:
+        raise KitFailure(
+            f"{dtype.name} copy of {what} to and from {device.name}: writing into the array "
+            f"copy_to_host returned changed the device's value (it shares memory with the "
+            f"device value: copy_to_host must return a copy the caller owns, even where "
+            f"the device's memory is visible from the host)"
+        )
 
 
 def check_large_copy(plan: KitPlan, dtype: DType) -> None:
