@@ -79,6 +79,8 @@ class AcmeDevice(klp.Device):
         return AcmeBuffer(np.empty(shape, np_dtype), shape)
 
     def holds(self, dtype):
+        if bug("holds_raises") and dtype.name == "int8":
+            raise TypeError("no int8 on this firmware")  # not a KitFailure: a plugin crash
         return not (bug("holds_denies_int8") and dtype.name == "int8")
 
     def copy_from_host(self, array):
@@ -439,6 +441,9 @@ MUTANTS: list[Any] = [
     ),
     ("allocate_ignores_dtype", False, "device", ["allocation", "dtype float32, expected int32"]),
     ("holds_denies_int8", False, "device", ["holds(int8) is False", "registered for int8"]),
+    # A check that the plugin's own code crashes: one line naming the check and the error
+    # (it was pytest's traceback, and the summary read "cls = <class CallInfo>").
+    ("holds_raises", False, "device", ["device check '", "TypeError: no int8 on this firmware"]),
     ("not_thread_safe", False, "executor", ["run from 8 threads at once", "wrong result"]),
     ("graph_pass_zero_times", False, "executor", ["graph pass 'acme_zero_times'", "changed"]),
     ("bare_exception", False, "Sum", ["Sum float32 on ACME", "InvalidArgumentError"]),

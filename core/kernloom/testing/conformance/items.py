@@ -41,6 +41,26 @@ class KitItem(pytest.Item):
             self.check()
         except executor.Skip as skip:
             pytest.skip(str(skip))
+        except (KitFailure, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # the plugin's code raised where no check expected it
+            raise KitFailure(f"{self._where()}: {type(exc).__name__}: {exc}") from exc
+
+    def _where(self) -> str:
+        """The check, as a failure message names it: op, dtype, label and case where it
+        has them (a kernel check), else its section and name."""
+        entry = self.entry
+        if not entry.op:
+            return f"{entry.section} check {entry.name!r}"
+        parts = [entry.op, entry.dtype, f"label {entry.label!r}" if entry.label else ""]
+        case = f", case {entry.case!r}" if entry.case else ""
+        return f"{' '.join(p for p in parts if p)} on {self._device_name()}{case}"
+
+    def _device_name(self) -> str:
+        parent = self.parent
+        plan = getattr(parent, "plan", None)
+        device = getattr(plan, "device", None)
+        return str(getattr(device, "name", "the device under test"))
 
     def repr_failure(
         self,

@@ -137,6 +137,10 @@ def check_kernel_case(plan: KitPlan, kernel_case: KernelCase, *, probe: bool = F
             )
     except KernloomError as exc:
         raise KitFailure(f"{where(plan, kernel_case)}: the run failed: {exc}") from exc
+    except Exception as exc:  # the device's or kernel's code broke the session itself
+        raise KitFailure(
+            f"{where(plan, kernel_case)}: the run failed: {type(exc).__name__}: {exc}"
+        ) from exc
     values = [np.asarray(v) for v in fetched[: len(outputs)]]
     placed = metadata.placement[NODE] if metadata.placement is not None else None
     if placed != plan.device.name:
