@@ -20,6 +20,7 @@ from kernloom.cli_flags import run_command
 from kernloom.cli_outputs import check_writable
 from kernloom.errors import InvalidArgumentError
 from kernloom.graph.graph import Graph
+from kernloom.optimizer.rewriter import prune
 
 __all__ = ["add_convert_parser", "cmd_ops_onnx", "is_onnx_path", "load_onnx_graph"]
 
@@ -61,11 +62,15 @@ def _convert(args: argparse.Namespace) -> int:
     flag, target = _output(args)
     check_writable(target, flag, force=args.force, example="graph.json")
     imported = _frontend().import_model(args.model)  # (a missing model: its own error)
-    imported.graph.save(target)
+    ends = [t.node.name for t in (*imported.inputs.values(), *imported.outputs.values())]
+    # Nodes no output needs -- a converter's shape arithmetic whose value was computed at
+    # import, which the converters after it took as a constant -- are not written.
+    graph = prune(imported.graph, ends)
+    graph.save(target)
     inputs = ", ".join(t.node.name for t in imported.inputs.values())
     outputs = ", ".join(t.node.name for t in imported.outputs.values())
     plain_console().print(
-        f"{args.model}: {len(imported.graph.nodes)} nodes written to {target} "
+        f"{args.model}: {len(graph.nodes)} nodes written to {target} "
         f"(feed: {inputs or '-'}; fetch: {outputs or '-'})"
     )
     return EXIT_OK

@@ -91,6 +91,35 @@ def test_convert_writes_a_graph_that_loads_and_runs(
     assert "exists; pass --force" in capsys.readouterr().err
 
 
+def test_convert_writes_no_node_that_no_output_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Reshape's shape computed from constants (``Add(a, b)``, as torch's exports write
+    shape arithmetic) is computed at import and the Reshape takes it as a constant: the
+    Add then feeds nothing, and is not written to the graph file."""
+    proto = model(
+        [
+            helper.make_node("Add", ["a", "b"], ["shape"]),
+            helper.make_node("Reshape", ["x", "shape"], ["y"]),
+        ],
+        {"x": (FLOAT, [2, 3])},
+        {"y": (FLOAT, [3, 2])},
+        initializers={"a": np.array([1, 1], np.int64), "b": np.array([2, 1], np.int64)},
+    )
+    path = tmp_path / "folded.onnx"
+    onnx.save(proto, str(path))
+    target = tmp_path / "folded.json"
+    assert main(["convert", str(path), str(target)]) == 0
+    graph = kl.Graph.load(target)
+    assert "AddV2" not in {node.op for node in graph.nodes}
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with kl.Session(graph) as session:
+        (y,) = session.run(["y"], {"x": x})
+    np.testing.assert_array_equal(y, x.reshape(3, 2))
+    nodes = len(graph.nodes)
+    assert f"{nodes} nodes written" in capsys.readouterr().out
+
+
 def test_convert_lists_every_unsupported_op(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
