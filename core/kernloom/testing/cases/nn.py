@@ -516,14 +516,15 @@ def _pool_cases() -> Iterator[Case]:
     # Images of more positions than a narrow integer type counts (torch's CPU max pooling
     # kept its argmax in the input's type: an int8 image of 312 positions failed).
     rng = np.random.default_rng(2026)
-    for dtype, shape, attrs in (
-        (np.int8, (2, 12, 13, 2), window((2, 2), (2, 2), "VALID")),
-        (np.uint8, (1, 17, 16, 2), window((3, 3), (2, 2), "SAME")),
-        (np.int16, (1, 130, 129, 2), window((3, 3), (2, 2), "SAME")),
-    ):
-        info = np.iinfo(dtype)
-        x = rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
-        name = f"MaxPool-many-positions-{np.dtype(dtype).name}"
+    narrow: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
+        ("int8", (2, 12, 13, 2), window((2, 2), (2, 2), "VALID")),
+        ("uint8", (1, 17, 16, 2), window((3, 3), (2, 2), "SAME")),
+        ("int16", (1, 130, 129, 2), window((3, 3), (2, 2), "SAME")),
+    ]
+    for type_name, shape, attrs in narrow:
+        info = np.iinfo(type_name)
+        x = rng.integers(info.min, info.max, size=shape, endpoint=True).astype(type_name)
+        name = f"MaxPool-many-positions-{type_name}"
         yield Case("MaxPool", [x], attrs, max_pool_reference(attrs), id=name)
     explicit = window((2, 2), (1, 2), "EXPLICIT", explicit_paddings=[0, 0, 1, 0, 1, 1, 0, 0])
     x = sample((1, 4, 5, 2), kl.float32)
