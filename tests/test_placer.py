@@ -308,3 +308,99 @@ def test_core_kernels_stay_off_a_device_that_cannot_hold_the_dtype() -> None:
     for value in got:
         assert value.dtype == np.uint16
         np.testing.assert_array_equal(value, values)
+
+
+# -- the step's feeds and fetches are named as the user's placeholders and tensors ------------
+
+_CPU_ONLY = kl.SessionConfig(device_filters=("CPU",))  # no GPU, whatever the machine has
+
+
+def _placement_error(graph: kl.Graph, fetch: object, feeds: dict[object, object]) -> str:
+    with kl.Session(graph, _CPU_ONLY) as sess, pytest.raises(kl.InvalidArgumentError) as info:
+        sess.run(fetch, feeds)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("fetch", ["y", "x"])
+def test_a_fed_placeholders_request_names_the_placeholder(fetch: str) -> None:
+    """The step feeds x through an ``_Arg`` (``feed/x_0``) that inherits x's request: the
+    error names x, the node the user built with that request, and says the fix."""
+    g = kl.Graph()
+    with g.as_default():
+        with kl.device("/device:GPU:0"):
+            x = kl.placeholder(kl.float32, [2], name="x")
+        kl.ops.relu(x, name="y")
+    message = _placement_error(g, f"{fetch}:0", {x: np.ones(2, np.float32)})
+    assert message.startswith(
+        "node 'x' (op Placeholder) requests device '/device:GPU:0', but no device matches it; "
+        "the devices are: /job:localhost/replica:0/task:0/device:CPU:0"
+    )
+    assert "allow_soft_placement=True) would place it on a supported device" in message
+    assert "feed/" not in message and "fetch/" not in message and "_Arg" not in message
+    soft = kl.SessionConfig(device_filters=("CPU",), allow_soft_placement=True)
+    with kl.Session(g, soft) as sess:
+        np.testing.assert_array_equal(sess.run("y:0", {x: [-1.0, 2.0]}), [0.0, 2.0])
+        explained = sess.explain("y:0", {x: [-1.0, 2.0]})
+    assert "soft placement: node 'x' (op Placeholder) requests device '/device:GPU:0'" in explained
+
+
+def test_an_imported_placeholders_request_names_the_placeholder() -> None:
+    """A TensorFlow GraphDef's Placeholder asking for a GPU (the graph has x and y only)."""
+    from kernloom.tf import import_graph_def
+
+    g = import_graph_def(
+        b"""
+        node { name: "x" op: "Placeholder" device: "/device:GPU:0"
+               attr { key: "dtype" value { type: DT_FLOAT } } }
+        node { name: "y" op: "Relu" input: "x" attr { key: "T" value { type: DT_FLOAT } } }
+        """
+    )
+    message = _placement_error(g, "y:0", {"x:0": np.ones(2, np.float32)})
+    assert message.startswith("node 'x' (op Placeholder) requests device '/device:GPU:0', but")
+    assert "feed/x_0" not in message
+
+
+def test_a_fetched_nodes_request_names_the_node_not_its_fetch() -> None:
+    """A fetch's ``_Retval`` is colocated with the node it fetches: the error names that node
+    alone, as it would without the fetch."""
+    g = kl.Graph()
+    with g.as_default():
+        x = kl.placeholder(kl.float32, [2], name="x")
+        with kl.device("GPU:0"):
+            kl.ops.tanh(x, name="on_gpu")
+    message = _placement_error(g, "on_gpu:0", {x: np.ones(2, np.float32)})
+    assert message.startswith("node 'on_gpu' (op Tanh) requests device 'GPU:0', but no device")
+    assert "fetch/" not in message and "colocation group" not in message
+
+
+def test_a_fetch_without_a_kernel_anywhere_lists_the_fetch_by_its_tensor(g: kl.Graph) -> None:
+    x = kl.placeholder(kl.float32, [2, 2], name="x")
+    g.add_node("MatMul", [x, x], {KERNEL_LABEL_ATTR: "nonexistent"}, name="m")
+    with kl.Session(g) as sess, pytest.raises(kl.InvalidArgumentError) as info:
+        sess.run("m:0", {x: np.ones((2, 2), np.float32)})
+    message = str(info.value)
+    assert message.startswith("no device type can run node 'm' (op MatMul): no type has")
+    assert "  - node 'm' (op MatMul): FAKE_ACCEL: unlabelled" in message
+    assert "  - fetch 'm:0' (op _Retval): FAKE_ACCEL: yes, CPU: yes" in message
+    assert "fetch/" not in message
+
+
+def test_step_nodes_are_described_by_what_they_feed_or_fetch(g: kl.Graph) -> None:
+    from kernloom.runtime.subgraph import build_step_graph, step_node_label, step_node_where
+
+    x = kl.placeholder(kl.float32, [2], name="x")
+    y = kl.ops.relu(x, name="y")
+    kl.ops.tanh(y, name="t")
+    step = build_step_graph(g, ["x:0", "y:0"], ["t:0", "y:0"], []).graph
+    described = {
+        n.name: (step_node_label(n), step_node_where(n))
+        for n in step.nodes
+        if n.op in ("_Arg", "_Retval")
+    }
+    assert described == {
+        "feed/x_0": ("'x'", "node 'x' (op Placeholder)"),
+        "feed/y_0": ("feed 'y:0'", "feed 'y:0' (op _Arg)"),
+        "fetch/t_0": ("fetch 't:0'", "fetch 't:0' (op _Retval)"),
+        "fetch/y_0": ("fetch 'y:0'", "fetch 'y:0' (op _Retval)"),
+    }
+    assert step_node_where(step.node("t")) == "node 't' (op Tanh)"

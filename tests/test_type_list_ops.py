@@ -84,7 +84,12 @@ def test_a_false_assert_fails_the_step_naming_the_node_and_showing_the_data(
 
 
 @pytest.mark.parametrize(
-    ("summarize", "shown"), [(1, "[1...] [2.5]"), (3, "[1 2 3...] [2.5]"), (-1, "[1 2 3 4] [2.5]")]
+    ("summarize", "shown"),
+    [
+        (1, "[[1...]...] [2.5]"),
+        (3, "[[1 2][3...]...] [2.5]"),
+        (-1, "[[1 2][3 4]] [2.5]"),
+    ],
 )
 def test_summarize_limits_the_values_shown(summarize: int, shown: str) -> None:
     graph = kl.Graph()
@@ -95,6 +100,165 @@ def test_summarize_limits_the_values_shown(summarize: int, shown: str) -> None:
     with kl.Session(graph) as session, pytest.raises(kl.InvalidArgumentError) as info:
         session.run([], targets=[check])
     assert str(info.value).endswith(f"assertion failed: {shown}")
+
+
+_SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.1, 1 / 3, 1e20, 1.0000001, 123456789.0, 2.5e-7]
+_SPECIAL += [65504.0, 100000.0, 1e6]
+_NAN = float("nan")
+
+
+def _tf_case_value(dtype: str, shape: tuple[int, ...], values: object) -> np.ndarray:
+    """A grid case's data: ``"seq"`` (bools every third True; numbers counting up from
+    -n//3, floats in steps of 1.25), ``"special"`` (``_SPECIAL`` repeated) or the values."""
+    n = int(np.prod(shape))
+    if values == "seq":
+        if dtype == "bool":
+            return (np.arange(n) % 3 == 0).reshape(shape)
+        base = np.arange(n) - n // 3
+        return (base * 1.25 if dtype.startswith("float") else base).astype(dtype).reshape(shape)
+    if values == "special":
+        return np.resize(np.array(_SPECIAL), n).astype(dtype).reshape(shape)
+    return np.array(values, dtype).reshape(shape)
+
+
+# TensorFlow 2.21's messages, pasted as it printed them (tensorflow-cpu 2.21.0, the
+# /work/main/.venv-tf environment; run with `.venv-tf/bin/python` as below, all cases in one
+# graph). Per case, with `v1 = tf.compat.v1`:
+#     c = v1.placeholder(tf.bool, [])
+#     check = tf.raw_ops.Assert(condition=c, summarize=summarize,
+#                               data=[tf.constant(_tf_case_value(dtype, shape, values))])
+#     v1.Session().run(check, {c: False})  # InvalidArgumentError
+# and the error message's line "assertion failed: <tf_message>". TensorFlow's
+# Tensor::SummarizeValue nests the values per dimension and stops after `summarize` of them
+# with "..."; -_NAN is a NaN with the sign bit set, which it prints as -nan.
+TF_ASSERT_MESSAGES: list[tuple[str, tuple[int, ...], object, int, str]] = [
+    ("int32", (), "seq", 3, "[0]"),
+    ("int32", (), "seq", 0, "[...]"),
+    ("int32", (0,), "seq", 3, "[]"),
+    ("int32", (4,), "seq", 3, "[-1 0 1...]"),
+    ("int32", (4,), "seq", 0, "[...]"),
+    ("int32", (2, 2), [1, 2, 3, 4], 1, "[[1...]...]"),
+    ("int32", (2, 2), [1, 2, 3, 4], 2, "[[1 2]...]"),
+    ("int32", (2, 2), [1, 2, 3, 4], 3, "[[1 2][3...]...]"),
+    ("int32", (2, 2), [1, 2, 3, 4], -1, "[[1 2][3 4]]"),
+    ("int32", (2, 2), [1, 2, 3, 4], 0, "[...]"),
+    ("int32", (0, 3), "seq", 3, "[]"),
+    ("int32", (3, 0), "seq", -1, "[]"),
+    ("int32", (2, 0, 3), "seq", 3, "[]"),
+    ("int32", (3, 1), "seq", 2, "[[-1][0]...]"),
+    ("int32", (1, 3), "seq", 2, "[[-1 0...]...]"),
+    ("int32", (1, 1), "seq", -1, "[[0]]"),
+    ("int32", (2, 3, 4), "seq", 0, "[...]"),
+    ("int32", (2, 3, 4), "seq", 1, "[[[-8...]]...]"),
+    ("int32", (2, 3, 4), "seq", 3, "[[[-8 -7 -6...]]...]"),
+    ("int32", (2, 3, 4), "seq", 4, "[[[-8 -7 -6 -5]]...]"),
+    ("int32", (2, 3, 4), "seq", 5, "[[[-8 -7 -6 -5][-4...]]...]"),
+    ("int32", (2, 3, 4), "seq", 12, "[[[-8 -7 -6 -5][-4 -3 -2 -1][0 1 2 3]]...]"),
+    ("int32", (2, 3, 4), "seq", 13, "[[[-8 -7 -6 -5][-4 -3 -2 -1][0 1 2 3]][[4...]]...]"),
+    (
+        "int32",
+        (2, 3, 4),
+        "seq",
+        30,
+        "[[[-8 -7 -6 -5][-4 -3 -2 -1][0 1 2 3]][[4 5 6 7][8 9 10 11][12 13 14 15]]]",
+    ),
+    ("int32", (2, 1, 3), "seq", 4, "[[[-2 -1 0]][[1...]]...]"),
+    ("int32", (1, 2, 1, 3), "seq", 5, "[[[[-2 -1 0]][[1 2...]]]...]"),
+    ("int32", (2, 2, 2, 2), "seq", 3, "[[[[-5 -4][-3...]]]...]"),
+    ("int32", (2, 2, 2, 2), "seq", 7, "[[[[-5 -4][-3 -2]][[-1 0][1...]]]...]"),
+    (
+        "int32",
+        (2, 2, 2, 2),
+        "seq",
+        -1,
+        "[[[[-5 -4][-3 -2]][[-1 0][1 2]]][[[3 4][5 6]][[7 8][9 10]]]]",
+    ),
+    ("bool", (), "seq", 0, "[]"),
+    ("bool", (3,), "seq", 0, "[]"),
+    ("bool", (2, 3), "seq", 4, "[[1 0 0][1...]...]"),
+    ("bool", (0,), "seq", -1, "[]"),
+    ("uint8", (2, 3), [0, 255, 7, 1, 2, 3], -1, "[[0 255 7][1 2 3]]"),
+    (
+        "int64",
+        (2, 1),
+        [-(2**63), 2**63 - 1],
+        -1,
+        "[[-9223372036854775808][9223372036854775807]]",
+    ),
+    ("uint64", (1, 2), [0, 2**64 - 1], 1, "[[0...]...]"),
+    ("float16", (2, 3), "special", -1, "[[nan inf -inf][-0 0.0999755859 0.333251953]]"),
+    (
+        "float32",
+        (3, 4),
+        "special",
+        30,
+        "[[nan inf -inf -0][0.1 0.333333343 1e+20 1.00000012][123456792 2.5e-07 65504 100000]]",
+    ),
+    ("float32", (3, 4), "seq", 5, "[[-5 -3.75 -2.5 -1.25][0...]...]"),
+    (
+        "float64",
+        (3, 4),
+        "special",
+        -1,
+        "[[nan inf -inf -0][0.1 0.33333333333333331 1e+20 1.0000001][123456789 2.5e-07 65504 "
+        "100000]]",
+    ),
+    (
+        "float64",
+        (2, 3),
+        [_NAN, -_NAN, 0.3, -1e-300, 1e300, 2.0],
+        -1,
+        "[[nan -nan 0.3][-1e-300 1e+300 2]]",
+    ),
+    (
+        "float32",
+        (2, 2, 2),
+        [_NAN, -_NAN, 0.3, 3e38, 1e-30, 2.0, 1e-7, 7.0],
+        3,
+        "[[[nan -nan][0.3...]]...]",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape", "values", "summarize", "tf_message"),
+    TF_ASSERT_MESSAGES,
+    ids=[f"{c[0]}{list(c[1])}-{c[3]}" for c in TF_ASSERT_MESSAGES],
+)
+def test_the_message_is_tensorflows_for_every_rank_dtype_and_summarize(
+    dtype: str, shape: tuple[int, ...], values: object, summarize: int, tf_message: str
+) -> None:
+    """TensorFlow's ``Tensor::SummarizeValue``: nested per dimension, ``summarize``
+    elements, ``...`` after; floats in the fewest digits that read back, NaN's sign."""
+    graph = kl.Graph()
+    with graph.as_default():
+        data = kl.constant(_tf_case_value(dtype, shape, values))
+        check = assert_op(False, [data], summarize=summarize, name="a")
+    with kl.Session(graph) as session, pytest.raises(kl.InvalidArgumentError) as info:
+        session.run([], targets=[check])
+    assert str(info.value) == f"node 'a' (op Assert): assertion failed: {tf_message}"
+
+
+def test_the_message_of_several_data_tensors_is_tensorflows() -> None:
+    # TensorFlow 2.21's message for these three tensors and summarize=3 (as above).
+    graph = kl.Graph()
+    with graph.as_default():
+        data = [np.array([[1, 2], [3, 4]], np.int32), np.float32(2.5), np.array([True, False])]
+        check = assert_op(False, data, summarize=3, name="a")
+    with kl.Session(graph) as session, pytest.raises(kl.InvalidArgumentError) as info:
+        session.run([], targets=[check])
+    assert str(info.value).endswith("assertion failed: [[1 2][3...]...] [2.5] [1 0]")
+
+
+def test_complex_values_print_as_python_does_where_tensorflow_prints_question_marks() -> None:
+    """TensorFlow prints '[? ? ?...]' for these; kernloom shows the values, nested."""
+    graph = kl.Graph()
+    with graph.as_default():
+        data = np.array([[1 + 2j, 3], [4, 5]], np.complex64)
+        check = assert_op(False, [data], summarize=3, name="a")
+    with kl.Session(graph) as session, pytest.raises(kl.InvalidArgumentError) as info:
+        session.run([], targets=[check])
+    assert str(info.value).endswith("assertion failed: [[(1+2j) (3+0j)][(4+0j)...]...]")
 
 
 def test_the_condition_must_be_a_scalar() -> None:

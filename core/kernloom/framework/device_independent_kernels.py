@@ -12,6 +12,7 @@ another priority or under a label.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -100,21 +101,80 @@ def identity_n(ctx: OpKernelContext) -> None:
 
 
 def summarize(value: Any, limit: int) -> str:
-    """A tensor as TensorFlow's ``SummarizeValue`` prints it in an Assert's message: the
-    first ``limit`` elements (all of them when ``limit`` is negative), flat, separated by
-    spaces, and ``...`` when some were left out."""
-    flat = np.asarray(value).reshape(-1)
-    shown = flat if limit < 0 else flat[:limit]
-    text = " ".join(_element(v) for v in shown.tolist())
-    return text + ("..." if shown.size < flat.size else "")
+    """A tensor as TensorFlow's ``Tensor::SummarizeValue(limit)`` prints it in an Assert's
+    message (``print_v2=false``): the first ``limit`` elements in row-major order (all of
+    them when ``limit`` is negative), nested in brackets per dimension as far as they go
+    (``[[1 2][3...]...]`` for ``[[1, 2], [3, 4]]`` and 3), separated by spaces, and ``...``
+    when some were left out; a scalar bare, and an empty tensor (or a bool one with
+    ``limit`` 0) as nothing. Elements print as TensorFlow's ``StrCat``: bools as 1 and 0,
+    float16 and float32 as the shortest of ``%.6g`` and ``%.9g`` that reads back as the
+    same float32, float64 of ``%.15g`` and ``%.17g``, NaN as ``nan`` or ``-nan``. Complex
+    values, which TensorFlow prints as ``?`` (flat), print here as Python's
+    ``complex`` (``(1+2j)``), nested as the rest."""
+    array = np.asarray(value)
+    count = array.size
+    shown = count if limit < 0 else min(limit, count)
+    if shown == 0 and array.dtype == np.bool_:
+        return ""  # (TensorFlow's SummarizeArray<bool> has no data to read: no "...")
+    element = _element_format(array.dtype)
+    texts = [element(v) for v in array.reshape(-1)[:shown].tolist()]
+    text = " ".join(texts) if array.ndim == 0 else _nested(array.shape, texts)
+    return text + ("..." if count > shown else "")
 
 
-def _element(v: Any) -> str:
-    if isinstance(v, bool):
-        return "1" if v else "0"  # as TensorFlow prints bool tensors
-    if isinstance(v, float):
-        return f"{v:.9g}"
-    return str(v)
+def _nested(shape: tuple[int, ...], texts: list[str]) -> str:
+    """TensorFlow's ``PrintOneDim``: ``texts`` (the first elements) in a bracket per
+    dimension but the outermost, a dimension left open where they run out."""
+    out: list[str] = []
+    limit = len(texts)
+    last = len(shape) - 1
+    index = 0
+
+    def dim(d: int) -> None:
+        nonlocal index
+        if index >= limit:
+            return
+        if d == last:
+            for i in range(shape[d]):
+                if index >= limit:
+                    if d != 0:
+                        out.append("...")
+                    return
+                if i > 0:
+                    out.append(" ")
+                out.append(texts[index])
+                index += 1
+            return
+        for _ in range(shape[d]):
+            if index >= limit:
+                return  # (no more output: TensorFlow's loop goes on printing nothing)
+            out.append("[")
+            dim(d + 1)
+            out.append("]")
+
+    dim(0)
+    return "".join(out)
+
+
+def _element_format(dtype: np.dtype[Any]) -> Callable[[Any], str]:
+    if dtype == np.bool_:
+        return lambda v: "1" if v else "0"
+    if dtype.kind == "f":
+        if dtype.itemsize <= 4:  # float16 prints as the float32 it casts to
+            return lambda v: _float_text(v, 6, 9, np.float32)
+        return lambda v: _float_text(v, 15, 17, float)
+    return str
+
+
+def _float_text(v: float, digits: int, full: int, kind: Callable[[Any], Any]) -> str:
+    """``v`` as tsl's ``FloatToBuffer``/``DoubleToBuffer``: ``%g`` with ``digits``
+    significant digits when that reads back as the same value, else with ``full``."""
+    if v != v:
+        return "-nan" if math.copysign(1.0, v) < 0 else "nan"
+    text = f"{v:.{digits}g}"
+    if kind(float(text)) != kind(v):
+        text = f"{v:.{full}g}"
+    return text
 
 
 class AssertKernel(OpKernel):

@@ -36,6 +36,7 @@ from kernloom.framework.node_def import NodeDef
 from kernloom.framework.op_kernel import KernelSignature
 from kernloom.graph.graph import Graph, Node
 from kernloom.registry import Registry, registry_of
+from kernloom.runtime.subgraph import step_node_label, step_node_where
 
 __all__ = ["METADATA_OPS", "Placement", "PlacementDecision", "Placer", "TypeCandidate"]
 
@@ -198,7 +199,7 @@ class Placer:
             for target in node.colocation_names:
                 if target not in self._graph:
                     raise InvalidArgumentError(
-                        f"node {node.name!r} (op {node.op}) must be colocated with {target!r}, "
+                        f"{step_node_where(node)} must be colocated with {target!r}, "
                         f"which is not in the graph"
                     )
                 groups.union(target, node.name)
@@ -290,12 +291,7 @@ class Placer:
                 next(c for c in candidates[n.name] if c.device_type == t).supported for n in group
             )
         ]
-        names = ", ".join(repr(n.name) for n in group)
-        what = (
-            f"node {group[0].name!r} (op {group[0].op})"
-            if len(group) == 1
-            else f"colocation group [{names}]"
-        )
+        what = _describe_group(group)
         requested = self._requested(group)
         if requested is not None:
             spec, requester = requested
@@ -318,9 +314,7 @@ class Placer:
                     for n in group
                 ]
                 details = "; ".join(
-                    f"node {n.name!r} (op {n.op}): {c.reason}"
-                    for n, c in lacking
-                    if not c.supported
+                    f"{step_node_where(n)}: {c.reason}" for n, c in lacking if not c.supported
                 )
                 problem = (
                     f"{what} requests device {requester.requested_device!r}, but cannot run "
@@ -340,7 +334,7 @@ class Placer:
             )
         if not supported:
             lines = [
-                f"  - node {n.name!r} (op {n.op}): "
+                f"  - {step_node_where(n)}: "
                 + ", ".join(
                     f"{c.device_type}: {'yes' if c.supported else c.reason}"
                     for c in candidates[n.name]
@@ -375,10 +369,24 @@ class Placer:
                 a, b = getattr(merged, field), getattr(spec, field)
                 if a is not None and b is not None and a != b:
                     raise InvalidArgumentError(
-                        f"nodes {first.name!r} and {node.name!r} must be colocated but request "
-                        f"different devices: {first.requested_device!r} and "
-                        f"{node.requested_device!r}"
+                        f"nodes {step_node_label(first)} and {step_node_label(node)} must be "
+                        f"colocated but request different devices: "
+                        f"{first.requested_device!r} and {node.requested_device!r}"
                     )
                 combined[field] = a if a is not None else b
             merged = DeviceSpec(**combined)
         return (merged, first) if merged is not None and first is not None else None
+
+
+def _describe_group(group: list[Node]) -> str:
+    """How a placement error names ``group``, in the user's terms: a fetch's ``_Retval``,
+    colocated with its producer only because it is fetched, is left out beside it, and a
+    step's ``_Arg``/``_Retval`` is named by the feed or fetch it stands for
+    (``step_node_where``), never by its internal name (``feed/x_0``)."""
+    names = {n.name for n in group}
+    shown = [
+        n for n in group if not (n.op == "_Retval" and n.inputs and n.inputs[0].node.name in names)
+    ] or group
+    if len(shown) == 1:
+        return step_node_where(shown[0])
+    return f"colocation group [{', '.join(step_node_label(n) for n in shown)}]"

@@ -4,7 +4,9 @@ For a (feeds, fetches, targets) signature: keep only the nodes the fetches and t
 need -- walking inputs backwards and stopping at fed tensors, so a fed tensor's producer
 does not run -- replace each fed tensor by an ``_Arg`` and consume each fetched tensor
 with a ``_Retval`` colocated with its producer. Session kernel labels are applied to the
-copies of nodes that do not ask for a label themselves.
+copies of nodes that do not ask for a label themselves. Each ``_Arg`` and ``_Retval``
+records the user's tensor it stands for (``STANDS_FOR_ATTR``), so that an error about it
+(the placer's) names that tensor or placeholder, never ``feed/x_0`` (``step_node_where``).
 """
 
 from __future__ import annotations
@@ -12,15 +14,57 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from kernloom.errors import Hint, InvalidArgumentError, Setting
 from kernloom.framework.node_def import KERNEL_LABEL_ATTR
 from kernloom.graph.graph import BACK_EDGE_OPS, COLOCATION_ATTR, Graph, Node, with_stand_ins
 from kernloom.graph.tensor import Tensor
 
-__all__ = ["StepGraph", "build_step_graph"]
+__all__ = ["STANDS_FOR_ATTR", "StepGraph", "build_step_graph", "step_node_label", "step_node_where"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
+
+STANDS_FOR_ATTR: Final = "_stands_for"
+"""On a step's ``_Arg`` and ``_Retval``: ``[tensor, op]``, the user's tensor it feeds or
+fetches and the op of that tensor's node, for errors to name what the user built
+(``node 'x' (op Placeholder)``, ``fetch 'y:0'``) rather than ``feed/x_0``."""
+
+
+def _stands_for(node: Node) -> tuple[str, str] | None:
+    value = node.attrs.get(STANDS_FOR_ATTR) if node.op in ("_Arg", "_Retval") else None
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        return None
+    return str(value[0]), str(value[1])
+
+
+def step_node_label(node: Node) -> str:
+    """How an error lists ``node`` of a step graph among others: ``'name'``; a feed of a
+    placeholder as the placeholder (``'x'``), another feed as ``feed 'y:0'``, a fetch as
+    ``fetch 'y:0'``."""
+    found = _stands_for(node)
+    if found is None:
+        return repr(node.name)
+    tensor, op = found
+    if node.op == "_Retval":
+        return f"fetch {tensor!r}"
+    if op == "Placeholder":
+        return repr(tensor.rpartition(":")[0])
+    return f"feed {tensor!r}"
+
+
+def step_node_where(node: Node) -> str:
+    """How an error names ``node`` of a step graph: ``node 'name' (op Op)``; a feed of a
+    placeholder as the placeholder (``node 'x' (op Placeholder)``, which asked for the
+    device the ``_Arg`` inherits), another feed as ``feed 'y:0' (op _Arg)``, a fetch as
+    ``fetch 'y:0' (op _Retval)``."""
+    found = _stands_for(node)
+    if found is None:
+        return f"node {node.name!r} (op {node.op})"
+    tensor, op = found
+    if node.op == "_Arg" and op == "Placeholder":
+        return f"node {tensor.rpartition(':')[0]!r} (op Placeholder)"
+    return f"{step_node_label(node)} (op {node.op})"
 
 
 @dataclass(frozen=True)
@@ -137,7 +181,12 @@ def build_step_graph(
         arg = step.add_node(
             "_Arg",
             [],
-            {"T": tensor.dtype, "index": index, "shape": tensor.shape},
+            {
+                "T": tensor.dtype,
+                "index": index,
+                "shape": tensor.shape,
+                STANDS_FOR_ATTR: [name, tensor.node.op],
+            },
             name=f"feed/{base}",
             device=requested,
         )
@@ -194,7 +243,12 @@ def build_step_graph(
         retval = step.add_node(
             "_Retval",
             [source],
-            {"T": source.dtype, "index": index, COLOCATION_ATTR: [f"loc:@{source.node.name}"]},
+            {
+                "T": source.dtype,
+                "index": index,
+                COLOCATION_ATTR: [f"loc:@{source.node.name}"],
+                STANDS_FOR_ATTR: [name, graph.tensor(name).node.op],
+            },
             name=f"fetch/{base}",
         )
         retval_nodes.append(retval.name)
