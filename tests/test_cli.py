@@ -187,6 +187,11 @@ def test_kernels_filters_by_op_and_device(run: Run, install: Install) -> None:
     assert (row["label"], row["constraints"], row["plugin"]) == ("fast", {"T": ["float32"]}, "k")
     code, out, _ = run("kernels", "--json", "--device", "GPU", eps=eps)
     assert [r["op"] for r in json.loads(out)] == ["Tanh"]
+    for spelled in ("gpu", "GPU:0", "/device:GPU:0"):  # as device names are written elsewhere
+        code, out, _ = run("kernels", "--json", "--device", spelled, eps=eps)
+        assert code == 0 and [r["op"] for r in json.loads(out)] == ["Tanh"], spelled
+    code, out, err = run("kernels", "--device", "Nope", eps=eps)
+    assert code == 2 and "--device Nope: no device type 'Nope'; types: " in err
     code, out, _ = run("kernels", "--op", "Relu", eps=eps)
     assert code == 0 and "fast" in out and "T in {float32}" in out
     code, out, _ = run("kernels", "--op", "Softmax", eps=eps)

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kernloom.cli_args import UsageError
 from kernloom.cli_compare import add_compare_parser
 from kernloom.cli_console import plain_console
 from kernloom.cli_flags import cli_message
@@ -31,7 +32,7 @@ from kernloom.cli_optimize import add_optimize_parser
 from kernloom.cli_plugin import add_plugin_parser
 from kernloom.cli_run import add_run_parser
 from kernloom.demo import add_demo_parser
-from kernloom.errors import InvalidArgumentError, KernloomError, PluginError
+from kernloom.errors import InvalidArgumentError, KernloomError, PluginError, did_you_mean
 from kernloom.framework.attr import format_attr_value
 from kernloom.framework.device import DeviceOptions
 from kernloom.framework.device_factory_registry import (
@@ -39,6 +40,7 @@ from kernloom.framework.device_factory_registry import (
     create_devices_checked,
     probe_unavailable,
 )
+from kernloom.framework.device_name import parse_device_name
 from kernloom.framework.origin import Origin
 from kernloom.hooks import KERNLOOM_API_VERSION, PluginState
 from kernloom.registry import Registry
@@ -320,13 +322,43 @@ def _cmd_ops(registry: Registry, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _kernel_device_type(registry: Registry, text: str | None) -> str | None:
+    """``--device`` as a device type: a type (any case: ``cpu``) or a device name
+    (``CPU:0``, ``/device:GPU:1``), one that a factory creates or a kernel is registered
+    for; anything else is refused, naming the types, not answered with an empty table."""
+    if text is None:
+        return None
+    types = sorted(
+        {
+            *registry.placement_order(),
+            *(k.kernel_def.device_type for k in registry.kernels.kernels()),
+        }
+    )
+    try:
+        wanted = parse_device_name(text).device_type or text
+    except KernloomError:
+        wanted = text
+    for device_type in types:
+        if device_type.lower() == wanted.lower():
+            return device_type
+    raise UsageError(
+        f"--device {text}: no device type {wanted!r}; types: {', '.join(types) or '(none)'}."
+        + did_you_mean(wanted, types)
+    )
+
+
 def _cmd_kernels(registry: Registry, args: argparse.Namespace) -> int:
     if _report_unknown_op(registry, args.op):
+        return EXIT_USAGE
+    try:
+        device_type = _kernel_device_type(registry, args.device)
+    except UsageError as exc:
+        _console(stderr=True).print(f"error: {exc}")
         return EXIT_USAGE
     kernels = [
         k
         for k in registry.kernels.kernels(args.op)
-        if args.device is None or k.kernel_def.device_type == args.device
+        if device_type is None or k.kernel_def.device_type == device_type
     ]
     if args.json:
         rows = [
