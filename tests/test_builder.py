@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,3 +188,197 @@ def test_default_graphs_are_per_thread() -> None:
         thread.join()
         assert kl.get_default_graph() is g
     assert seen[0] is not g
+
+
+def _names_under_scopes() -> dict[str, str]:
+    """What each ``kl.name_scope`` yields and the name of a constant built in it, for a
+    sequence of scopes also run with ``tf.compat.v1.name_scope`` (TensorFlow 2.21)."""
+
+    def c(name: str = "x") -> str:
+        return kl.constant(1.0, name=name).name
+
+    seen: dict[str, str] = {}
+    with kl.name_scope("a/b") as s:
+        seen["a/b"] = f"{s} {c()}"
+    with kl.name_scope("a/b") as s:
+        seen["a/b again"] = f"{s} {c()}"
+    with kl.name_scope("a") as s:
+        seen["a after a/b"] = f"{s} {c()}"
+    with kl.name_scope("s") as s:
+        seen["s"] = f"{s} {c('y')}"
+    with kl.name_scope("s/") as s:
+        seen["s/"] = f"{s} {c()}"
+    with kl.name_scope("s") as s:
+        seen["s again"] = f"{s} {c()}"
+    with kl.name_scope("outer"):
+        with kl.name_scope("s/") as s:
+            seen["outer>s/"] = f"{s} {c()}"
+        with kl.name_scope("inner") as s:
+            seen["outer>inner"] = f"{s} {c()}"
+            with kl.name_scope(None) as s3:
+                seen["None"] = f"{s3} {c('z')}"
+            with kl.name_scope("") as s3:
+                seen["''"] = f"{s3} {c('z')}"
+            with kl.name_scope("_u") as s3:
+                seen["_u nested"] = f"{s3} {c()}"
+            with kl.name_scope("-u") as s3:
+                seen["-u nested"] = f"{s3} {c()}"
+        with kl.name_scope("/") as s:
+            seen["outer>/"] = f"{s} {c()}"
+        with kl.name_scope("p/q/") as s:
+            seen["outer>p/q/"] = f"{s} {c()}"
+    with kl.name_scope("Foo") as s:
+        seen["Foo"] = f"{s} {c()}"
+    with kl.name_scope("foo") as s:
+        seen["foo"] = f"{s} {c()}"
+    c("q")
+    with kl.name_scope("q") as s:
+        seen["q after node q"] = f"{s} {c()}"
+    with kl.name_scope("r"):
+        pass
+    seen["node r after scope r"] = c("r")
+    with kl.name_scope("k_1"):
+        pass
+    with kl.name_scope("k"):
+        pass
+    with kl.name_scope("m//n") as s:
+        seen["m//n"] = f"{s} {c()}"
+    return seen
+
+
+def test_name_scopes_follow_tensorflow_1_rules(g: kl.Graph, tmp_path: Path) -> None:
+    seen = _names_under_scopes()
+    # TensorFlow 2.21's results: tf.compat.v1.name_scope in a tf.compat.v1.Graph, the same
+    # sequence, printing the scope each `with` yields and the constant's tensor name.
+    assert seen == {
+        "a/b": "a/b/ a/b/x:0",
+        "a/b again": "a/b_1/ a/b_1/x:0",
+        "a after a/b": "a/ a/x:0",
+        "s": "s/ s/y:0",
+        "s/": "s/ s/x:0",  # re-entered: not made unique
+        "s again": "s_1/ s_1/x:0",
+        "outer>s/": "s/ s/x_1:0",  # from the root, not outer/s
+        "outer>inner": "outer/inner/ outer/inner/x:0",
+        "None": " z:0",  # the root scope
+        "''": " z_1:0",
+        "_u nested": "outer/inner/_u/ outer/inner/_u/x:0",
+        "-u nested": "outer/inner/-u/ outer/inner/-u/x:0",
+        "outer>/": "/ x:0",
+        "outer>p/q/": "p/q/ p/q/x:0",
+        "Foo": "Foo/ Foo/x:0",
+        "foo": "foo_1/ foo_1/x:0",  # names compare without case
+        "q after node q": "q_1/ q_1/x:0",
+        "node r after scope r": "r_1:0",
+        "m//n": "m//n/ m//n/x:0",
+    }
+    with kl.name_scope("k") as twice:  # after k_1 and k (TF 2.21: 'k_2/')
+        assert twice == "k_2/"
+    # Every name is one Graph.load takes back, and the graph runs.
+    path = tmp_path / "scopes.json"
+    g.save(path)
+    loaded = kl.Graph.load(path)
+    assert [n.name for n in loaded.nodes] == [n.name for n in g.nodes]
+    with kl.Session(loaded) as sess:
+        assert sess.run(["a/b/x:0", "s/x:0", "outer/inner/_u/x:0", "m//n/x:0"]) == [1.0] * 4
+
+
+@pytest.mark.parametrize(
+    ("outer", "name", "error", "message"),
+    [
+        # TensorFlow 2.21 refuses the same names (ValueError "... is not a valid root scope
+        # name", TypeError for 3); the messages are kernloom's.
+        (None, "_u", kl.InvalidArgumentError, "starting with a letter, a digit or '.' at the root"),
+        (None, "a b", kl.InvalidArgumentError, "is not a valid scope name"),
+        (None, "a:0", kl.InvalidArgumentError, "is not a valid scope name"),
+        (None, "/x", kl.InvalidArgumentError, "is not a valid scope name"),
+        (None, 3, TypeError, "a name scope is a str"),
+        ("o", "a b", kl.InvalidArgumentError, r"is not a valid scope name.*opened inside 'o'"),
+        # kernloom's own: '_x/' re-enters a root scope '_x' that no node name may start.
+        ("o", "_x/", kl.InvalidArgumentError, "re-enters that scope from the root"),
+    ],
+)
+def test_a_bad_name_scope_is_an_error_naming_it(
+    g: kl.Graph, outer: str | None, name: object, error: type[Exception], message: str
+) -> None:
+    with (
+        kl.name_scope(outer),
+        pytest.raises(error, match=message) as info,
+        kl.name_scope(name),  # type: ignore[arg-type]
+    ):
+        pass
+    assert repr(name) in str(info.value)
+    assert kl.constant(1.0, name="after").name == "after:0"  # the scope was left as it was
+
+
+def test_control_dependencies_take_what_tensorflow_takes(g: kl.Graph, tmp_path: Path) -> None:
+    other = kl.Graph()
+    with other.as_default():
+        elsewhere = kl.constant(1.0, name="other")
+    a = kl.constant(1.0, name="a")
+    v = kl.Variable(np.float32(5.0), name="v")
+
+    def control_inputs(deps: object) -> list[str]:
+        with kl.control_dependencies(deps):  # type: ignore[arg-type]
+            return [n.name for n in kl.ops.no_op().control_inputs]
+
+    # TensorFlow 2.21 (tf.compat.v1.control_dependencies, then tf.no_op's control inputs):
+    assert control_inputs([v]) == ["v"]  # a variable: its handle's op
+    assert control_inputs(["a"]) == ["a"]  # a node's name
+    assert control_inputs(["a:0"]) == ["a"]  # a tensor's name
+    assert control_inputs(None) == []
+    assert control_inputs([]) == []
+    # TF 2.21: ValueError "Tensor ... is not an element of this graph." (the dependency used
+    # to be opened on the other graph and silently dropped here).
+    for foreign, what in ((elsewhere, "tensor 'other:0'"), (elsewhere.node, "node 'other'")):
+        with pytest.raises(kl.InvalidArgumentError, match=f"{what} is not an element of this"):
+            control_inputs([foreign])
+    # TF 2.21: KeyError "The name 'nope' refers to an Operation not in the graph." and
+    # "... 'a', exists but only has 1 outputs."
+    with pytest.raises(kl.NotFoundError, match=r"control_dependencies: item 0: .*'nope'"):
+        control_inputs(["nope"])
+    with pytest.raises(kl.InvalidArgumentError, match=r"'a' \(op Const\) has 1 output"):
+        control_inputs(["a:3"])
+    # TF 2.21: TypeError "Can not convert a NoneType into a Tensor or Operation." (and int).
+    for bad in ([None], [a, 3]):
+        with pytest.raises(TypeError, match=r"item \d: got (None|3) .*expected a kl.Tensor"):
+            control_inputs(bad)
+    with pytest.raises(TypeError, match=r"takes a list .*wrap a single one in a list"):
+        control_inputs(a)  # TF 2.21 refuses a bare tensor too (it cannot be iterated)
+    with kl.control_dependencies([v]):
+        waits = a * 4.0  # used to hold the kl.Variable itself: Session.run's AttributeError
+    assert waits.node.control_inputs == [v.handle.node]
+    init = kl.variables_initializer()
+    path = tmp_path / "deps.json"
+    g.save(path)
+    for graph in (g, kl.Graph.load(path)):
+        assert graph.node(waits.node.name).input_names() == ["a:0", "Const:0", "^v"]
+        with kl.Session(graph) as sess:
+            sess.run(init.name)
+            assert sess.run(waits.name) == 4.0
+
+
+def test_colocate_with_takes_a_tensor_node_variable_or_name_of_this_graph(g: kl.Graph) -> None:
+    other = kl.Graph()
+    with other.as_default():
+        elsewhere = kl.constant(1.0, name="other")
+    a = kl.constant(1.0, name="a")
+    v = kl.Variable(np.float32(5.0), name="v")
+
+    def colocation(target: object) -> list[str]:
+        with kl.colocate_with(target):
+            return (a * 3.0).node.colocation_names
+
+    assert colocation(v) == ["v"]  # TF 2.21: [b'loc:@v']
+    assert colocation(a) == colocation(a.node) == colocation("a") == colocation("a:0") == ["a"]
+    # TF 2.21 records the other graph's name ('loc:@other'), which names nothing here;
+    # kernloom refuses it, as it refuses a control dependency of another graph.
+    with pytest.raises(kl.InvalidArgumentError, match="'other:0' is not an element of this"):
+        colocation(elsewhere)
+    # TF 2.21: ValueError "Trying to reset colocation (op is None) but ignore_existing is not
+    # True"; these used to be AttributeErrors from inside kernloom.
+    with pytest.raises(kl.InvalidArgumentError, match=r"kl\.colocate_with: target is None"):
+        colocation(None)
+    with pytest.raises(TypeError, match=r"kl.colocate_with: got 3 \(int\); expected a kl"):
+        colocation(3)
+    with pytest.raises(kl.NotFoundError, match=r"kl\.colocate_with: the graph has no node"):
+        colocation("nope")

@@ -392,7 +392,7 @@ def test_a_loop_and_a_cond_from_threads(inter: int, intra: int) -> None:
         def body(i: Any, h: Any) -> Any:
             h = kl.ops.relu(kl.ops.conv2d(h, f, strides=[1, 1, 1, 1], padding="SAME"))
             flat = kl.ops.reshape(h, [-1, 256])
-            return i + 1, kl.ops.reshape(kl.ops.tanh(flat @ w), kl.ops.shape(h))
+            return i + 1, kl.ops.reshape(kl.ops.tanh(flat @ w), [-1, 8, 8, 4])
 
         _, looped = kl.while_loop(lambda i, h: i < n, body, [0, x], maximum_iterations=10)
         chosen = kl.cond(n > 2, lambda: looped * 2.0, lambda: looped - 1.0)

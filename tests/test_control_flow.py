@@ -297,7 +297,9 @@ def test_maximum_iterations_and_shape_invariants(registry: klp.Registry) -> None
             kl.constant([1.0, 2.0]),
             shape_invariants=kl.TensorShape([None]),
         )
-        with pytest.raises(kl.InvalidArgumentError, match="shape invariant"):
+        with pytest.raises(
+            kl.InvalidArgumentError, match=r"shape \(2,\), but has shape \(4,\) after one iteration"
+        ):
             kl.while_loop(
                 lambda v: ops.less(ops.sum(v, [0]), 20.0),
                 lambda v: ops.concat_v2([v, v], 0),
@@ -348,10 +350,12 @@ def test_an_error_in_a_loop_body_names_node_frame_and_iteration(registry: klp.Re
     g = kl.Graph(registry)
     with g.as_default():
         start = kl.placeholder(kl.float32, [], name="start")
+        # FailIfNegative has no shape function: its output's shape is unknown.
         _, out = kl.while_loop(
             lambda i, v: i < 10,
             lambda i, v: (i + 1, guard(v - 1.0, name="check")),
             [0, start],
+            shape_invariants=[kl.TensorShape([]), kl.TensorShape(None)],
         )
     with kl.Session(g) as s:
         with pytest.raises(kl.KernelError) as info:
@@ -551,3 +555,173 @@ def test_an_unobserved_loop_delivers_through_pass_throughs_a_traced_one_runs_the
     seen = [s.node for s in md.step_stats.nodes]  # a traced step reports the live runs
     assert sum(1 for name in seen if name.endswith("copy")) == n
     assert sum(1 for name in seen if "next_iteration" in name) == 2 * n
+
+
+# -- shape invariants: TensorFlow 1's rule ---------------------------------------------------------
+
+# (entry shape, body result's shape, shape invariant or None for the default, accepted): each
+# outcome is tf.compat.v1.while_loop's (control flow v1, TensorFlow 2.21), which raises
+# "Input tensor 'x:0' enters the loop with shape (2,), but has shape (None,) after one
+# iteration. To allow the shape to vary across iterations, use the `shape_invariants`
+# argument of tf.while_loop to specify a less-specific shape." for each refused one.
+# ``None`` as a shape: an unknown rank.
+INVARIANT_CASES = [
+    ([2], [None], None, False),
+    ([2], [3], [None], True),
+    ([2], [3], None, False),
+    ([2], None, None, False),
+    (None, [3], None, True),
+    ([], None, None, False),
+    ([], [], None, True),
+    ([None, 2], [None, None], None, False),
+    ([None, 2], [5, 2], None, True),
+    ([2, 3], [None, None], [None, 3], False),
+    ([2, 3], [None, 2], [None, 3], False),
+    ([2], [2, 1], None, False),
+]
+
+
+@pytest.mark.parametrize(("entry", "body", "invariant", "accepted"), INVARIANT_CASES)
+def test_a_body_result_must_be_as_specific_as_the_shape_invariant(
+    registry: klp.Registry,
+    entry: list[int | None] | None,
+    body: list[int | None] | None,
+    invariant: list[int | None] | None,
+    accepted: bool,
+) -> None:
+    """The body's result for a loop variable must have the invariant's rank and every
+    dimension the invariant knows (TensorFlow's ``_EnforceShapeInvariant``); a merely
+    compatible one was accepted, and the loop's output claimed the invariant's shape."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        x = kl.placeholder(kl.float32, entry, name="x")
+        y = kl.placeholder(kl.float32, body, name="y")
+        kwargs: dict[str, Any] = {}
+        if invariant is not None:
+            kwargs["shape_invariants"] = [kl.TensorShape([]), kl.TensorShape(invariant)]
+        if accepted:
+            _, out = kl.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, y), [0, x], **kwargs)
+            assert out.shape == kl.TensorShape(entry if invariant is None else invariant)
+            return
+        with pytest.raises(kl.InvalidArgumentError) as info:
+            kl.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, y), [0, x], **kwargs)
+    message = str(info.value)
+    assert f"loop variable 1 ('x:0') enters the loop with shape {kl.TensorShape(entry)}" in message
+    assert f"but has shape {kl.TensorShape(body)} after one iteration" in message
+    assert "shape_invariants=" in message
+    if invariant is not None:
+        assert f"(shape invariant {kl.TensorShape(invariant)})" in message
+
+
+def test_a_grown_loop_variable_needs_a_shape_invariant_and_then_gives_right_shapes(
+    registry: klp.Registry,
+) -> None:
+    """concat([x, z]) of shape (?,) for an x that enters as (2,): refused as TensorFlow 1
+    refuses it. It was accepted and the output kept the static shape (2,) while holding 4
+    values, so fill(shape(out)) gave 2 values with the optimizer (constant folding trusts
+    the static shape) and reshape(out, [-1, 2]) claimed (1, 2)."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        z = kl.placeholder(kl.float32, [None], name="z")
+        x = kl.constant([1.0, 2.0], name="x")
+
+        def body(i: kl.Tensor, v: kl.Tensor) -> tuple[kl.Tensor, kl.Tensor]:
+            return i + 1, ops.concat_v2([v, z], 0)
+
+        with pytest.raises(
+            kl.InvalidArgumentError,
+            match=r"loop variable 1 \('x:0'\) enters the loop with shape \(2,\), but has shape "
+            r"\(\?,\) after one iteration.*shape_invariants=",
+        ):
+            kl.while_loop(lambda i, v: i < 2, body, [0, x])
+        _, out = kl.while_loop(
+            lambda i, v: i < 2,
+            body,
+            [0, x],
+            shape_invariants=[kl.TensorShape([]), kl.TensorShape([None])],
+        )
+        filled = ops.fill(ops.shape(out), 7.0)
+        rows = ops.reshape(out, [-1, 2])
+    assert out.shape == kl.TensorShape([None]) and rows.shape == kl.TensorShape([None, 2])
+    for config in (None, kl.SessionConfig(graph_optimizer=False)):
+        with kl.Session(g, config) as s:
+            got, got_filled, got_rows = s.run([out, filled, rows], {z: [5.0]})
+        np.testing.assert_array_equal(got, [1.0, 2.0, 5.0, 5.0])
+        np.testing.assert_array_equal(got_filled, [7.0] * 4)
+        assert got_rows.shape == (2, 2)
+
+
+# -- namedtuple loop variables ---------------------------------------------------------------------
+
+Point = collections.namedtuple("Point", "a b")
+
+
+def test_namedtuple_loop_vars_are_unpacked_into_the_arguments(registry: klp.Registry) -> None:
+    """tf.compat.v1.while_loop calls cond(*loop_vars) and body(*loop_vars) for a namedtuple
+    as for a list or tuple; kl.while_loop passed the namedtuple as one argument. TensorFlow
+    2.21's values: P(a=3, b=8.0); with maximum_iterations=2, P(a=2, b=4.0); nested in a
+    list, (3, P(a=3, b=8.0)); kl.cond returning one, P(a=1, b=2.0)."""
+    seen: list[tuple[Any, ...]] = []
+    g = kl.Graph(registry)
+    with g.as_default():
+
+        def cond_fn(a: kl.Tensor, b: kl.Tensor) -> kl.Tensor:
+            seen.append((a, b))
+            return a < 3
+
+        def body_fn(a: kl.Tensor, b: kl.Tensor) -> Point:
+            return Point(a + 1, b * 2.0)
+
+        start = Point(kl.constant(0), kl.constant(1.0))
+        out = kl.while_loop(cond_fn, body_fn, start)
+        capped = kl.while_loop(cond_fn, body_fn, start, maximum_iterations=2)
+        nested = kl.while_loop(
+            lambda i, p: i < 3, lambda i, p: [i + 1, Point(p.a + 1, p.b * 2.0)], [0, start]
+        )
+        # A tuple for the namedtuple is accepted (TensorFlow returns the body's structure,
+        # a tuple; kl.while_loop returns that of loop_vars).
+        as_tuple = kl.while_loop(cond_fn, lambda a, b: (a + 1, b * 2.0), start)
+        chosen = kl.cond(kl.constant(True), lambda: Point(1, 2.0), lambda: Point(3, 4.0))
+    assert all(isinstance(a, kl.Tensor) and isinstance(b, kl.Tensor) for a, b in seen)
+    assert isinstance(out, Point) and isinstance(nested[1], Point) and isinstance(chosen, Point)
+    with kl.Session(g) as s:
+        assert s.run(out) == Point(3, 8.0)
+        assert s.run(capped) == Point(2, 4.0)
+        assert s.run(nested) == [3, Point(3, 8.0)]
+        assert s.run(as_tuple) == Point(3, 8.0)
+        assert s.run(chosen) == Point(1, 2.0)
+
+
+def test_a_namedtuple_body_must_keep_the_structure(registry: klp.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        start = Point(kl.constant(0), kl.constant(1.0))
+        with pytest.raises(kl.InvalidArgumentError, match="structure of loop_vars"):
+            kl.while_loop(lambda a, b: a < 3, lambda a, b: (a + 1,), start)
+        with pytest.raises(kl.InvalidArgumentError, match="structure of loop_vars"):
+            kl.while_loop(lambda a, b: a < 3, lambda a, b: Point(a + 1, [b, b]), start)
+
+
+def test_a_shape_known_outside_the_loop_keeps_the_body_s_results_as_specific() -> None:
+    """A constant shape made outside the loop (an ``Enter`` brings it in) and ``shape(x)``
+    of a fully known ``x`` are known to shape inference, as TensorFlow's shape refiner
+    knows them: the reshape in the body keeps (2, 3), so the loop's shape invariant holds
+    (it was (?, ?), refused by the invariant check)."""
+    g = kl.Graph()
+    with g.as_default():
+        target = kl.constant(np.array([2, 3], np.int32))
+        x = kl.placeholder(kl.float32, [2, 3])
+        i0 = kl.constant(0)
+        outside = kl.while_loop(
+            lambda i, v: i < 3, lambda i, v: (i + 1, kl.ops.reshape(v * 2.0, target)), [i0, x]
+        )
+        shape_of = kl.while_loop(
+            lambda i, v: i < 3,
+            lambda i, v: (i + 1, kl.ops.reshape(v * 2.0, kl.ops.shape(x))),
+            [i0, x],
+        )
+    assert outside[1].shape == (2, 3) and shape_of[1].shape == (2, 3)
+    with kl.Session(g) as sess:
+        a, b = sess.run([outside[1], shape_of[1]], {x: np.ones((2, 3), np.float32)})
+    np.testing.assert_array_equal(a, np.full((2, 3), 8.0))
+    np.testing.assert_array_equal(b, np.full((2, 3), 8.0))

@@ -346,6 +346,49 @@ def test_a_control_dependency_on_an_outside_node_inside_a_loop_body(
         assert list(run(sess, config, nested, {n: 3})) == [2, 72.0]
 
 
+@pytest.mark.parametrize("config", CONFIGS)
+def test_a_control_dependency_on_an_outside_node_in_a_cond_inside_a_loop(
+    registry: klp.Registry, config: str
+) -> None:
+    """The same dependencies taken in a ``kl.cond`` branch (and in a cond in a cond) inside
+    the loop body: the branch handed them on unchanged, an edge from the root frame into
+    the loop's, and every run refused the graph ("fed from two frames"); the enclosing
+    loop now brings them into its frame as it does for its body. TensorFlow 1 runs it:
+    3, 3 and 0 (its cond branch drops the outside dependency, so its ``v`` stays 0.0; here
+    the dependency holds, and ``outer`` runs once per run of a loop, as in a body)."""
+    g = kl.Graph(registry)
+    with g.as_default():
+        v = kl.Variable(np.float32(0.0), name="v")
+        u = kl.Variable(np.float32(0.0), name="u")
+        n = kl.placeholder(kl.int32, [], name="n")
+        outer = v.assign_add(kl.constant(100.0))
+        with kl.control_dependencies([u.assign(kl.constant(2.0)).node]):
+            grouped = kl.ops.no_op(name="grouped")  # a node with no outputs
+
+        def waiting(i: kl.Tensor) -> kl.Tensor:
+            with kl.control_dependencies([outer, grouped]):
+                return i + 1
+
+        def body(i: kl.Tensor) -> Any:
+            return kl.cond(i > 0, lambda: waiting(i), lambda: i + 1)
+
+        def nested_body(i: kl.Tensor) -> Any:
+            return kl.cond(
+                i > 0, lambda: kl.cond(i > 1, lambda: waiting(i), lambda: i + 1), lambda: i + 1
+            )
+
+        (out,) = kl.while_loop(lambda i: i < n, body, [0])
+        (nested,) = kl.while_loop(lambda i: i < n, nested_body, [0])
+        read = v.value() + u.value()
+    with session(g, config) as sess:
+        sess.run([v.initializer, u.initializer])
+        assert run(sess, config, out, {n: 3}) == 3
+        assert sess.run(read) == 102.0
+        assert run(sess, config, nested, {n: 3}) == 3
+        assert run(sess, config, out, {n: 0}) == 0
+        assert sess.run(read) == 302.0
+
+
 # -- a loop and an independent branch ----------------------------------------------------------
 
 FAIRNESS_CONFIGS = {

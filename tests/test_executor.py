@@ -380,6 +380,8 @@ def _interrupting_graph(plugin: _Interrupts, loop: bool) -> tuple[kl.Graph, kl.T
                 lambda i, v: i < 3,
                 lambda i, v: (i + 1, kl.ops.neg(g.add_node("Interrupts", [v]).outputs[0])),
                 [0, x],
+                # Interrupts has no shape function: its output's shape is unknown.
+                shape_invariants=[kl.TensorShape([]), kl.TensorShape(None)],
             )
         else:  # an in-place chain after it: the compiled straight line
             y = kl.ops.neg(kl.ops.abs(kl.ops.neg(g.add_node("Interrupts", [x]).outputs[0])))

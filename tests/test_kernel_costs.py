@@ -144,7 +144,11 @@ def test_a_loop_of_cheap_independent_updates_runs_on_its_schedule(
         n = kl.placeholder(kl.int32, [], name="n")
         zeros = kl.constant(np.zeros(4, np.float32))
         count, s, t = kl.while_loop(
-            lambda i, s, t: i < n, lambda i, s, t: (i + 1, spy(s), spy(t)), [0, zeros, zeros]
+            lambda i, s, t: i < n,
+            lambda i, s, t: (i + 1, spy(s), spy(t)),
+            [0, zeros, zeros],
+            # The spy op has no shape function: its output's shape is unknown.
+            shape_invariants=[kl.TensorShape([]), kl.TensorShape(None), kl.TensorShape(None)],
         )
     with kl.Session(g, CONFIG) as sess:
         for _ in range(3):

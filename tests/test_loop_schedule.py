@@ -232,7 +232,13 @@ def test_a_loop_whose_predicate_is_false_at_once(
     g = kl.Graph(registry)
     with g.as_default():
         x = kl.placeholder(kl.float32, [3], name="x")
-        i, v = kl.while_loop(lambda i, v: i < 0, lambda i, v: (i + 1, guard(v - 100.0)), [5, x])
+        i, v = kl.while_loop(
+            lambda i, v: i < 0,
+            lambda i, v: (i + 1, guard(v - 100.0)),
+            [5, x],
+            # FailIfNegative has no shape function: its output's shape is unknown.
+            shape_invariants=[kl.TensorShape([]), kl.TensorShape(None)],
+        )
     xv = np.array([1.0, 2.0, 3.0], np.float32)
     with kl.Session(g, ONE_THREAD) as s:
         got_i, got_v = s.run([i, v], {x: xv})
@@ -360,6 +366,8 @@ def test_an_error_in_iteration_k_names_node_frame_and_iteration_as_the_general_e
             lambda i, v: i < 10,
             lambda i, v: (i + 1, guard(v - 1.0, name="check")),
             [0, start],
+            # FailIfNegative has no shape function: its output's shape is unknown.
+            shape_invariants=[kl.TensorShape([]), kl.TensorShape(None)],
         )
     with kl.Session(g, ONE_THREAD) as s:
         with pytest.raises(kl.KernelError) as fast:
@@ -482,11 +490,19 @@ def test_an_error_in_a_nested_loop_names_the_inner_frame_as_the_general_executor
                 lambda j, w: j < 2,
                 lambda j, w: (j + 1, guard(w - 1.0, name="check")),
                 [0, v],
+                # FailIfNegative has no shape function: its output's shape is unknown.
+                shape_invariants=[kl.TensorShape([]), kl.TensorShape(None)],
                 name="inner",
             )
             return i + 1, w
 
-        _, out = kl.while_loop(lambda i, v: i < 5, outer_body, [0, start], name="outer")
+        _, out = kl.while_loop(
+            lambda i, v: i < 5,
+            outer_body,
+            [0, start],
+            shape_invariants=[kl.TensorShape([]), kl.TensorShape(None)],
+            name="outer",
+        )
     with kl.Session(g, ONE_THREAD) as s:
         assert s.run(out, {start: 20.0}) == 10.0
         with pytest.raises(kl.KernelError) as fast:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -204,6 +205,9 @@ def test_an_initializer_for_a_graph_without_variables_says_where_to_build_it() -
         ("bad name", "' ' is not allowed in a node name", "bad_name"),
         ("_w", "it starts with '_'", "w"),
         ("", "is empty", "Variable"),
+        # kernloom's own: TensorFlow takes 'w/' as its scope re-entered (variable 'w');
+        # here it used to give a handle 'w/' and an initializer 'w//Assign'.
+        ("w/", "it ends with '/'", "w"),
     ],
 )
 def test_a_name_that_is_no_node_name_names_the_argument(
@@ -222,3 +226,211 @@ def test_a_name_that_is_no_node_name_names_the_argument(
     assert not any(n.op == "VarHandleOp" for n in g.nodes)  # refused before adding anything
     with g.as_default():
         assert kl.Variable(np.ones(1, np.float32), name=suggestion).name == suggestion
+
+
+def test_a_variable_in_a_name_scope_is_named_once_and_keeps_its_own_value(
+    registry: klp.Registry, tmp_path: Path
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        with kl.name_scope("sc"):
+            v = kl.Variable(np.float32(1.0), name="v")
+            bumped = v.assign_add(10.0)
+        other = kl.Variable(np.float32(100.0), name="sc/v")  # another variable
+        other_read = other.value()
+        init = kl.variables_initializer()
+    # TensorFlow 2.21 (tf.compat.v1.Variable(use_resource=True)): 'sc/v', then 'sc/v_1', with
+    # shared_name b'sc/v' and b'sc/v_1', initializers 'sc/v/Assign' and 'sc/v_1/Assign'.
+    # (They were 'sc/sc/v' and 'sc/v', both stored under 'sc/v': one value for two.)
+    assert (v.name, other.name) == ("sc/v", "sc/v_1")
+    assert [x.handle.node.attrs["shared_name"] for x in (v, other)] == ["sc/v", "sc/v_1"]
+    assert (v.initializer.name, other.initializer.name) == ("sc/v/Assign", "sc/v_1/Assign")
+    assert [n.name for n in g.nodes] == [
+        "sc/v/initial_value",
+        "sc/v",
+        "sc/v/Assign",
+        "sc/v/AssignAdd_value",
+        "sc/v/AssignAdd",
+        "sc/v/Read",
+        "sc/v_1/initial_value",
+        "sc/v_1",
+        "sc/v_1/Assign",
+        "sc/v_1/Read",
+        "init",
+    ]
+    path = tmp_path / "scoped.json"
+    g.save(path)
+    for graph in (g, kl.Graph.load(path)):
+        with kl.Session(graph) as s:
+            s.run(init.name)
+            assert s.run(bumped.name) == 11.0  # TF 2.21: v 11.0, the other 100.0
+            assert s.run(other_read.name) == 100.0
+            assert sorted(s.resource_mgr.names()) == ["sc/v", "sc/v_1"]
+
+
+def test_variable_names_are_made_unique_as_in_tensorflow(registry: klp.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        kl.constant(1.0, name="d")
+        after_node = kl.Variable(1.0, name="d")
+        with kl.name_scope("sc2"):
+            scoped = kl.Variable(1.0, name="q")
+        root = kl.Variable(1.0, name="q")
+        nested = kl.Variable(1.0, name="a/b")
+        with kl.name_scope("sc"):
+            first = kl.Variable(1.0, name="u")
+        second, third = kl.Variable(1.0, name="sc/u"), kl.Variable(1.0, name="sc/u")
+        node_after = kl.constant(1.0, name="q")
+    # TensorFlow 2.21: d_1, sc2/q, q, a/b, sc/u, sc/u_1, sc/u_2 (and a node 'q' is then 'q_1').
+    assert [x.name for x in (after_node, scoped, root, nested, first, second, third)] == [
+        "d_1",
+        "sc2/q",
+        "q",
+        "a/b",
+        "sc/u",
+        "sc/u_1",
+        "sc/u_2",
+    ]
+    assert node_after.name == "q_1:0"
+    with pytest.raises(kl.InvalidArgumentError, match="initial value has shape"):
+        kl.Variable(np.ones(2, np.float32), shape=[3], name="refused", graph=g)
+    assert kl.Variable(np.ones(3, np.float32), name="refused", graph=g).name == "refused"
+
+
+def test_a_variable_created_in_a_cond_branch_is_created_outside_it(
+    registry: klp.Registry, tmp_path: Path
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        p = kl.placeholder(kl.bool_, [], name="p")
+        made: list[kl.Variable] = []
+
+        def true_fn() -> kl.Tensor:
+            made.append(kl.Variable(5.0, name="incond"))
+            return made[0].value()
+
+        r = kl.cond(p, true_fn, lambda: kl.constant(1.0))
+        init = kl.variables_initializer()
+    (v,) = made
+    # TensorFlow 2.21 names it 'cond/incond' (its initializer 'cond/incond/Assign'), built
+    # outside the cond: its initializer runs with no feed (it used to need p, and p=False
+    # silently initialised nothing).
+    assert (v.name, v.initializer.name) == ("cond/incond", "cond/incond/Assign")
+    assert v.handle.node.control_inputs == v.initializer.control_inputs == []
+    assert [t.node.op for t in v.initializer.inputs] == ["VarHandleOp", "Const"]  # no Switch
+    assert g.node("cond/incond/initial_value").control_inputs == []  # no pivot
+    path = tmp_path / "cond_var.json"
+    g.save(path)
+    for graph in (g, kl.Graph.load(path)):
+        with kl.Session(graph) as s:
+            s.run(init.name)  # no feed
+            assert s.run(r.name, {"p:0": True}) == 5.0  # TF 2.21: 5.0
+            assert s.run(r.name, {"p:0": False}) == 1.0
+
+
+def test_a_variable_created_in_a_loop_body_can_be_read_after_the_loop(
+    registry: klp.Registry, tmp_path: Path
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        holder: list[kl.Variable] = []
+
+        def body(i: kl.Tensor) -> kl.Tensor:
+            if not holder:
+                holder.append(kl.Variable(0.0, name="inloop"))
+            bumped = holder[0].assign_add(1.0)
+            with kl.control_dependencies([bumped]):
+                return i + 1
+
+        (loop,) = kl.while_loop(lambda i: i < 4, body, [0])
+        read = holder[0].value()  # used to be fetchable only inside the loop's frame
+        init = kl.variables_initializer()
+    assert holder[0].name == "while/inloop"  # TF 2.21: 'while/inloop'
+    path = tmp_path / "loop_var.json"
+    g.save(path)
+    for graph in (g, kl.Graph.load(path)):
+        with kl.Session(graph) as s:
+            s.run(init.name)
+            assert s.run(loop.name) == 4 and s.run(read.name) == 4.0  # TF 2.21: '4 4.0'
+
+
+def test_a_cond_in_a_loop_body_creating_a_variable(registry: klp.Registry) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        holder: list[kl.Variable] = []
+
+        def body(i: kl.Tensor) -> kl.Tensor:
+            def bump() -> kl.Tensor:
+                if not holder:
+                    holder.append(kl.Variable(10.0, name="deep"))
+                return holder[0].assign_add(1.0)
+
+            done = kl.cond(i > 0, bump, lambda: kl.constant(0.0))
+            with kl.control_dependencies([done]):
+                return i + 1
+
+        (loop,) = kl.while_loop(lambda i: i < 4, body, [0])
+        init = kl.variables_initializer()
+        after = holder[0].value()
+    assert holder[0].name == "while/cond/deep"
+    with kl.Session(g) as s:
+        s.run(init)
+        assert s.run(loop) == 4 and s.run(after) == 13.0  # bumped for i = 1, 2, 3
+
+
+def test_an_initial_value_computed_in_control_flow_is_an_error_naming_the_variable(
+    registry: klp.Registry,
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        p = kl.placeholder(kl.bool_, [], name="p")
+        x = kl.placeholder(kl.float32, [], name="x")
+
+        def from_branch() -> kl.Tensor:
+            return kl.Variable(x * 2.0, name="fromin").value()
+
+        def from_loop(i: kl.Tensor) -> kl.Tensor:
+            kl.Variable(kl.ops.cast(i, DstT=kl.float32), name="fromloop")
+            return i + 1
+
+        # TensorFlow 2.21 refuses both: ValueError "The `initial_value` passed to
+        # `tf.Variable` cond/fromin/ is from inside a control-flow construct ..."
+        with pytest.raises(
+            kl.InvalidArgumentError,
+            match=r"kl.Variable 'cond/fromin': the initial value 'cond/mul:0' is computed "
+            r"inside a kl.cond branch",
+        ):
+            kl.cond(p, from_branch, lambda: kl.constant(1.0))
+        with pytest.raises(
+            kl.InvalidArgumentError, match=r"kl.Variable 'while/fromloop': .*'while/cast:0'"
+        ):
+            kl.while_loop(lambda i: i < 3, from_loop, [0])
+        assert not any(n.op == "VarHandleOp" for n in g.nodes)
+
+        made: list[kl.Variable] = []
+
+        def from_outside() -> kl.Tensor:  # a tensor from outside the cond is fine (TF too)
+            made.append(kl.Variable(x, name="fromout"))
+            return made[0].value()
+
+        r = kl.cond(p, from_outside, lambda: kl.constant(1.0))
+        init = kl.variables_initializer()
+    assert made[0].initializer.inputs[1] is x
+    with kl.Session(g) as s:
+        s.run(init, {x: 3.0})
+        assert s.run(r, {p: True}) == 3.0
+
+
+def test_a_variable_is_initialised_without_the_open_control_dependencies(
+    registry: klp.Registry,
+) -> None:
+    g = kl.Graph(registry)
+    with g.as_default():
+        a = kl.constant(1.0, name="a")
+        with kl.control_dependencies([a]), kl.device("CPU:0"):
+            w = kl.Variable(2.0, name="w")
+            read = w.value()
+    # TensorFlow 2.21: no control inputs on 'w', 'w/Assign', 'w/Initializer/initial_value'.
+    for node in (w.handle.node, w.initializer, g.node("w/initial_value")):
+        assert node.control_inputs == [] and node.requested_device == "CPU:0"
+    assert read.node.control_inputs == [a.node]  # a read built in the scope waits

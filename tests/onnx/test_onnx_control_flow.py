@@ -299,6 +299,36 @@ def test_a_carried_shape_the_body_declares_symbolic_may_change() -> None:
     assert a.shape == (16,)
 
 
+def test_a_carried_shape_the_body_keeps_but_inference_cannot_prove_converts() -> None:
+    """The body declares acc (2,) and keeps it, through a Reshape to the run-time shape of
+    an outer value of shape ("n",): kernloom's inference gives the result (?,).
+    kl.while_loop refuses a body result less specific than the invariant (as TensorFlow
+    1 does), so the importer opens that dimension and builds the loop again; it had
+    been accepted with the declared (2,) as the loop's static shape."""
+    body = _graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["acc", "w"], ["sum"]),
+            helper.make_node("Shape", ["w"], ["w_shape"]),
+            helper.make_node("Reshape", ["sum", "w_shape"], ["acc_out"]),
+        ],
+        [_out("i", INT64, []), _out("cond_in", BOOL, []), _out("acc", FLOAT, [2])],
+        [_out("cond_out", BOOL, []), _out("acc_out", FLOAT, [2])],
+    )
+    proto = model(
+        [helper.make_node("Loop", ["M", "", "a0"], ["a"], name="keep", body=body)],
+        {"M": (INT64, []), "a0": (FLOAT, [2]), "w": (FLOAT, ["n"])},
+        {"a": (FLOAT, [2])},
+    )
+    feeds = {
+        "M": np.array(3, np.int64),
+        "a0": np.array([1.0, 2.0], np.float32),
+        "w": np.array([0.5, 1.0], np.float32),
+    }
+    (a,) = _check(proto, feeds, oracle="ort")
+    np.testing.assert_array_equal(a, [2.5, 5.0])
+
+
 def test_a_body_with_too_few_inputs_names_the_node() -> None:
     body = _graph(
         [helper.make_node("Identity", ["cond_in"], ["cond_out"])],

@@ -306,6 +306,41 @@ def test_linear_attention(
     check_against_oracle(proto, feeds, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("rule", "hq", "hkv", "t", "decay", "beta", "past"), LINEAR_CASES)
+def test_linear_attention_with_a_known_batch_and_a_run_time_length(
+    rule: str, hq: int, hkv: int, t: int, decay: int, beta: int, past: bool
+) -> None:
+    """The sequence length known at run time only (the while loop), the batch and the
+    past state's shape at import: the outputs' invariant took the state's batch though
+    theirs was unknown (every loop with a past state was refused), and a state update
+    through inputs of run-time shape infers (2, ?, 3, 5) for (2, 1, 3, 5), which
+    kl.while_loop refuses as less specific than the state's invariant."""
+    rng = _rng(hq * 7 + t)
+    b, dk, dv = 2, 3, 5
+    feeds = {
+        "q": rng.standard_normal((b, t, hq * dk)).astype(np.float32),
+        "k": _l2(rng.standard_normal((b, t, hkv * dk)), hkv).astype(np.float32),
+        "v": rng.standard_normal((b, t, hkv * dv)).astype(np.float32),
+    }
+    if past:
+        feeds["past"] = rng.standard_normal((b, hkv, dk, dv)).astype(np.float32)
+    if decay:
+        width = hkv if decay == 1 else hkv * dk
+        feeds["decay"] = (-np.abs(rng.standard_normal((b, t, width))) * 0.2).astype(np.float32)
+    if beta:
+        width = 1 if beta == 1 else hkv
+        feeds["beta"] = rng.random((b, t, width)).astype(np.float32)
+    attrs = {"update_rule": rule, "q_num_heads": hq, "kv_num_heads": hkv}
+    names = ["q", "k", "v", "past", "decay", "beta"]
+    used = [n if n in feeds else "" for n in names]
+    while used[-1] == "":
+        used.pop()
+    node = helper.make_node("LinearAttention", used, ["y", "state"], name="la", **attrs)
+    inputs = _inputs(feeds, [n for n in feeds if n != "past"], [1])
+    proto = model([node], inputs, _outputs(["y", "state"], FLOAT), opset=27)
+    check_against_oracle(proto, feeds, rtol=1e-5, atol=1e-5)
+
+
 def test_linear_attention_scale_and_float16() -> None:
     rng = _rng(9)
     feeds = {

@@ -13,7 +13,7 @@ and input (``kernloom.convert`` holds the rule).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -155,7 +155,9 @@ def make_wrapper(op_def: OpDef) -> Callable[..., OpResult]:
 
 
 @contextmanager
-def name_scope(name: str) -> Iterator[str]:
+def name_scope(name: str | None) -> Iterator[str]:
+    """Name the nodes built inside ``name/...`` (``Graph.name_scope``: TensorFlow 1's rules,
+    ``"scope/"`` re-enters a scope, None goes back to the root)."""
     with get_default_graph().name_scope(name) as scope:
         yield scope
 
@@ -167,9 +169,10 @@ def device(name: str) -> Iterator[None]:
 
 
 @contextmanager
-def colocate_with(target: Tensor | Node) -> Iterator[None]:
-    graph = target.graph
-    with graph.colocate_with(target):
+def colocate_with(target: object) -> Iterator[None]:
+    """Place the nodes built inside with ``target`` (a tensor, node, variable or node name
+    of the default graph, as in TensorFlow: one of another graph is an error)."""
+    with get_default_graph().colocate_with(target):
         yield
 
 
@@ -180,7 +183,9 @@ def kernel_label(label: str | Mapping[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def control_dependencies(deps: Sequence[Tensor | Node] | None) -> Iterator[None]:
-    graph = _graph_of(list(deps or [])) if deps else get_default_graph()
-    with graph.control_dependencies(deps):
+def control_dependencies(deps: Iterable[object] | None) -> Iterator[None]:
+    """Nodes built inside run after ``deps`` (tensors, nodes, variables or node names of the
+    default graph, as in TensorFlow: one of another graph is an error); None clears the
+    outer dependencies."""
+    with get_default_graph().control_dependencies(deps):
         yield

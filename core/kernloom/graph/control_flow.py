@@ -130,9 +130,12 @@ class _Context(abc.ABC):
         """Route ``tensor`` (from the enclosing context) into this one."""
 
     def import_controls(self, controls: list[Node]) -> list[Node]:
-        """A node's control inputs as this context needs them (a cond branch runs in its
-        enclosing frame: as they are)."""
-        return controls
+        """A node's control inputs as this context needs them. A cond branch runs in the
+        frame of its enclosing context, so that context decides: a loop around it brings a
+        node from outside the loop into its frame (TensorFlow's ``CondContext`` leaves
+        this to its outer ``WhileContext``); outside every loop they are kept as they are."""
+        parent = self.parent
+        return controls if parent is None else parent.import_controls(controls)
 
 
 class _CondContext(_Context):
@@ -300,11 +303,13 @@ def while_loop(
     """Repeat ``loop_vars = body_fn(*loop_vars)`` while ``cond_fn(*loop_vars)``; returns the
     final loop variables in the structure of ``loop_vars``.
 
-    ``loop_vars`` is a tensor or a (nested) list/tuple/dict of them; a list or tuple is
-    unpacked into the functions' arguments. The body must keep each variable's dtype and a
-    shape compatible with its invariant (by default the variable's initial shape; pass
-    ``shape_invariants`` with ``None`` dimensions for a variable whose shape changes). Up to
-    ``parallel_iterations`` iterations run at once; ``maximum_iterations`` bounds the count.
+    ``loop_vars`` is a tensor or a (nested) list/tuple/namedtuple/dict of them; a list or
+    tuple (a namedtuple too) is unpacked into the functions' arguments. The body must keep
+    each variable's dtype and return a shape at least as specific as its invariant (by
+    default the variable's initial shape: a body result of shape ``(?,)`` for a variable
+    that enters as ``(2,)`` is an error; pass ``shape_invariants`` with ``None`` dimensions
+    for a variable whose shape changes). Up to ``parallel_iterations`` iterations run at
+    once; ``maximum_iterations`` bounds the count.
     """
     if not callable(cond_fn) or not callable(body_fn):
         raise InvalidArgumentError("kl.while_loop takes two callables: cond_fn and body_fn")
@@ -375,10 +380,11 @@ def while_loop(
                 step = apply_op("Add", [body_tensors[0], 1], {})
                 assert isinstance(step, Tensor)
                 results = [step, *results]
-            for index, (value, merge, shape) in enumerate(
-                zip(results, merges, invariants, strict=True)
+            for index, (value, entry, shape) in enumerate(
+                zip(results, initial, invariants, strict=True)
             ):
-                _check_loop_var(index - int(counted), value, merge.outputs[0], shape)
+                _check_loop_var(index - int(counted), value, entry, shape)
+            for value, merge in zip(results, merges, strict=True):
                 following = graph.add_node(
                     "NextIteration",
                     [value],
@@ -424,8 +430,10 @@ def _guard_invariant_only(context: _WhileContext, start: int, end: int) -> None:
 
 
 def _call(fn: Callable[..., Any], structure: Any, leaves: list[Tensor]) -> Any:
+    """``fn`` on the loop variables: a list or tuple (a namedtuple too, as TensorFlow's
+    ``while_loop`` does) unpacked into its arguments, anything else as one argument."""
     packed = _pack(structure, leaves)
-    if isinstance(structure, list | tuple) and not hasattr(structure, "_fields"):
+    if isinstance(structure, list | tuple):
         return fn(*packed)
     return fn(packed)
 
@@ -492,17 +500,26 @@ def _body_results(result: Any, loop_vars: Any, graph: Graph, context: FlowContex
     ]
 
 
-def _check_loop_var(index: int, value: Tensor, current: Tensor, invariant: TensorShape) -> None:
-    if value.dtype is not current.dtype:
+def _check_loop_var(index: int, value: Tensor, entry: Tensor, invariant: TensorShape) -> None:
+    """``value`` (what the body returns for loop variable ``index``, which entered the
+    loop as ``entry``) against the variable's dtype and shape invariant.
+
+    The invariant is the static shape of the loop variable on every iteration (its Merge
+    and the loop's output have it), so the body's result must be at least as specific:
+    the invariant's rank, and every dimension the invariant knows, known and equal
+    (TensorFlow's ``_EnforceShapeInvariant``). A merely compatible result -- ``(?,)``
+    for ``(2,)`` -- would let the loop's output claim a shape its value may not have."""
+    if value.dtype is not entry.dtype:
         raise InvalidArgumentError(
-            f"kl.while_loop: loop variable {index} enters the loop as {current.dtype.name} but "
+            f"kl.while_loop: loop variable {index} enters the loop as {entry.dtype.name} but "
             f"body_fn returns {value.dtype.name} ({value.name!r}); cast it"
         )
-    # A result whose shape is only partly known at build time is accepted (TensorFlow would
-    # ask for a looser invariant); one that contradicts the invariant is not.
-    if not invariant.is_compatible_with(value.shape):
+    if relaxed_shape(invariant, value.shape) != invariant:
+        declared = "" if invariant == entry.shape else f" (shape invariant {invariant})"
         raise InvalidArgumentError(
-            f"kl.while_loop: loop variable {index} has shape invariant {invariant} but body_fn "
-            f"returns shape {value.shape} ({value.name!r}); pass shape_invariants with None for "
-            f"the dimensions that change"
+            f"kl.while_loop: loop variable {index} ({entry.name!r}) enters the loop with "
+            f"shape {entry.shape}{declared}, but has shape {value.shape} after one iteration "
+            f"({value.name!r}); to allow the shape to vary across iterations, pass "
+            f"shape_invariants= with a less-specific shape (None for each dimension that "
+            f"changes, kl.TensorShape(None) for a rank that changes)"
         )

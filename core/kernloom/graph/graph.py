@@ -16,7 +16,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, final
 
@@ -49,6 +49,9 @@ OUTPUT_SHAPES_ATTR: Final = "_output_shapes"
 """Static output shapes a builder set beyond what inference gives (a loop variable's shape
 invariant, a variable's read): kept as an attr so they survive GraphDef and copies."""
 _NAME: Final = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
+_NESTED_SCOPE: Final = re.compile(r"[A-Za-z0-9_.\-/]*")
+"""A name scope opened inside another: TensorFlow lets it start with '_', '-' or '/' too
+(the full names it gives still start with the outer scope's first character)."""
 
 
 class FlowContext(Protocol):
@@ -76,7 +79,8 @@ class _Scopes(threading.local):
     """Builder scopes: per graph and per thread, as the builder is used from one thread."""
 
     def __init__(self) -> None:
-        self.name: list[str] = []
+        self.name = ""
+        """The current name scope (TensorFlow's name stack): ``"outer/inner"``, or ``""``."""
         self.device: list[str] = []
         self.colocate: list[list[Node]] = []
         self.label: list[str | Mapping[str, str]] = []
@@ -260,7 +264,11 @@ class Graph:
                 f"{base!r} is not a valid node name: use letters, digits, '_', '.', '-' and "
                 f"'/' for scopes, starting with a letter or digit"
             )
-        full = "/".join([*self._scopes.name, base]) if self._scopes.name else base
+        return self._unique(f"{self._scopes.name}/{base}" if self._scopes.name else base, mark_used)
+
+    def _unique(self, full: str, mark_used: bool) -> str:
+        """``full`` (a name with its scope), or ``full_1``, ``full_2``... if it is taken;
+        names compare without case, as in TensorFlow."""
         key = full.lower()
         candidate, count = full, self._names_in_use.get(key, 0)
         while candidate.lower() in self._names_in_use or candidate in self._nodes:
@@ -278,13 +286,56 @@ class Graph:
             self._names_in_use.setdefault(name.lower(), 0)
 
     @contextlib.contextmanager
-    def name_scope(self, name: str) -> Iterator[str]:
-        scope = self.unique_name(name).rsplit("/", 1)[-1]
-        self._scopes.name.append(scope)
+    def name_scope(self, name: str | None) -> Iterator[str]:
+        """Name the nodes built inside ``name/...``; yields the scope, ``"name/"``.
+
+        TensorFlow 1's ``Graph.name_scope`` rules: ``name`` is opened inside the current
+        scope and made unique there (``layer``, then ``layer_1``); it may hold ``/``
+        (``"a/b"`` opens ``a/b``). A name ending in ``/`` (a scope this yielded before,
+        ``"layer/"``) re-enters exactly that scope, from the root and without making it
+        unique. ``None`` or ``""`` goes back to the root scope. A name opened at the root
+        starts with a letter, a digit or ``.``; inside another scope it may also start with
+        ``_``, ``-`` or ``/``; any other character is an error naming the scope.
+        """
+        if name is not None and not isinstance(name, str):
+            raise TypeError(
+                f"name scope {name!r}: a name scope is a str (or None for the root scope), "
+                f"not {type(name).__name__}"
+            )
+        current = self._scopes.name
+        if name:
+            if name.endswith("/"):  # a whole scope, from the root: the root's rule
+                valid = _NAME.fullmatch(name) is not None or (name == "/" and bool(current))
+                rule = (
+                    "; a name ending in '/' re-enters that scope from the root, so it starts "
+                    "with a letter, a digit or '.'"
+                )
+            elif current:
+                valid = _NESTED_SCOPE.fullmatch(name) is not None
+                rule = f" (opened inside {current!r})"
+            else:
+                valid = _NAME.fullmatch(name) is not None
+                rule = (
+                    ", starting with a letter, a digit or '.' at the root (inside another scope "
+                    "it may also start with '_', '-' or '/')"
+                )
+            if not valid:
+                raise InvalidArgumentError(
+                    f"name scope {name!r} is not a valid scope name: use letters, digits, "
+                    f"'_', '.', '-' and '/'{rule}"
+                )
+        if not name:
+            stack = scope = ""
+        elif name.endswith("/"):
+            stack, scope = name[:-1], name
+        else:
+            stack = self._unique(f"{current}/{name}" if current else name, mark_used=True)
+            scope = stack + "/"
+        self._scopes.name = stack
         try:
-            yield "/".join(self._scopes.name) + "/"
+            yield scope
         finally:
-            self._scopes.name.pop()
+            self._scopes.name = current
 
     @contextlib.contextmanager
     def device(self, name: str) -> Iterator[None]:
@@ -295,13 +346,48 @@ class Graph:
         finally:
             self._scopes.device.pop()
 
-    @contextlib.contextmanager
-    def colocate_with(self, target: Tensor | Node) -> Iterator[None]:
-        node = target.node if isinstance(target, Tensor) else target
+    def as_graph_element(self, item: object, what: str) -> Node:
+        """The node ``item`` stands for where a scope takes nodes (TensorFlow's
+        ``Graph.as_graph_element``): a ``kl.Node``; a ``kl.Tensor``'s node; a
+        ``kl.Variable``'s handle (its ``VarHandleOp``: TensorFlow uses the variable's op);
+        the name of a node (``"n"``) or of a tensor (``"n:0"``) of this graph. Anything
+        else, a node of another graph, or a name the graph does not have is an error
+        naming ``what`` (the scope's argument) and ``item``."""
+        if isinstance(item, str):
+            try:
+                return self.tensor(item).node if ":" in item else self.node(item)
+            except (NotFoundError, InvalidArgumentError) as exc:
+                raise type(exc)(f"{what}: {exc}") from None
+        handle = getattr(item, "handle", None)
+        if isinstance(item, Tensor):
+            node, kind = item.node, f"tensor {item.name!r}"
+        elif isinstance(item, Node):
+            node, kind = item, f"node {item.name!r}"
+        elif isinstance(handle, Tensor):  # a kl.Variable
+            node, kind = handle.node, f"variable {handle.node.name!r}"
+        else:
+            raise TypeError(
+                f"{what}: got {item!r} ({type(item).__name__}); expected a kl.Tensor, a "
+                f"kl.Node, a kl.Variable or the name of a node of this graph"
+            )
         if node.graph is not self:
             raise InvalidArgumentError(
-                f"cannot colocate with {node.name!r}: it is in another graph"
+                f"{what}: {kind} is not an element of this graph (it belongs to "
+                f"another kl.Graph); open the scope inside `with graph.as_default():` for the "
+                f"graph it belongs to"
             )
+        return node
+
+    @contextlib.contextmanager
+    def colocate_with(self, target: object) -> Iterator[None]:
+        """Place the nodes built inside with ``target``: a tensor, node, variable or node
+        name of this graph (``as_graph_element``)."""
+        if target is None:
+            raise InvalidArgumentError(
+                "kl.colocate_with: target is None; pass the kl.Tensor, kl.Node, kl.Variable "
+                "or node name to place the nodes built inside with"
+            )
+        node = self.as_graph_element(target, "kl.colocate_with")
         self._scopes.colocate.append([node])
         try:
             yield
@@ -349,12 +435,25 @@ class Graph:
             self._scopes.label.pop()
 
     @contextlib.contextmanager
-    def control_dependencies(self, deps: Sequence[Tensor | Node] | None) -> Iterator[None]:
-        """Nodes built inside run after ``deps``; ``None`` clears the outer dependencies."""
-        nodes = [d.node if isinstance(d, Tensor) else d for d in (deps or [])]
-        for node in nodes:
-            if node.graph is not self:
-                raise InvalidArgumentError(f"control dependency {node.name!r} is in another graph")
+    def control_dependencies(self, deps: Iterable[object] | None) -> Iterator[None]:
+        """Nodes built inside run after ``deps``; ``None`` clears the outer dependencies.
+
+        ``deps`` is a list (any iterable) of tensors, nodes, variables (their handle) or
+        node names of this graph (``as_graph_element``); anything else is an error naming
+        it, checked here, before the scope opens."""
+        if deps is None:
+            nodes: list[Node] = []
+        else:
+            if isinstance(deps, str | bytes | Tensor | Node) or not isinstance(deps, Iterable):
+                raise TypeError(
+                    f"kl.control_dependencies takes a list of kl.Tensor, kl.Node, kl.Variable "
+                    f"or node names (or None to clear the outer dependencies), got {deps!r}; "
+                    f"wrap a single one in a list"
+                )
+            nodes = [
+                self.as_graph_element(d, f"kl.control_dependencies: item {i}")
+                for i, d in enumerate(deps)
+            ]
         saved = self._scopes.control
         self._scopes.control = [] if deps is None else [*saved, nodes]
         try:
@@ -382,6 +481,11 @@ class Graph:
     def flow_context(self) -> FlowContext | None:
         """The innermost open ``kl.cond``/``kl.while_loop`` context of this thread."""
         return self._scopes.flow[-1] if self._scopes.flow else None
+
+    def built_in_flow(self, node: Node) -> bool:
+        """Whether ``node`` belongs to a ``kl.cond`` branch or ``kl.while_loop`` body open
+        on this thread (built there, or a value routed into it)."""
+        return any(node.name in context.members for context in self._scopes.flow)
 
     def set_output_shape(self, tensor: Tensor, shape: object) -> None:
         """Give ``tensor`` a static shape that inference cannot work out (it must be
@@ -554,7 +658,7 @@ class Graph:
                     full_attrs,
                     [t.shape for t in flat],
                     [t.dtype for t in flat],
-                    [constant_value(t) for t in flat],
+                    [inferable_value(t) for t in flat],
                 )
             )
             recorded = full_attrs.get(OUTPUT_SHAPES_ATTR)
@@ -724,6 +828,33 @@ def constant_value(tensor: Tensor) -> np.ndarray[Any, Any] | None:
     if tensor.node.op == "Const":
         value: np.ndarray[Any, Any] = tensor.node.attrs["value"]
         return value
+    return None
+
+
+_SAME_VALUE_OPS: Final = frozenset({"Identity", "Enter", "StopGradient"})
+"""Ops whose output 0 is their input 0's value (an ``Enter``'s in every iteration)."""
+
+
+def inferable_value(tensor: Tensor) -> np.ndarray[Any, Any] | None:
+    """A tensor's value where shape inference can know it at build time: a Const's, seen
+    through ``Identity`` and ``Enter`` (a constant made outside a loop and used in its
+    body), or a ``Shape`` of a fully known shape (TensorFlow's shape refiner knows both).
+    So ``reshape(x, shape(y))`` or a constant shape brought into a loop gives the body's
+    results the shapes ``while_loop``'s invariants are checked against."""
+    node = tensor.node
+    for _ in range(64):  # (a chain of stand-ins is short; a cycle cannot go on for ever)
+        if node.op not in _SAME_VALUE_OPS or tensor.index != 0 or not node.inputs:
+            break
+        tensor = node.inputs[0]
+        node = tensor.node
+    if node.op == "Const":
+        value: np.ndarray[Any, Any] = node.attrs["value"]
+        return value
+    if node.op == "Shape" and node.inputs and node.inputs[0].shape.is_fully_defined():
+        dims = node.inputs[0].shape.as_tuple()
+        known = np.array(dims, dtype=node.attrs["out_type"].numpy_dtype)
+        known.setflags(write=False)
+        return known
     return None
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from kernloom.dtypes import DType, as_dtype
@@ -39,7 +40,8 @@ def _checked_name(name: object, graph: Graph) -> str:
     except InvalidArgumentError:
         pass
     else:
-        return name
+        if not name.endswith("/"):
+            return name
     bad = sorted(set(_NOT_IN_NAMES.findall(name)), key=name.index)
     if not name:
         problem = "it is empty"
@@ -48,9 +50,11 @@ def _checked_name(name: object, graph: Graph) -> str:
         problem = f"{listed} {'is' if len(bad) == 1 else 'are'} not allowed in a node name"
         if ":" in bad:
             problem += " (as in TensorFlow, where 'node:0' names output 0 of a node)"
-    else:
+    elif name[0] in "_-/":
         problem = f"it starts with {name[0]!r}"
-    suggestion = _NOT_IN_NAMES.sub("_", name).lstrip("_-/") or "Variable"
+    else:
+        problem = "it ends with '/', which names a scope, not a node"
+    suggestion = _NOT_IN_NAMES.sub("_", name).lstrip("_-/").rstrip("/") or "Variable"
     raise InvalidArgumentError(
         f"kl.Variable: name={name!r} is not a valid node name: {problem}; use letters, "
         f"digits, '_', '.', '-' and '/' (for scopes), starting with a letter, a digit or "
@@ -59,7 +63,22 @@ def _checked_name(name: object, graph: Graph) -> str:
 
 
 class Variable:
-    """A variable holding ``initial_value``'s dtype and shape (or ``dtype``/``shape``)."""
+    """A variable holding ``initial_value``'s dtype and shape (or ``dtype``/``shape``).
+
+    Its nodes are named as TensorFlow names them: ``name`` is opened as a name scope (so
+    inside ``kl.name_scope("sc")`` the handle is ``sc/v``, and a second ``v`` there is
+    ``sc/v_1``), the handle takes exactly that scope's name, which is also its storage key
+    (``shared_name``): two ``kl.Variable`` never share a value. Its nodes sit under it:
+    ``sc/v/initial_value``, ``sc/v/Assign`` (the initializer), ``sc/v/Read``...
+
+    As TensorFlow's ``init_scope`` does, the handle, the initial value and the initializer
+    are built outside any ``kl.cond`` branch or ``kl.while_loop`` body and without the
+    open ``kl.control_dependencies`` (the name and device scopes stay): a variable created
+    in a branch or a loop body is initialised by ``kl.variables_initializer()`` with no
+    feed and can be read after the loop. Its reads and assignments stay where they are
+    built. An initial value computed inside the branch or body cannot be moved out, and
+    is an error naming the variable.
+    """
 
     def __init__(
         self,
@@ -73,64 +92,93 @@ class Variable:
     ) -> None:
         if isinstance(initial_value, Tensor):
             graph = graph or initial_value.graph
-            name = _checked_name(name, graph)
+        else:
+            graph = graph or get_default_graph()
+        name = _checked_name(name, graph)
+        if isinstance(initial_value, Tensor):
             init = initial_value
             if dtype is not None and as_dtype(dtype) is not init.dtype:
                 raise InvalidArgumentError(
                     f"kl.Variable {name!r}: initial value {init.name!r} is {init.dtype.name}, "
                     f"not {as_dtype(dtype).name}; cast it first"
                 )
-        else:
-            graph = graph or get_default_graph()
-            name = _checked_name(name, graph)
-            init = constant(initial_value, dtype, graph=graph, name=f"{name}/initial_value")
-        self.graph = graph
-        self.dtype: DType = init.dtype
-        self.shape: TensorShape = as_shape(shape) if shape is not None else init.shape
-        if not self.shape.is_compatible_with(init.shape):
-            raise InvalidArgumentError(
-                f"kl.Variable {name!r}: initial value has shape {init.shape}, not {self.shape}"
-            )
+            if graph.built_in_flow(init.node):
+                raise InvalidArgumentError(
+                    f"kl.Variable {graph.unique_name(name, mark_used=False)!r}: the initial "
+                    f"value {init.name!r} is computed inside a kl.cond branch or kl.while_loop "
+                    f"body. A variable is created outside all control flow (as TensorFlow's "
+                    f"init_scope does), where that value does not exist; build the initial "
+                    f"value outside the kl.cond/kl.while_loop (TensorFlow raises here too)"
+                )
+        # The variable's name scope (``sc/v``, or ``sc/v_1`` when taken), reserved once the
+        # handle is added under exactly that name, so a variable refused below takes none.
         unique = graph.unique_name(name, mark_used=False)
-        self.handle: Tensor = graph.add_node(
-            "VarHandleOp",
-            [],
-            {
-                "dtype": self.dtype,
-                "shape": self.shape,
-                "shared_name": unique,
-                "container": container,
-            },
-            name=unique,
-        ).outputs[0]
-        self.name = self.handle.node.name
-        self.initializer: Node = self._update("AssignVariableOp", init, "Assign")
+        # TensorFlow's init_scope: outside every kl.cond/kl.while_loop context and free of
+        # the open control dependencies, in the current name and device scopes.
+        with (
+            graph.control_flow(None),
+            graph.control_dependencies(None),
+            graph.name_scope(unique + "/"),
+        ):
+            if not isinstance(initial_value, Tensor):
+                init = constant(initial_value, dtype, graph=graph, name="initial_value")
+            self.graph = graph
+            self.dtype: DType = init.dtype
+            self.shape: TensorShape = as_shape(shape) if shape is not None else init.shape
+            if not self.shape.is_compatible_with(init.shape):
+                raise InvalidArgumentError(
+                    f"kl.Variable {unique!r}: initial value has shape {init.shape}, not "
+                    f"{self.shape}"
+                )
+            self.handle: Tensor = graph.add_node(
+                "VarHandleOp",
+                [],
+                {
+                    "dtype": self.dtype,
+                    "shape": self.shape,
+                    "shared_name": unique,
+                    "container": container,
+                },
+                name=unique,
+                exact_name=True,  # not made unique again (and so not ``sc/v/sc/v``)
+            ).outputs[0]
+            self.name = self.handle.node.name
+            self.initializer: Node = self._update("AssignVariableOp", init, "Assign")
         _by_graph.setdefault(graph, []).append(self)
+
+    @contextmanager
+    def _own_scope(self) -> Iterator[None]:
+        """The variable's name scope re-entered (``sc/v/``): its nodes are ``sc/v/Read``,
+        ``sc/v/Read_1``..., wherever they are built."""
+        with self.graph.name_scope(self.name + "/"):
+            yield
 
     def _update(self, op: str, value: object, what: str) -> Node:
         if isinstance(value, Variable):
             value = value.value()
-        if not isinstance(value, Tensor):
-            value = constant(value, self.dtype, graph=self.graph, name=f"{self.name}/{what}_value")
-        if not self.shape.is_compatible_with(value.shape):
-            raise InvalidArgumentError(
-                f"kl.Variable {self.name!r}: cannot {what.lower()} {value.name!r} of shape "
-                f"{value.shape} to a variable of shape {self.shape}"
-            )
-        if value.dtype is not self.dtype:
-            raise InvalidArgumentError(
-                f"kl.Variable {self.name!r}: cannot {what.lower()} {value.name!r} of dtype "
-                f"{value.dtype.name} to a variable of dtype {self.dtype.name}"
-            )
-        node = apply_op(op, [self.handle, value], {"dtype": self.dtype}, name=f"{self.name}/{what}")
+        with self._own_scope():
+            if not isinstance(value, Tensor):
+                value = constant(value, self.dtype, graph=self.graph, name=f"{what}_value")
+            if not self.shape.is_compatible_with(value.shape):
+                raise InvalidArgumentError(
+                    f"kl.Variable {self.name!r}: cannot {what.lower()} {value.name!r} of shape "
+                    f"{value.shape} to a variable of shape {self.shape}"
+                )
+            if value.dtype is not self.dtype:
+                raise InvalidArgumentError(
+                    f"kl.Variable {self.name!r}: cannot {what.lower()} {value.name!r} of dtype "
+                    f"{value.dtype.name} to a variable of dtype {self.dtype.name}"
+                )
+            node = apply_op(op, [self.handle, value], {"dtype": self.dtype}, name=what)
         assert isinstance(node, Node)
         return node
 
     def value(self) -> Tensor:
         """The value (a new ``ReadVariableOp``: it reads when it runs)."""
-        node = self.graph.add_node(
-            "ReadVariableOp", [self.handle], {"dtype": self.dtype}, name=f"{self.name}/Read"
-        )
+        with self._own_scope():
+            node = self.graph.add_node(
+                "ReadVariableOp", [self.handle], {"dtype": self.dtype}, name="Read"
+            )
         self.graph.set_output_shape(node.outputs[0], self.shape)
         return node.outputs[0]
 
@@ -153,9 +201,10 @@ class Variable:
         return self._read_after(self._update("AssignSubVariableOp", delta, "AssignSub"))
 
     def is_initialized(self) -> Tensor:
-        node = self.graph.add_node(
-            "VarIsInitializedOp", [self.handle], {}, name=f"{self.name}/IsInitialized"
-        )
+        with self._own_scope():
+            node = self.graph.add_node(
+                "VarIsInitializedOp", [self.handle], {}, name="IsInitialized"
+            )
         return node.outputs[0]
 
     def __kl_tensor__(self) -> Tensor:

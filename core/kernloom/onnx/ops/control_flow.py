@@ -581,9 +581,10 @@ def _run_while(
     """``kl.while_loop`` over ``variables``, its shape and dtype errors reported on the
     node (``leading`` says what the first loop variables are). The invariants of the
     loop variables in ``relaxable`` (undeclared shapes) open where the body returns
-    another shape, and the loop is built again: as TensorFlow's ``shape_invariants``
-    with ``None`` where a value changes. Each try opens a dimension or more, so this
-    ends; the tries that failed leave unreachable nodes, as an If's failed branch does."""
+    another shape, those of the others where it returns a compatible but less specific
+    one, and the loop is built again: as TensorFlow's ``shape_invariants`` with ``None``
+    where a value changes. Each try opens a dimension or more, so this ends; the tries
+    that failed leave unreachable nodes, as an If's failed branch does."""
     returned: list[TensorShape] = []
     body = _recording(iterate, returned)
     while True:
@@ -620,12 +621,17 @@ def _opened(
     invariants: list[TensorShape], returned: list[TensorShape], relaxable: Sequence[int]
 ) -> list[TensorShape] | None:
     """``invariants`` with those in ``relaxable`` relaxed to the shapes the body
-    ``returned``; None where none changes (the error is another)."""
+    ``returned``, and every other one relaxed where the body's shape is compatible with it
+    but less specific (``kl.while_loop`` needs each iteration's shape at least as specific
+    as the invariant: a body whose inference leaves open a dimension the body's input
+    declares would otherwise not convert); None where none changes (the error is another:
+    a dtype, or a shape that contradicts the declared one)."""
     if len(returned) != len(invariants):
         return None
     opened = list(invariants)
-    for index in relaxable:
-        opened[index] = relaxed_shape(invariants[index], returned[index])
+    for index, (invariant, shape) in enumerate(zip(invariants, returned, strict=True)):
+        if index in relaxable or invariant.is_compatible_with(shape):
+            opened[index] = relaxed_shape(invariant, shape)
     return None if opened == invariants else opened
 
 

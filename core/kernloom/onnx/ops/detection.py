@@ -151,7 +151,9 @@ def _looped(ctx: ConversionContext, sel: _Selection, limit: Tensor) -> Tensor:
 
     def step(i: Tensor, acc: Tensor) -> list[Tensor]:
         rows = sel.rows(ctx, ops.floor_div(i, classes), ops.floor_mod(i, classes), limit)
-        grown = ops.concat_v2([acc, rows], zero)
+        # The axis built in the body: one from outside enters the loop, and a concat whose
+        # axis is not a constant has no known dimension (the invariant (?, 3) needs them).
+        grown = ops.concat_v2([acc, rows], ctx.const(np.int32(0)))
         return [ops.add_v2(i, ctx.const(np.int64(1))), grown]
 
     start = [ctx.const(np.int64(0)), ctx.const(np.zeros((0, 3), np.int64))]

@@ -39,6 +39,7 @@ from kernloom.onnx._dtypes import kernloom_dtype
 from kernloom.onnx._registry import converter
 from kernloom.onnx.ops._helpers import rank_of, shape_of, static_dims
 from kernloom.onnx.ops.control_flow import convert_subgraph
+from kernloom.op_library.control_flow_ops import relaxed_shape
 from kernloom.shapes import TensorShape
 
 Result = Sequence[Tensor | None]
@@ -210,7 +211,18 @@ class _Recurrence:
     """One token's step of LinearAttention on [batch, heads, steps, size] float32 inputs:
     the state update of the rule, then the read of the new state by the query."""
 
-    __slots__ = ("b", "ctx", "g", "k", "q", "read_shape", "scale", "to_kv_heads", "v")
+    __slots__ = (
+        "b",
+        "ctx",
+        "g",
+        "k",
+        "q",
+        "read_shape",
+        "scale",
+        "state_dims",
+        "to_kv_heads",
+        "v",
+    )
 
     def __init__(
         self,
@@ -229,6 +241,7 @@ class _Recurrence:
         # Each KV head's state serves q_heads / kv_heads consecutive query heads.
         self.to_kv_heads = ctx.int64s([-1, kv_heads, q_heads // kv_heads, size_k])
         self.read_shape = ctx.int64s([-1, q_heads, 1, size_v])
+        self.state_dims = (kv_heads, size_k, size_v)  # the state's, after its batch
         self.scale = ctx.const(np.float32(scale))
 
     def step(self, state: Tensor | None, begin: Tensor, end: Tensor) -> tuple[Tensor, Tensor]:
@@ -265,13 +278,25 @@ class _Recurrence:
         joined = outputs[0] if steps == 1 else ops.concat_v2(outputs, ctx.const(np.int32(2)))
         return state, joined
 
+    def _kept(self, state: Tensor, invariant: TensorShape) -> Tensor:
+        """The state a step returns, with the static shape the loop's invariant (the
+        state's entry shape) gives it: the state is [B, H_kv, d_k, d_v] by construction,
+        but inputs whose shapes are known only at run time leave dimensions of the
+        update's inferred shape open ((2, ?, 3, 5) for (2, 1, 3, 5) where a broadcast
+        meets an unknown dimension), and ``kl.while_loop`` needs each iteration's shape at
+        least as specific as the invariant."""
+        if relaxed_shape(invariant, state.shape) == invariant:
+            return state
+        batch = invariant.as_list()[0] if invariant.rank == 4 else None
+        dims = [-1 if batch is None else batch, *self.state_dims]
+        return ops.reshape(state, self.ctx.int64s(dims))
+
     def looped(self, state: Tensor, outputs: Tensor, steps: Tensor) -> tuple[Tensor, Tensor]:
         """(final state, outputs) of a sequence whose length ``steps`` (an int64 scalar)
         is known at run time only: a while loop that appends each token's output."""
         ctx = self.ctx
         lead = ctx.int64s([0, 0])
         one = ctx.const(np.int64(1))
-        two = ctx.const(np.int32(2))
 
         def keep_going(t: Tensor, *_: Tensor) -> Tensor:
             return ops.less(t, steps)
@@ -280,14 +305,21 @@ class _Recurrence:
             begin = ops.concat_v2([lead, ops.reshape(t, ctx.int64s([1]))], ctx.const(np.int32(0)))
             end = ops.add_v2(begin, ctx.int64s([0, 0, 1]))
             state, out = self.step(state, begin, end)
-            return [ops.add_v2(t, one), state, ops.concat_v2([outputs, out], two)]
+            return [
+                ops.add_v2(t, one),
+                self._kept(state, invariants[1]),
+                # The axis built in the body, so that the concat's inference sees it.
+                ops.concat_v2([outputs, out], ctx.const(np.int32(2))),
+            ]
 
-        batch = state.shape.as_list()[0]
-        invariants = [
-            TensorShape([]),
-            state.shape,
-            TensorShape([batch, outputs.shape.as_list()[1], None, outputs.shape.as_list()[3]]),
-        ]
+        # The outputs grow along axis 2. Their other dimensions are their own as far as
+        # known (the state's batch may be known where theirs, a fill of a shape computed
+        # at run time, is not: it is no invariant of theirs then).
+        grown = outputs.shape
+        if grown.rank == 4:
+            known = grown.as_list()
+            grown = TensorShape([*known[:2], None, known[3]])
+        invariants = [TensorShape([]), state.shape, grown]
         _, state, outputs = while_loop(
             keep_going,
             iterate,
