@@ -113,7 +113,7 @@ def test_plugins_json(run: Run, install: Install) -> None:
     assert code == 1
     states = {p["name"]: p["state"] for p in data["plugins"]}
     assert states == {"bad": "failed", "good": "loaded"}
-    assert data["plugin_api"] == KERNLOOM_API_VERSION == "1.11"
+    assert data["plugin_api"] == KERNLOOM_API_VERSION == "1.12"
 
 
 def test_exit_codes(run: Run, install: Install) -> None:
@@ -144,7 +144,7 @@ def test_no_plugins_at_all_says_what_to_install(run: Run) -> None:
 
 def test_version(run: Run) -> None:
     code, out, _ = run("--version")
-    assert code == 0 and f"plugin API {KERNLOOM_API_VERSION}" in out and "1.11" in out
+    assert code == 0 and f"plugin API {KERNLOOM_API_VERSION}" in out and "1.12" in out
 
 
 def test_ops_lists_signatures_and_attrs(run: Run) -> None:

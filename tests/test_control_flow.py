@@ -725,3 +725,25 @@ def test_a_shape_known_outside_the_loop_keeps_the_body_s_results_as_specific() -
         a, b = sess.run([outside[1], shape_of[1]], {x: np.ones((2, 3), np.float32)})
     np.testing.assert_array_equal(a, np.full((2, 3), 8.0))
     np.testing.assert_array_equal(b, np.full((2, 3), 8.0))
+
+
+def test_a_partly_known_shape_of_a_tensor_shapes_what_it_builds() -> None:
+    """``shape(h)`` of an ``h`` of shape (?, 8, 8, 4) gives ``reshape``, ``fill`` and
+    ``broadcast_to`` that shape (TensorFlow's MakeShapeFromShapeTensor), so a loop body that
+    reshapes a dynamic batch keeps its loop variable's invariant (?, 8, 8, 4)."""
+    g = kl.Graph()
+    with g.as_default():
+        h = kl.placeholder(kl.float32, [None, 8, 8, 4])
+        flat = kl.placeholder(kl.float32, [None, 256])
+        assert kl.ops.reshape(flat, kl.ops.shape(h)).shape.as_list() == [None, 8, 8, 4]
+        assert kl.ops.fill(kl.ops.shape(h), kl.constant(1.0)).shape.as_list() == [None, 8, 8, 4]
+        i0 = kl.constant(0)
+        _, out = kl.while_loop(
+            lambda i, v: i < 2,
+            lambda i, v: (i + 1, kl.ops.reshape(kl.ops.reshape(v, [-1, 256]), kl.ops.shape(h))),
+            [i0, h],
+        )
+    assert out.shape.as_list() == [None, 8, 8, 4]
+    x = np.arange(3 * 256, dtype=np.float32).reshape(3, 8, 8, 4)
+    with kl.Session(g) as sess:
+        np.testing.assert_array_equal(sess.run(out, {h: x}), x)

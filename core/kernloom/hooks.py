@@ -55,7 +55,7 @@ PROJECT_NAME: Final = "kernloom"
 ENTRY_POINT_GROUP: Final = "kernloom"
 """The entry-point group plugins declare themselves in."""
 
-KERNLOOM_API_VERSION: Final = "1.11"
+KERNLOOM_API_VERSION: Final = "1.12"
 # 1.1: ``kernloom.plugin`` (the declared plugin surface), the array protocol on Device,
 # ProbedDeviceFactory, graph passes, device-independent kernels for every device type.
 # 1.2: whole-list attr constraints (``fused_ops`` forms: BIAS_FORMS, CONV_FORMS,
@@ -91,6 +91,8 @@ KERNLOOM_API_VERSION: Final = "1.11"
 # OUT_BY_KEYWORD (the ufuncs the compiled straight line passes ``out=`` to).
 # 1.11: a kernel's direct entry (OpKernel.direct) is called for any number of inputs (one
 # output); FusedDirect (a fused kernel's direct entry: its output and temporaries).
+# 1.12: InferenceContext.input_shape_value (a shape vector input's partly known value where
+# it is a Shape's output, for shape functions of ops that take a shape).
 """The version of the plugin API (the hooks and the ``Registrar``), ``MAJOR.MINOR``.
 
 The minor version grows when something is added; the major when something a plugin may

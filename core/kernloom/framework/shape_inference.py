@@ -41,6 +41,7 @@ class InferenceContext:
         input_shapes: Sequence[TensorShape],
         input_dtypes: Sequence[DType],
         input_values: Sequence[np.ndarray[Any, Any] | None] | None = None,
+        input_shape_values: Sequence[TensorShape | None] | None = None,
     ) -> None:
         self.op_def = op_def
         self.node = node
@@ -49,6 +50,11 @@ class InferenceContext:
         self._dtypes = list(input_dtypes)
         self._values = (
             list(input_values) if input_values is not None else [None] * len(self._shapes)
+        )
+        self._shape_values = (
+            list(input_shape_values)
+            if input_shape_values is not None
+            else [None] * len(self._shapes)
         )
         self._outputs: list[TensorShape | None] = [None] * len(op_def.output_dtypes(attrs))
 
@@ -69,6 +75,13 @@ class InferenceContext:
     def input_value(self, index: int) -> np.ndarray[Any, Any] | None:
         """The input's value when it is a constant known at build time, else None."""
         return self._values[index]
+
+    def input_shape_value(self, index: int) -> TensorShape | None:
+        """The input's value as a partly known shape, where it is a ``Shape`` of a tensor
+        whose shape is partly known (TensorFlow's ``MakeShapeFromShapeTensor``): a
+        ``reshape(x, shape(h))`` has h's shape, ``(?, 8, 8, 4)``, not ``(?, ?, ?, ?)``.
+        None where nothing is known of it that way."""
+        return self._shape_values[index]
 
     def attr(self, name: str) -> Any:
         return self.attrs[name]

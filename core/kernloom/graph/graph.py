@@ -659,6 +659,7 @@ class Graph:
                     [t.shape for t in flat],
                     [t.dtype for t in flat],
                     [inferable_value(t) for t in flat],
+                    [shape_value(t) for t in flat],
                 )
             )
             recorded = full_attrs.get(OUTPUT_SHAPES_ATTR)
@@ -835,18 +836,33 @@ _SAME_VALUE_OPS: Final = frozenset({"Identity", "Enter", "StopGradient"})
 """Ops whose output 0 is their input 0's value (an ``Enter``'s in every iteration)."""
 
 
+def _through_stand_ins(tensor: Tensor) -> Tensor:
+    """The tensor whose value ``tensor`` has: through ``Identity``, ``Enter`` and
+    ``StopGradient`` (a chain of them is short; 64 steps bound a malformed cycle)."""
+    for _ in range(64):
+        node = tensor.node
+        if node.op not in _SAME_VALUE_OPS or tensor.index != 0 or not node.inputs:
+            break
+        tensor = node.inputs[0]
+    return tensor
+
+
+def shape_value(tensor: Tensor) -> TensorShape | None:
+    """``tensor``'s value as a partly known shape where it is a ``Shape``'s output
+    (``InferenceContext.input_shape_value``), else None."""
+    node = _through_stand_ins(tensor).node
+    if node.op == "Shape" and node.inputs and node.inputs[0].shape.rank is not None:
+        return node.inputs[0].shape
+    return None
+
+
 def inferable_value(tensor: Tensor) -> np.ndarray[Any, Any] | None:
     """A tensor's value where shape inference can know it at build time: a Const's, seen
     through ``Identity`` and ``Enter`` (a constant made outside a loop and used in its
     body), or a ``Shape`` of a fully known shape (TensorFlow's shape refiner knows both).
     So ``reshape(x, shape(y))`` or a constant shape brought into a loop gives the body's
     results the shapes ``while_loop``'s invariants are checked against."""
-    node = tensor.node
-    for _ in range(64):  # (a chain of stand-ins is short; a cycle cannot go on for ever)
-        if node.op not in _SAME_VALUE_OPS or tensor.index != 0 or not node.inputs:
-            break
-        tensor = node.inputs[0]
-        node = tensor.node
+    node = _through_stand_ins(tensor).node
     if node.op == "Const":
         value: np.ndarray[Any, Any] = node.attrs["value"]
         return value

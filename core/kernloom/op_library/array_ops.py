@@ -65,7 +65,11 @@ def _shape_of(ctx: InferenceContext) -> None:
 
 def _unknown_from_shape_vector(ctx: InferenceContext, index: int) -> TensorShape:
     """The output shape when input ``index`` (a shape vector) is not known until run time:
-    its length, if known, is the output's rank."""
+    the partly known shape it holds where it is a ``Shape``'s output, else its length,
+    if known, as the output's rank."""
+    partial = ctx.input_shape_value(index)
+    if partial is not None:
+        return partial
     vector = ctx.input_shape(index)
     return TensorShape.unknown(vector[0]) if vector.rank == 1 else TensorShape(None)
 
