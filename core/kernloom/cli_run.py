@@ -221,8 +221,8 @@ def _is_graph_def(path: str) -> bool:
     suffix = Path(path).suffix.lower()
     if suffix in (".pb", ".pbtxt"):
         return True
-    if suffix == ".json":
-        return False
+    if suffix == ".json" or not os.path.isfile(path):
+        return False  # (the graph loader refuses a FIFO or a device without reading it)
     try:
         with open(path, "rb") as stream:
             head = stream.read(256).lstrip()
