@@ -464,8 +464,11 @@ def test_a_variable_filter_assigned_while_other_threads_run(inter: int, intra: i
 
         def work(index: int) -> None:
             if index == WORKERS - 1:  # the assigning thread, until the others are done
+                # (a count cap let it finish its 10,000 assignments while the workers were
+                # still compiling their first run: every run then saw the last version)
                 finished = 0
-                while finished < WORKERS - 1 and assignments[0] < 10_000:
+                deadline = time.monotonic() + TIMEOUT_S / 2
+                while finished < WORKERS - 1 and time.monotonic() < deadline:
                     version = versions[(assignments[0] + 1) % 3]
                     assert np.array_equal(session.run(assign, {new_value: version}), version)
                     assignments[0] += 1
