@@ -148,8 +148,12 @@ class _StepScope:
     def __enter__(self) -> None:
         errors = self._errors = ignore_float_errors()
         errors.__enter__()
-        self._saved = start_flush() if self._flush else FLUSH_BITS
-        self._blas_saved = self._blas.enter()
+        try:
+            self._saved = start_flush() if self._flush else FLUSH_BITS
+            self._blas_saved = self._blas.enter()
+        except BaseException:  # (nothing half-set is left on the thread)
+            errors.__exit__(None, None, None)
+            raise
 
     def __exit__(self, *exc_info: object) -> None:
         try:
@@ -157,11 +161,13 @@ class _StepScope:
             while callbacks:  # (at_step_end: first given, first run)
                 callbacks.pop(0)()
         finally:
-            self._blas.leave(self._blas_saved)
+            # The caller's numpy error state first, then its flag and BLAS count: the
+            # states are independent, and the first is what user code notices.
+            self._errors.__exit__(None, None, None)
             saved = self._saved
             if saved & FLUSH_BITS != FLUSH_BITS:  # a thread that flushes already stays so
                 end_flush(saved)
-            self._errors.__exit__(None, None, None)
+            self._blas.leave(self._blas_saved)
 
 
 class NumpyCPUDeviceFactory(kernloom.plugin.DeviceFactory):
