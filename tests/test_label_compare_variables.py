@@ -5,33 +5,17 @@ fetches assign them."""
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 import pytest
+from test_label_compare import _plus_half_plugin
 
 import kernloom as kl
 import kernloom.plugin as klp
 
 
-def _plus_half_plugin() -> types.SimpleNamespace:
-    """A Relu labelled 'plus_half' that is off by exactly 0.5."""
-    lib = klp.KernelLibrary()
-
-    @lib.kernel("Relu", device="CPU", label="plus_half")
-    def relu_plus_half(ctx: klp.OpKernelContext) -> None:
-        x = np.asarray(ctx.input(0))
-        ctx.set_output(0, np.maximum(x, 0) + x.dtype.type(0.5))
-
-    @klp.hookimpl
-    def kernloom_register(registry: klp.Registrar) -> None:
-        registry.register_kernels(lib)
-
-    return types.SimpleNamespace(kernloom_register=kernloom_register, KERNLOOM_API=">=1.0,<2")
-
-
 @pytest.fixture(scope="module")
 def registry() -> klp.Registry:
+    """The numpy CPU plugin and a Relu labelled 'plus_half' that is off by exactly 0.5."""
     from kernloom_cpu_numpy import plugin as cpu_plugin
 
     registry = klp.Registry()

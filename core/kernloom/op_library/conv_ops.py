@@ -385,17 +385,25 @@ def _conv2d_shape(ctx: InferenceContext) -> None:
     x = _rank4(ctx, 0, "input")
     f = _filter4(ctx, 1)
     batch, hw, channels = _dims(attrs, x)
-    if channels is not None and f[2] is not None:
-        if f[2] == 0 or channels % f[2]:
-            raise ctx.fail(
-                f"input depth {channels} must be a multiple of the filter's input depth {f[2]}"
-            )
-        if f[3] is not None and f[3] % (channels // f[2]):
-            raise ctx.fail(
-                f"the filter's output depth {f[3]} must be a multiple of the number of "
-                f"groups {channels // f[2]}"
-            )
+    if channels is not None:
+        _check_groups(ctx, channels, f)
     ctx.set_output(0, _layout(attrs, batch, attrs.output_dims(ctx, hw, [f[0], f[1]]), f[3]))
+
+
+def _check_groups(ctx: InferenceContext, channels: int, f: TensorShape) -> None:
+    """TensorFlow's grouped convolution rule: the input depth a multiple of the filter's
+    input depth, the filter's output depth a multiple of the number of groups."""
+    if f[2] is None:
+        return
+    if f[2] == 0 or channels % f[2]:
+        raise ctx.fail(
+            f"input depth {channels} must be a multiple of the filter's input depth {f[2]}"
+        )
+    if f[3] is not None and f[3] % (channels // f[2]):
+        raise ctx.fail(
+            f"the filter's output depth {f[3]} must be a multiple of the number of "
+            f"groups {channels // f[2]}"
+        )
 
 
 def _conv3d_shape(ctx: InferenceContext) -> None:
@@ -450,16 +458,8 @@ def _backprop_input_shape(ctx: InferenceContext) -> None:
         batch = size_batch
     else:
         hw, channels = [values[0], values[1]], f[2]
-    if channels and f[2] is not None:  # Conv2D's groups; no channels take any filter
-        if f[2] == 0 or channels % f[2]:
-            raise ctx.fail(
-                f"input depth {channels} must be a multiple of the filter's input depth {f[2]}"
-            )
-        if f[3] is not None and f[3] % (channels // f[2]):
-            raise ctx.fail(
-                f"the filter's output depth {f[3]} must be a multiple of the number of "
-                f"groups {channels // f[2]}"
-            )
+    if channels:  # Conv2D's groups; no channels take any filter
+        _check_groups(ctx, channels, f)
     _, dy_hw, _ = _dims(attrs, dy)
     expected = attrs.output_dims(ctx, hw, [f[0], f[1]])
     for axis in range(2):
