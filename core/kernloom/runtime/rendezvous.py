@@ -314,12 +314,7 @@ class _Crossing:
 
     def to_host(self, value: Any) -> np.ndarray[Any, Any]:
         src = self.src
-        try:
-            host = src.copy_to_host(value)
-        except (KernloomError, MemoryError):
-            raise
-        except Exception as exc:
-            raise self._fault("off", src, "copy_to_host", raised(exc)) from exc
+        host: np.ndarray[Any, Any] = self._ask("off", src, "copy_to_host", src.copy_to_host, value)
         dtype = self._ask("off", src, "value_dtype", src.value_dtype, value).numpy_dtype
         if (
             type(host) is not np.ndarray
@@ -334,12 +329,7 @@ class _Crossing:
 
     def from_host(self, host: np.ndarray[Any, Any]) -> Any:
         dst = self.dst
-        try:
-            out = dst.copy_from_host(host)
-        except (KernloomError, MemoryError):
-            raise
-        except Exception as exc:
-            raise self._fault("onto", dst, "copy_from_host", raised(exc)) from exc
+        out = self._ask("onto", dst, "copy_from_host", dst.copy_from_host, host)
         self._check_received("onto", "copy_from_host", out, host.dtype, host.shape)
         return out
 
