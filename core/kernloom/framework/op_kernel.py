@@ -43,7 +43,7 @@ from kernloom.framework.cancellation import CancellationManager
 from kernloom.framework.device import Device
 from kernloom.framework.kernel_def import KernelDef
 from kernloom.framework.op_def import OpDef
-from kernloom.framework.origin import Origin
+from kernloom.framework.origin import Origin, registered_by
 from kernloom.framework.resource_mgr import ResourceMgr
 from kernloom.shapes import as_shape
 
@@ -632,8 +632,7 @@ class OpKernelContext:
     def _blame(self) -> str:
         """The kernel and where it came from: its class and registering plugin."""
         kernel = type(self.kernel)
-        origin = self.signature.origin
-        where = f" registered by {origin}" if origin is not None else ""
+        where = registered_by(self.signature.origin)
         return f"kernel {kernel.__module__}.{kernel.__qualname__}{where}"
 
     # -- step state -------------------------------------------------------------------------

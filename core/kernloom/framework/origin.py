@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from kernloom.errors import RegistrationError
 
-__all__ = ["Origin", "refuse_frozen"]
+__all__ = ["Origin", "refuse_frozen", "registered_by"]
 
 
 def refuse_frozen(table: str, origin: Origin, what: str) -> RegistrationError:
@@ -43,3 +43,9 @@ class Origin:
     def answers_to(self, name: str) -> bool:
         """Whether configuration may refer to this plugin as ``name``."""
         return name in (self.plugin, self.distribution)
+
+
+def registered_by(origin: Origin | None) -> str:
+    """`` registered by plugin 'p' (dist 1.0)`` where a kernel's plugin is known, else
+    nothing: a kernel's crash is that plugin's to fix, and the error messages say so."""
+    return f" registered by {origin}" if origin is not None else ""

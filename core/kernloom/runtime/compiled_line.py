@@ -50,6 +50,7 @@ import numpy as np
 from kernloom.errors import KernelError, KernloomError
 from kernloom.framework.device import Device
 from kernloom.framework.numpy_elementwise import OUT_BY_KEYWORD
+from kernloom.framework.origin import registered_by
 from kernloom.runtime.graph_view import GraphView, NodeItem
 from kernloom.runtime.node_run import (
     Done,
@@ -312,8 +313,7 @@ class CompiledLine:
             return error
         made_by = self.view.items[source]
         kernel = type(made_by.kernel)
-        origin = made_by.kernel.origin
-        registered = f" registered by {origin}" if origin is not None else ""
+        registered = registered_by(made_by.kernel.origin)
         blamed = KernelError(
             f"{error.message}. It ran in place, writing into the output of node "
             f"{made_by.node.name!r} (op {made_by.node.op}), which the device does not let be "

@@ -31,6 +31,7 @@ from kernloom.errors import (
 )
 from kernloom.framework.device import Device
 from kernloom.framework.op_kernel import AsyncOpKernel, CallFrame, OpKernelContext, reuse_mask
+from kernloom.framework.origin import registered_by
 from kernloom.framework.resource_mgr import ResourceMgr
 from kernloom.runtime.graph_view import GraphView, NodeItem
 from kernloom.runtime.step import Step
@@ -308,8 +309,7 @@ def node_error(
 def _kernel_named(item: NodeItem) -> str:
     """The failed kernel, for a message: its class and the plugin that registered it (a
     crash is that plugin's to fix)."""
-    origin = item.kernel.origin
-    registered = f" registered by {origin}" if origin is not None else ""
+    registered = registered_by(item.kernel.origin)
     return f"{type(item.kernel).__qualname__}{registered}"
 
 
