@@ -152,10 +152,11 @@ def _on_session_threads(op: str, kernel: Callable[[OpKernelContext], None]) -> A
     parallel_from = PARALLEL_PRODUCT if op in PRODUCT_OPS else PARALLEL_ELEMENTWISE
 
     def on_cpu(ctx: OpKernelContext) -> None:
-        large = any(
+        device = ctx.device
+        large = getattr(device, "flush_denormals", False) and any(
             getattr(ctx.input(i), "size", 0) >= parallel_from for i in range(ctx.num_inputs)
-        )
-        use_threads(intra_op_threads(ctx), ctx.device if large else None)
+        )  # (the inputs are looked at only where the team would be given the flag)
+        use_threads(intra_op_threads(ctx), device if large else None)
         kernel(ctx)
 
     on_cpu.__name__ = getattr(kernel, "__name__", "kernel")
