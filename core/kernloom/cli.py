@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kernloom.cli_args import UsageError
+from kernloom.cli_args import UsageError, unknown_device_type
 from kernloom.cli_compare import add_compare_parser
 from kernloom.cli_console import plain_console
 from kernloom.cli_flags import cli_message
@@ -32,7 +32,7 @@ from kernloom.cli_optimize import add_optimize_parser
 from kernloom.cli_plugin import add_plugin_parser
 from kernloom.cli_run import add_run_parser
 from kernloom.demo import add_demo_parser
-from kernloom.errors import InvalidArgumentError, KernloomError, PluginError, did_you_mean
+from kernloom.errors import InvalidArgumentError, KernloomError, PluginError
 from kernloom.framework.attr import format_attr_value
 from kernloom.framework.device import DeviceOptions
 from kernloom.framework.device_factory_registry import (
@@ -341,10 +341,7 @@ def _kernel_device_type(registry: Registry, text: str | None) -> str | None:
     for device_type in types:
         if device_type.lower() == wanted.lower():
             return device_type
-    raise UsageError(
-        f"--device {text}: no device type {wanted!r}; types: {', '.join(types) or '(none)'}."
-        + did_you_mean(wanted, types)
-    )
+    raise unknown_device_type(f"--device {text}", wanted, types)
 
 
 def _cmd_kernels(registry: Registry, args: argparse.Namespace) -> int:

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from kernloom.errors import did_you_mean
+
 __all__ = [
     "MAX_THREADS",
     "Once",
@@ -23,6 +25,7 @@ __all__ = [
     "non_empty",
     "positive_seconds",
     "settings_from_pairs",
+    "unknown_device_type",
 ]
 
 MAX_THREADS: Final = 256
@@ -32,6 +35,15 @@ small enough that a typo (``100000``) is an error rather than a machine brought 
 
 class UsageError(Exception):
     """A bad argument or file: reported as ``error: ...`` with exit code 2."""
+
+
+def unknown_device_type(flag: str, name: str, types: Sequence[str]) -> UsageError:
+    """The error for a flag's value (``flag``: ``--device cpu2``) naming device type
+    ``name``, which is none of ``types``: it lists them, and the nearest."""
+    return UsageError(
+        f"{flag}: no device type {name!r}; types: {', '.join(types) or '(none)'}."
+        + did_you_mean(name, types)
+    )
 
 
 class Once(argparse.Action):

@@ -30,6 +30,7 @@ from kernloom.cli_args import (
     non_empty,
     positive_seconds,
     settings_from_pairs,
+    unknown_device_type,
 )
 from kernloom.cli_console import plain_console
 from kernloom.cli_flags import EXIT_OK, cli_message, run_command
@@ -37,11 +38,7 @@ from kernloom.cli_onnx import is_onnx_path, load_onnx_graph
 from kernloom.cli_outputs import OutputPlan, member_of, plan_outputs, write_npy, write_npz
 from kernloom.cli_passes import add_pass_flags, disabled_passes
 from kernloom.dtypes import resource
-from kernloom.errors import (
-    KernloomError,
-    ResourceExhaustedError,
-    did_you_mean,
-)
+from kernloom.errors import KernloomError, ResourceExhaustedError
 from kernloom.fileio import DEFAULT_MAX_READ_BYTES, FileError, open_regular_file
 from kernloom.graph.graph import Graph
 from kernloom.graph.graph_def import load_graph
@@ -160,10 +157,7 @@ def _memory_limits(registry: Registry, pairs: list[str]) -> dict[str, int]:
     types = registry.placement_order()
     for device_type, text in settings_from_pairs(pairs, "--memory-limit", "CPU=512M").items():
         if device_type not in types:
-            raise UsageError(
-                f"--memory-limit {device_type}={text}: no device type {device_type!r}; types: "
-                f"{', '.join(types) or '(none)'}." + did_you_mean(device_type, types)
-            )
+            raise unknown_device_type(f"--memory-limit {device_type}={text}", device_type, types)
         try:
             limits[device_type] = byte_size(text)
         except argparse.ArgumentTypeError as exc:
